@@ -1,0 +1,400 @@
+"""The source file: one YAML document that says everything about one collection.
+
+A source is loaded with :func:`load_source`, which either returns a fully checked
+:class:`Source` or raises :class:`SourceError` whose ``problems`` are one line each, naming the
+file and the field (``items.yaml: ttl.lease_s: must be greater than batch_timeout_s ...``).
+Relative paths inside the file are relative to the file's folder, so a source directory can be
+moved or checked in as a whole.
+
+Secrets never live in the file: header values may say ``${env:NAME}``, resolved when the run
+starts (and scrubbed from everything Collector writes).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from collector import defaults
+from collector.errors import ConfigError
+from collector.priority import PrioritySettings
+from collector.retry import RetrySettings
+from collector.ttl import TTLSettings, alignment_problems
+from collector.urls import check_url_syntax
+
+__all__ = [
+    "DeadLetterSettings",
+    "FrontierSettings",
+    "JsonlSinkSettings",
+    "LimitsSettings",
+    "RecordSettings",
+    "SeedSettings",
+    "Source",
+    "SourceError",
+    "ValidationSettings",
+    "load_source",
+    "source_json_schema",
+]
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class SourceError(ConfigError):
+    """A source file is invalid; ``problems`` holds one actionable line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SeedSettings(_Section):
+    """Where the URLs come from; all given forms are combined, duplicates removed."""
+
+    urls: tuple[str, ...] = Field((), description="Literal URLs.")
+    file: Path | None = Field(None, description="A text file with one URL a line (# comments).")
+    template: str | None = Field(
+        None, description="A URL with {i}, expanded over range, e.g. http://host/items/{i}.json"
+    )
+    range: tuple[int, int] | None = Field(
+        None, description="[start, stop) for template's {i}, like Python's range()."
+    )
+
+    @model_validator(mode="after")
+    def _template_needs_range(self) -> Self:
+        if (self.template is None) != (self.range is None):
+            raise ValueError("'template' and 'range' go together")
+        if self.template is not None:
+            if "{i}" not in self.template:
+                raise ValueError(f"template {self.template!r} has no {{i}} placeholder")
+            assert self.range is not None
+            start, stop = self.range
+            if stop < start:
+                raise ValueError(f"range [{start}, {stop}) is empty: stop is below start")
+            try:
+                self.template.format(i=start)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ValueError(f"template {self.template!r} cannot be formatted: {exc}") from None
+        if not self.urls and self.file is None and self.template is None:
+            raise ValueError("give at least one of urls, file, or template with range")
+        return self
+
+    @field_validator("urls")
+    @classmethod
+    def _urls_well_formed(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
+        for index, url in enumerate(urls):
+            reason = check_url_syntax(url)
+            if reason is not None:
+                raise ValueError(f"item {index}: {reason}")
+        return urls
+
+
+class RecordSettings(_Section):
+    """How a response becomes records and what identifies one."""
+
+    key: str = Field(description="Field that identifies a record (dotted path for nested).")
+    parser: str = Field(
+        "json", description="'json', or a dotted path to f(url, body: bytes) -> list[dict]."
+    )
+    records_path: str | None = Field(
+        None, description="Dotted path to the list of records inside a JSON document."
+    )
+
+
+class LimitsSettings(_Section):
+    """Politeness and safety limits of the fetch engine."""
+
+    concurrency: int = Field(defaults.CONCURRENCY, ge=1, le=1024, description="Requests in flight.")
+    per_domain_concurrency: int = Field(
+        defaults.PER_DOMAIN_CONCURRENCY, ge=1, le=1024, description="In flight per host."
+    )
+    per_domain_rate: str | None = Field(
+        None, description="Per-host request rate, e.g. '10/second' or '600/minute'."
+    )
+    max_response_bytes: int = Field(defaults.MAX_RESPONSE_BYTES, ge=1, description="Body cap.")
+    follow_redirects: bool = Field(True, description="Follow 3xx (each hop is checked).")
+    max_redirects: int = Field(defaults.MAX_REDIRECTS, ge=0, le=30, description="Hops followed.")
+    allowed_hosts: tuple[str, ...] = Field((), description="If set, only these hosts.")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Request headers; values may use ${env:NAME}."
+    )
+
+    @field_validator("per_domain_rate")
+    @classmethod
+    def _rate_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            from limits import parse
+
+            try:
+                parse(value)
+            except ValueError:
+                raise ValueError(
+                    f"{value!r} is not a rate like '10/second', '600/minute' or '5 per 1 second'"
+                ) from None
+        return value
+
+
+class ValidationSettings(_Section):
+    """Great Expectations suite that every batch of records is checked with."""
+
+    suite: Path | None = Field(None, description="Path to a GX expectation suite JSON file.")
+
+
+class JsonlSinkSettings(_Section):
+    type: Literal["jsonl"] = "jsonl"
+    path: Path = Field(description="Folder for *.jsonl files, one JSON record a line.")
+
+
+class FrontierSettings(_Section):
+    type: Literal["sqlite"] = "sqlite"
+    path: Path | None = Field(None, description="SQLite file; default <state_dir>/frontier.db.")
+
+
+class DeadLetterSettings(_Section):
+    type: Literal["sqlite"] = "sqlite"
+    path: Path | None = Field(None, description="SQLite file; default <state_dir>/deadletters.db.")
+    archive: Path | None = Field(
+        None, description="Append-only JSONL archive; default <state_dir>/deadletters.jsonl."
+    )
+
+
+SinkSettings = Annotated[JsonlSinkSettings, Field(discriminator="type")]
+
+
+class Source(_Section):
+    """One source: what to collect, how fresh, how important, how to retry, where it goes."""
+
+    name: str = Field(description="Unique name: letters, digits, '_', '.', '-'.")
+    description: str = Field("", description="Free text shown in summaries.")
+    seeds: SeedSettings
+    record: RecordSettings
+    sink: SinkSettings
+    ttl: TTLSettings = Field(default_factory=TTLSettings)
+    priority: PrioritySettings = Field(default_factory=PrioritySettings)
+    retry: RetrySettings = Field(default_factory=RetrySettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    validation: ValidationSettings = Field(default_factory=ValidationSettings)
+    frontier: FrontierSettings = Field(default_factory=FrontierSettings)
+    deadletters: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
+    allow_private_networks: bool = Field(
+        False, description="Allow loopback/private hosts (local sites, the demo)."
+    )
+    state_dir: Path = Field(
+        Path(defaults.STATE_DIR), description="Folder for the frontier and dead letters."
+    )
+    base_dir: Path = Field(
+        Path("."), exclude=True, description="Folder of the source file (set by the loader)."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_safe(cls, value: str) -> str:
+        if not _NAME_RE.match(value):
+            raise ValueError(
+                f"{value!r} is not a valid name (1-100 of letters, digits, '_', '.', '-')"
+            )
+        return value
+
+    # --- resolved paths -------------------------------------------------------------------
+    def path(self, value: Path) -> Path:
+        return value if value.is_absolute() else (self.base_dir / value)
+
+    @property
+    def state_path(self) -> Path:
+        return self.path(self.state_dir)
+
+    @property
+    def frontier_path(self) -> Path:
+        return self.path(self.frontier.path or self.state_dir / "frontier.db")
+
+    @property
+    def deadletter_path(self) -> Path:
+        return self.path(self.deadletters.path or self.state_dir / "deadletters.db")
+
+    @property
+    def deadletter_archive_path(self) -> Path:
+        return self.path(self.deadletters.archive or self.state_dir / "deadletters.jsonl")
+
+    @property
+    def sink_path(self) -> Path:
+        return self.path(self.sink.path)
+
+    @property
+    def suite_path(self) -> Path | None:
+        return self.path(self.validation.suite) if self.validation.suite else None
+
+    # --- seeds -----------------------------------------------------------------------------
+    def iter_seed_urls(self) -> Iterator[str]:
+        """Every seed URL once, in a stable order: urls, then file lines, then the template."""
+        seen: set[str] = set()
+        for url in self._raw_seed_urls():
+            if url not in seen:
+                seen.add(url)
+                yield url
+
+    def _raw_seed_urls(self) -> Iterator[str]:
+        yield from self.seeds.urls
+        if self.seeds.file is not None:
+            with self.path(self.seeds.file).open(encoding="utf-8") as lines:
+                for line in lines:
+                    line = line.strip()
+                    if line and not line.startswith("#"):
+                        yield line
+        if self.seeds.template is not None and self.seeds.range is not None:
+            template = self.seeds.template
+            for i in range(*self.seeds.range):
+                yield template.format(i=i)
+
+    def resolved_headers(self) -> dict[str, str]:
+        """Headers with ``${env:NAME}`` replaced; a missing variable is a ConfigError."""
+        resolved: dict[str, str] = {}
+        for name, value in self.limits.headers.items():
+
+            def substitute(match: re.Match[str], header: str = name) -> str:
+                var = match.group(1)
+                if var not in os.environ:
+                    raise ConfigError(
+                        f"limits.headers.{header}: environment variable {var} is not set"
+                    )
+                return os.environ[var]
+
+            resolved[name] = _ENV_REF.sub(substitute, value)
+        return resolved
+
+    def secret_values(self) -> list[str]:
+        """Values that must never appear in logs, artifacts or dead letters."""
+        values = []
+        for value in self.limits.headers.values():
+            for var in _ENV_REF.findall(value):
+                secret = os.environ.get(var)
+                if secret:
+                    values.append(secret)
+        return values
+
+
+def _format_location(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif item in {"jsonl"}:  # discriminator tags add noise to the path
+            continue
+        else:
+            parts.append(("." if parts else "") + item)
+    return "".join(parts) or "(top level)"
+
+
+def _problems_from(exc: ValidationError, label: str) -> list[str]:
+    lines = []
+    for error in exc.errors():
+        where = _format_location(tuple(error["loc"]))
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling; `collector schema` lists every key)"
+        elif error["type"] == "missing":
+            message = "required key is missing"
+        lines.append(f"{label}: {where}: {message}")
+    return lines
+
+
+def parse_source(data: Any, *, label: str, base_dir: Path) -> Source:
+    """Check a parsed YAML/JSON document as a source; raise SourceError with every problem."""
+    if not isinstance(data, dict):
+        raise SourceError([f"{label}: the file must be a mapping of keys (name, seeds, ...)"])
+    try:
+        source = Source.model_validate({**data, "base_dir": base_dir})
+    except ValidationError as exc:
+        problems = _problems_from(exc, label)
+        ttl = data.get("ttl")
+        if isinstance(ttl, dict) and not any(": ttl: " in p for p in problems):
+            # Field errors stop pydantic before the cross-field check; run it on the raw values
+            # so every problem is reported at once.
+            problems += [f"{label}: ttl: {problem}" for problem in alignment_problems(ttl)]
+        raise SourceError(problems) from None
+    problems = _deep_checks(source, label)
+    if problems:
+        raise SourceError(problems)
+    return source
+
+
+def _deep_checks(source: Source, label: str) -> list[str]:
+    """Checks that need the file system or imports: seed file, suite, hooks."""
+    problems: list[str] = []
+    if source.seeds.file is not None:
+        seed_file = source.path(source.seeds.file)
+        if not seed_file.is_file():
+            problems.append(f"{label}: seeds.file: {seed_file} does not exist")
+        else:
+            try:
+                with seed_file.open(encoding="utf-8") as lines:
+                    for number, line in enumerate(lines, 1):
+                        line = line.strip()
+                        if line and not line.startswith("#"):
+                            reason = check_url_syntax(line)
+                            if reason is not None:
+                                problems.append(f"{label}: seeds.file line {number}: {reason}")
+                                if len(problems) >= 20:
+                                    break
+            except UnicodeDecodeError as exc:
+                problems.append(f"{label}: seeds.file: {seed_file} is not UTF-8 text: {exc}")
+    if source.seeds.template is not None:
+        sample = source.seeds.template.format(i=source.seeds.range[0] if source.seeds.range else 0)
+        reason = check_url_syntax(sample)
+        if reason is not None:
+            problems.append(f"{label}: seeds.template: {reason}")
+    if source.suite_path is not None:
+        from collector.validation import check_suite_file
+
+        try:
+            check_suite_file(source.suite_path)
+        except ConfigError as exc:
+            problems.append(f"{label}: validation.suite: {exc}")
+    try:
+        source.ttl.validate_hook()
+    except ConfigError as exc:
+        problems.append(f"{label}: {exc}")
+    if source.record.parser != "json":
+        from collector._hooks import resolve_callable
+
+        try:
+            resolve_callable(source.record.parser, field="record.parser")
+        except ConfigError as exc:
+            problems.append(f"{label}: {exc}")
+    return problems
+
+
+def load_source(path: str | os.PathLike[str]) -> Source:
+    """Read and check a source file (YAML or JSON)."""
+    file = Path(path)
+    label = str(file)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SourceError([f"{label}: file not found"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceError([f"{label}: cannot read: {exc}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SourceError([f"{label}: invalid YAML: {where}{problem}"]) from None
+    return parse_source(data, label=label, base_dir=file.resolve().parent)
+
+
+def source_json_schema() -> dict[str, Any]:
+    """The JSON schema of a source file (what `collector schema` prints)."""
+    schema = Source.model_json_schema(by_alias=True)
+    schema.get("properties", {}).pop("base_dir", None)
+    return schema

@@ -1,0 +1,12 @@
+"""Dead-letter stores: the protocol, the SQLite store and its JSONL archive."""
+
+from collector.deadletter.base import DeadLetter, DeadLetterStore, dead_letter_id
+from collector.deadletter.sqlite import JsonlArchive, SqliteDeadLetterStore
+
+__all__ = [
+    "DeadLetter",
+    "DeadLetterStore",
+    "JsonlArchive",
+    "SqliteDeadLetterStore",
+    "dead_letter_id",
+]

@@ -1,0 +1,51 @@
+"""Every default in one place, each with its meaning and unit.
+
+Source files override these per source; nothing else in the engine hard-codes a number that a
+user might want to change.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+# --- TTL (seconds) -------------------------------------------------------------------------
+DEFAULT_FRESH_S = 3600.0  # a fetched URL is skipped by planning for this long
+QUEUE_TTL_S = 6 * 3600.0  # a job queued (or waiting to retry) longer than this is expired
+HTTP_TIMEOUT_S = 10.0  # httpx connect/read/write/pool timeout of one request
+REQUEST_DEADLINE_S = 15.0  # hard wall-clock deadline of one request attempt (really cancels)
+BATCH_TIMEOUT_S = 300.0  # Prefect task timeout_seconds of one fetch batch
+LEASE_S = 600.0  # a claim lives this long without renewal; renewed every LEASE_S / 3
+
+# --- Priority ------------------------------------------------------------------------------
+PRIORITY_WEIGHT = 5  # 1 (least) .. 10 (most important)
+# run class -> Prefect work queue priority: critical 1, high 2, normal 3, low 4
+PRIORITY_CLASS: Literal["critical", "high", "normal", "low"] = "normal"
+AGING_PER_MINUTE = 1.0  # score points gained per minute of waiting (anti-starvation)
+RETRY_PENALTY = 0.7  # score multiplier per failed attempt
+COST_FACTOR = 0.02  # score divisor term per unit of cost: 1 / (1 + COST_FACTOR * cost)
+
+# --- Retry ---------------------------------------------------------------------------------
+RETRY_PROFILE: Literal["exponential", "linear"] = "exponential"  # exponential | linear
+RETRY_BASE_S = 0.5  # first backoff ceiling; full jitter draws from [0, ceiling)
+RETRY_CAP_S = 30.0  # no single backoff ceiling exceeds this
+MAX_ATTEMPTS = 4  # initial request + 3 retries, counted across runs
+MAX_TOTAL_S = 900.0  # no retry is scheduled later than this after the first attempt
+RETRY_BUDGET_RATIO = 0.2  # retries may be at most this share of all requests of a run...
+RETRY_BUDGET_MIN = 20  # ...but this many retries are always allowed (small runs)
+MAX_INLINE_DELAY_S = 2.0  # a backoff up to this long is waited inside the batch; longer ones
+#                           go back to the frontier with a not-before time
+MAX_RETRY_AFTER_S = 3600.0  # a larger Retry-After is clamped to this
+
+# --- Limits --------------------------------------------------------------------------------
+CONCURRENCY = 32  # requests in flight per worker
+PER_DOMAIN_CONCURRENCY = 32  # requests in flight per host per worker
+MAX_RESPONSE_BYTES = 10 * 1024 * 1024  # a larger body is refused (permanent error)
+MAX_REDIRECTS = 5  # redirects followed per request
+CONNECTIONS_PER_CLIENT = 2  # httpx degrades with many connections per client, so we pool
+#                             several small clients (see docs/architecture.md, measurements)
+USER_AGENT = "collector/0.1 (+https://github.com/collector)"
+
+# --- Run -----------------------------------------------------------------------------------
+BATCH_SIZE = 200  # items claimed, fetched and stored per Prefect task
+DRAIN_WAIT_S = 60.0  # a run waits this long for retry-later items and others' leases to return
+STATE_DIR = ".collector"  # frontier and dead letters live here, beside the source file

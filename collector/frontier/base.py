@@ -1,0 +1,225 @@
+"""The frontier: a persistent priority queue of URLs with leased claims.
+
+Every URL of a source has one row and one state::
+
+    queued ──claim──▶ leased ──ack: completed──▶ done ──(freshness passes, next plan)──▶ queued
+      ▲  │              │ ├──ack: retry later──▶ queued (not before T, attempts + 1)
+      │  │              │ └──ack: dead─────────▶ dead   (until triage re-enqueues it)
+      │  └─queue TTL──▶ expired ──(next plan)──▶ queued
+      └──lease expired (holder died)──┘
+
+A claim takes the best-ranked due items as a *lease*: the items are invisible to other claims
+until the lease expires or is acked, and the lease carries a *fencing token*, a number from a
+store-wide counter that only grows. Acks and sink writes present the token; an ack whose token is
+no longer the item's (the lease expired and someone else claimed it) is refused and reported as
+stale, so a worker that paused past its lease cannot overwrite the new holder's outcome.
+
+Backends implement :class:`Frontier`; the decision of what *planning* does with a URL is the
+same for all of them (:func:`plan_decision`), so only storage differs. Every backend passes
+``tests/frontier/conformance.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "AckResult",
+    "ClaimedItem",
+    "Completed",
+    "DeadLettered",
+    "Frontier",
+    "ItemState",
+    "Lease",
+    "Offer",
+    "OfferResult",
+    "Outcome",
+    "RetryLater",
+    "StateCounts",
+    "StoredRow",
+    "plan_decision",
+]
+
+ItemState = Literal["queued", "leased", "done", "dead", "expired"]
+STATES: tuple[ItemState, ...] = ("queued", "leased", "done", "dead", "expired")
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """A URL the planner wants collected."""
+
+    url: str
+    fresh_s: float  # freshness TTL that applies to this URL (used for its urgency)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRow:
+    """What planning needs to know about a URL already in the frontier."""
+
+    state: ItemState
+    fresh_until: float | None
+    last_fetched_at: float | None
+
+
+PlanAction = Literal["enqueue", "requeue", "fresh", "already_queued", "already_dead"]
+
+
+def plan_decision(row: StoredRow | None, now: float) -> PlanAction:
+    """What planning does with one URL, given its stored row (the same for every backend)."""
+    if row is None:
+        return "enqueue"
+    if row.state in ("queued", "leased"):
+        return "already_queued"
+    if row.state == "dead":
+        return "already_dead"
+    if row.state == "done" and row.fresh_until is not None and row.fresh_until > now:
+        return "fresh"
+    return "requeue"  # done but stale, or expired
+
+
+@dataclass(slots=True)
+class OfferResult:
+    """Counts of what planning did with the offered URLs (they sum to the number offered)."""
+
+    enqueued: int = 0  # new, stale or previously expired: queued now
+    already_queued: int = 0  # queued or leased before this plan (not queued twice)
+    fresh_skipped: int = 0
+    already_dead: int = 0  # in the dead letters, waiting for triage
+
+    @property
+    def total(self) -> int:
+        return self.enqueued + self.already_queued + self.fresh_skipped + self.already_dead
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedItem:
+    url: str
+    attempts: int  # attempts made before this claim (across batches and runs)
+    first_attempt_at: float | None
+    enqueued_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A claim on a batch of items, valid until ``expires_at`` unless renewed."""
+
+    source: str
+    token: int
+    expires_at: float
+    items: tuple[ClaimedItem, ...]
+    expired: int = 0  # items this claim found past their queue TTL and marked expired
+    reclaimed: int = 0  # items whose previous lease had expired and that went back to the queue
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    url: str
+    fresh_until: float
+    fetched_at: float
+    cost: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryLater:
+    url: str
+    not_before: float
+    rank: float
+    attempts: int
+    first_attempt_at: float
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLettered:
+    url: str
+    attempts: int
+    error: str
+
+
+Outcome = Completed | RetryLater | DeadLettered
+
+
+@dataclass(slots=True)
+class AckResult:
+    accepted: int = 0
+    stale: list[str] = field(default_factory=list)  # URLs whose lease was no longer ours
+
+
+@dataclass(slots=True)
+class StateCounts:
+    queued: int = 0
+    leased: int = 0
+    done: int = 0
+    dead: int = 0
+    expired: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.queued + self.leased + self.done + self.dead + self.expired
+
+
+RankFor = Callable[[str, float | None, float], float]
+"""``rank_for(url, age_s, fresh_s) -> rank`` supplied by the planner (see collector.priority)."""
+
+
+@runtime_checkable
+class Frontier(Protocol):
+    """A persistent priority queue with leases. All times are UNIX seconds (``time.time()``)."""
+
+    def offer(
+        self,
+        source: str,
+        offers: Iterable[Offer],
+        *,
+        now: float,
+        queue_ttl_s: float,
+        rank_for: RankFor,
+        run_id: str,
+    ) -> OfferResult:
+        """Plan URLs: queue new and stale ones, skip fresh ones, never queue one twice.
+
+        Every offered URL is tagged with ``run_id`` so :meth:`run_counts` can say where this
+        run's items ended up.
+        """
+        ...
+
+    def claim(self, source: str, limit: int, *, now: float, lease_s: float) -> Lease:
+        """Lease up to ``limit`` due items, best rank first, in one atomic step.
+
+        The same step returns items whose lease expired to the queue and expires items queued
+        longer than their queue TTL.
+        """
+        ...
+
+    def renew(self, lease: Lease, *, now: float, lease_s: float) -> int:
+        """Extend the lease of the items still held under ``lease.token``; returns how many."""
+        ...
+
+    def ack(self, lease: Lease, outcomes: Sequence[Outcome], *, now: float) -> AckResult:
+        """Record outcomes atomically; outcomes for items no longer held are refused as stale."""
+        ...
+
+    def release(self, lease: Lease, *, now: float) -> int:
+        """Put every item still held under ``lease`` back in the queue, unchanged."""
+        ...
+
+    def counts(self, source: str) -> StateCounts:
+        """How many of the source's items are in each state."""
+        ...
+
+    def run_counts(self, source: str, run_id: str) -> StateCounts:
+        """How many of the items offered by ``run_id`` are in each state now."""
+        ...
+
+    def next_event_at(self, source: str, *, now: float) -> float | None:
+        """Earliest time something may become claimable (a not-before or a lease expiry), or
+        None when nothing is queued or leased."""
+        ...
+
+    def requeue(self, source: str, urls: Sequence[str], *, now: float, queue_ttl_s: float) -> int:
+        """Put dead or expired URLs back in the queue (triage, operator retry)."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,87 @@
+"""Turn a response body into records, and find each record's key.
+
+The built-in parser reads JSON (a document, or a list of documents) and optionally descends a
+dotted ``records_path`` (``data.items``) to the list of records. A source may name its own
+parser instead (``record.parser: mypkg.parsers:parse_listing``), called as
+``parser(url, body) -> list[dict]``; whatever it raises becomes a permanent ``parse_error``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from collector._hooks import resolve_callable
+from collector.errors import PermanentFetchError
+
+__all__ = ["RecordParser", "dotted_get"]
+
+_MISSING = object()
+
+
+def dotted_get(document: Any, path: str, default: Any = _MISSING) -> Any:
+    """``dotted_get({"a": {"b": 1}}, "a.b") == 1``; list indices are allowed (``items.0``)."""
+    current = document
+    for part in path.split("."):
+        if isinstance(current, dict) and part in current:
+            current = current[part]
+        elif isinstance(current, list) and part.lstrip("-").isdigit():
+            try:
+                current = current[int(part)]
+            except IndexError:
+                current = _MISSING
+        else:
+            current = _MISSING
+        if current is _MISSING:
+            if default is _MISSING:
+                raise KeyError(path)
+            return default
+    return current
+
+
+class RecordParser:
+    """Parse bodies of one source into lists of records."""
+
+    def __init__(self, *, parser: str = "json", records_path: str | None = None) -> None:
+        self.records_path = records_path
+        self._custom: Callable[[str, bytes], Any] | None = (
+            None if parser == "json" else resolve_callable(parser, field="record.parser")
+        )
+
+    def parse(self, url: str, body: bytes) -> list[dict[str, Any]]:
+        if self._custom is not None:
+            try:
+                parsed = self._custom(url, body)
+            except Exception as exc:
+                raise PermanentFetchError(
+                    f"custom parser failed: {type(exc).__name__}: {exc}",
+                    error_class="parse_error",
+                    stage="parse",
+                ) from exc
+        else:
+            try:
+                parsed = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise PermanentFetchError(
+                    f"invalid JSON: {exc}", error_class="parse_error", stage="parse"
+                ) from exc
+        if self.records_path:
+            try:
+                parsed = dotted_get(parsed, self.records_path)
+            except KeyError:
+                raise PermanentFetchError(
+                    f"record.records_path {self.records_path!r} not found in the document",
+                    error_class="parse_error",
+                    stage="parse",
+                ) from None
+        records = parsed if isinstance(parsed, list) else [parsed]
+        for index, record in enumerate(records):
+            if not isinstance(record, dict):
+                raise PermanentFetchError(
+                    f"record {index} is a {type(record).__name__}, not an object",
+                    error_class="parse_error",
+                    stage="parse",
+                )
+        return records

@@ -1,0 +1,470 @@
+"""One collect run of one source, step by step, without Prefect.
+
+:class:`Collection` owns the run's backends (frontier, sink, dead letters, validator) and its
+ledger, and exposes the pipeline as steps the Prefect flow calls in order::
+
+    plan() -> claim() -> fetch() -> settle() -> ... -> finish()
+
+Keeping the steps here, in plain Python, lets the engine be tested without a Prefect server and
+keeps ``flows/collect.py`` down to orchestration (tasks, timeouts, retries, artifacts).
+
+Where an item's outcome is decided (``settle``): records are parsed, keyed and validated; the
+good ones are written to the sink under the lease's fencing token *before* the frontier is told
+(so a crash between the two only causes a refetch, and the idempotent sink writes nothing
+twice); failures are put in the dead letters before their items are marked dead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from collector.config import Source
+from collector.deadletter import DeadLetter, DeadLetterStore, SqliteDeadLetterStore
+from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
+from collector.fetch import FetchEngine, FetchResult
+from collector.frontier import (
+    Completed,
+    DeadLettered,
+    Frontier,
+    Lease,
+    Offer,
+    Outcome,
+    RetryLater,
+    SqliteFrontier,
+)
+from collector.ledger import Ledger
+from collector.parse import RecordParser, dotted_get
+from collector.retry import RetryBudget
+from collector.scrub import Scrubber
+from collector.sinks import JsonlSink, Sink, SinkRecord
+from collector.urls import HostPolicy
+
+if TYPE_CHECKING:
+    from collector.validation import SuiteValidator
+
+__all__ = ["BatchReport", "Collection"]
+
+_BODY_EXCERPT = 2048  # bytes of a failing body kept in its dead letter
+
+
+@dataclass(slots=True)
+class BatchReport:
+    """What one batch did, for progress displays and artifacts."""
+
+    token: int
+    items: int
+    stored: int = 0
+    dead_lettered: int = 0
+    retry_later: int = 0
+    skipped: int = 0
+    stale: int = 0
+    records_written: int = 0
+    records_quarantined: int = 0
+    validation_s: float = 0.0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+class Collection:
+    """The state of one run. Open with ``with Collection(source, run_id=...) as run``."""
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        run_id: str,
+        frontier: Frontier | None = None,
+        sink: Sink | None = None,
+        deadletters: DeadLetterStore | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.source = source
+        self.run_id = run_id
+        self.clock = clock
+        self.frontier = frontier or SqliteFrontier(source.frontier_path)
+        self.sink = sink or JsonlSink(source.sink_path, source=source.name)
+        self.deadletters = deadletters or SqliteDeadLetterStore(
+            source.deadletter_path, archive=source.deadletter_archive_path
+        )
+        self.ledger = Ledger()
+        self.scrub = Scrubber(source.secret_values())
+        self.parser = RecordParser(
+            parser=source.record.parser, records_path=source.record.records_path
+        )
+        self.budget = RetryBudget(
+            ratio=source.retry.budget_ratio, min_retries=source.retry.budget_min
+        )
+        self._validator: SuiteValidator | None = None
+        self.started_at = clock()
+        self.fetch_seconds = 0.0
+        self.pages_ok = 0
+
+    def __enter__(self) -> Collection:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for backend in (self.sink, self.frontier, self.deadletters):
+            with contextlib.suppress(Exception):
+                backend.close()
+
+    def engine(self, *, rate_storage_uri: str = "memory://") -> FetchEngine:
+        return FetchEngine.for_source(self.source, rate_storage_uri=rate_storage_uri)
+
+    @property
+    def validator(self) -> SuiteValidator | None:
+        if self._validator is None and self.source.suite_path is not None:
+            from collector.validation import SuiteValidator
+
+            self._validator = SuiteValidator(self.source.suite_path)
+        return self._validator
+
+    # --- plan ----------------------------------------------------------------------------------
+    def plan(self) -> Ledger:
+        """Offer every seed URL; refuse malformed or forbidden ones into the dead letters."""
+        now = self.clock()
+        ttl, priority = self.source.ttl, self.source.priority
+        policy = HostPolicy(
+            allow_private_networks=self.source.allow_private_networks,
+            allowed_hosts=self.source.limits.allowed_hosts,
+        )
+        refused: list[DeadLetter] = []
+
+        def offers() -> Iterator[Offer]:
+            for url in self.source.iter_seed_urls():
+                self.ledger.discovered += 1
+                try:
+                    reason = policy.refusal(url)
+                except RecoverableFetchError:
+                    reason = None  # DNS may recover: let the fetch step retry it
+                if reason is not None:
+                    refused.append(self._dead_letter(url, "plan", "refused_url", reason, 0))
+                    continue
+                yield Offer(url, ttl.fresh_for(url))
+
+        def rank_for(url: str, age_s: float | None, fresh_s: float) -> float:
+            return priority.rank_for(url, enqueued_at=now, age_s=age_s, fresh_s=fresh_s)
+
+        result = self.frontier.offer(
+            self.source.name,
+            offers(),
+            now=now,
+            queue_ttl_s=ttl.queue_ttl_s,
+            rank_for=rank_for,
+            run_id=self.run_id,
+        )
+        self.deadletters.put(refused)
+        self.ledger.fresh_skipped = result.fresh_skipped
+        self.ledger.already_dead = result.already_dead
+        self.ledger.refused_at_plan = len(refused)
+        self.ledger.dead_lettered += result.already_dead + len(refused)
+        return self.ledger
+
+    # --- claim and fetch -----------------------------------------------------------------------
+    def claim(self, limit: int) -> Lease:
+        lease = self.frontier.claim(
+            self.source.name, limit, now=self.clock(), lease_s=self.source.ttl.lease_s
+        )
+        self.ledger.leases_reclaimed += lease.reclaimed
+        return lease
+
+    async def fetch(self, engine: FetchEngine, lease: Lease) -> list[FetchResult]:
+        """Fetch a leased batch, renewing the lease every ``lease_s / 3`` while it runs."""
+        ttl = self.source.ttl
+
+        async def keep_renewing() -> None:
+            while True:
+                await asyncio.sleep(ttl.renew_every_s)
+                self.frontier.renew(lease, now=self.clock(), lease_s=ttl.lease_s)
+
+        began = time.monotonic()
+        renewer = asyncio.create_task(keep_renewing())
+        try:
+            return await engine.fetch_batch(
+                lease.items, budget=self.budget, batch_timeout_s=ttl.batch_timeout_s
+            )
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            self.fetch_seconds += time.monotonic() - began
+
+    def release(self, lease: Lease) -> int:
+        """Give a batch back unchanged (its task failed for good)."""
+        return self.frontier.release(lease, now=self.clock())
+
+    # --- settle --------------------------------------------------------------------------------
+    def settle(self, lease: Lease, results: list[FetchResult]) -> BatchReport:
+        """Decide, store and acknowledge every item of a fetched batch."""
+        now = self.clock()
+        report = BatchReport(token=lease.token, items=len(lease.items))
+        outcomes: dict[str, Outcome] = {}
+        letters: list[DeadLetter] = []
+        parsed: list[tuple[FetchResult, list[dict[str, Any]]]] = []
+        claimed = {item.url: item for item in lease.items}
+
+        for result in results:
+            if result.status == "ok":
+                self.pages_ok += 1
+                try:
+                    parsed.append((result, self.parser.parse(result.url, result.body)))
+                except PermanentFetchError as error:
+                    letters.append(self._fetch_letter(result, error, body=result.body))
+                    outcomes[result.url] = DeadLettered(result.url, result.attempts, "parse_error")
+            elif result.status == "failed":
+                assert result.error is not None and result.decision is not None
+                if result.decision.action == "dead":
+                    letters.append(self._fetch_letter(result, result.error))
+                    outcomes[result.url] = DeadLettered(
+                        result.url, result.attempts, result.decision.reason
+                    )
+                else:
+                    outcomes[result.url] = self._retry_later(
+                        result, claimed[result.url].enqueued_at, now + result.decision.delay_s
+                    )
+            else:  # skipped: the batch ran out of time before trying it
+                report.skipped += 1
+                outcomes[result.url] = self._retry_later(
+                    result, claimed[result.url].enqueued_at, now, count_attempt=False
+                )
+
+        good, failed_items = self._key_and_validate(parsed, letters, report)
+        for result, _ in parsed:
+            if result.url in failed_items:
+                outcomes[result.url] = DeadLettered(result.url, result.attempts, "validation")
+            else:
+                fresh_s = self.source.ttl.fresh_for(result.url)
+                outcomes[result.url] = Completed(
+                    result.url, now + fresh_s, now, cost=len(result.body) / 1024
+                )
+
+        batch_id = f"{self.run_id}:{lease.token}"
+        written = self.sink.write(good, token=lease.token, batch_id=batch_id)
+        report.records_written = written.written
+        self.ledger.records_written += written.written
+        self.ledger.records_unchanged += written.unchanged
+        self.ledger.stale_writes += written.stale
+        self.deadletters.put(letters)
+
+        acked = self.frontier.ack(lease, list(outcomes.values()), now=self.clock())
+        stale = set(acked.stale)
+        report.stale = len(stale)
+        self.ledger.stale_acks += len(stale)
+        for url, outcome in outcomes.items():
+            if url in stale:
+                continue
+            if isinstance(outcome, Completed):
+                report.stored += 1
+            elif isinstance(outcome, DeadLettered):
+                report.dead_lettered += 1
+                report.reasons[outcome.error] = report.reasons.get(outcome.error, 0) + 1
+            elif outcome.error != "batch_time":
+                report.retry_later += 1
+        self.ledger.stored += report.stored
+        self.ledger.dead_lettered += report.dead_lettered
+        self.ledger.retried += report.retry_later
+        self.ledger.records_quarantined += report.records_quarantined
+        self.ledger.batches += 1
+        return report
+
+    def _key_and_validate(
+        self,
+        parsed: list[tuple[FetchResult, list[dict[str, Any]]]],
+        letters: list[DeadLetter],
+        report: BatchReport,
+    ) -> tuple[list[SinkRecord], set[str]]:
+        """Key every record, run the suite over the batch, and split good from bad.
+
+        Returns the good sink records and the URLs of items all of whose records failed (those
+        items are dead-lettered; the others are stored).
+        """
+        key_path = self.source.record.key
+        candidates: list[tuple[FetchResult, str, dict[str, Any]]] = []
+        bad_per_item: dict[str, int] = {}
+        total_per_item: dict[str, int] = {}
+        for result, records in parsed:
+            total_per_item[result.url] = len(records)
+            for record in records:
+                key = dotted_get(record, key_path, None)
+                if key is None or isinstance(key, (dict, list)) or key == "":
+                    letters.append(
+                        self._record_letter(
+                            result,
+                            record,
+                            "missing_key",
+                            f"record has no usable key at {key_path!r}",
+                        )
+                    )
+                    bad_per_item[result.url] = bad_per_item.get(result.url, 0) + 1
+                    continue
+                candidates.append((result, str(key), record))
+
+        keep = [True] * len(candidates)
+        validator = self.validator
+        if validator is not None and candidates:
+            outcome = validator.validate([record for _, _, record in candidates])
+            report.validation_s = outcome.seconds
+            if outcome.table_failures:
+                failed = [_expectation_dict(f) for f in outcome.table_failures]
+                names = ", ".join(f.expectation for f in outcome.table_failures)
+                for index, (result, key, record) in enumerate(candidates):
+                    keep[index] = False
+                    letters.append(
+                        self._record_letter(
+                            result,
+                            record,
+                            "table_expectation",
+                            f"batch failed {names}",
+                            key=key,
+                            failed=failed,
+                        )
+                    )
+            for row in outcome.bad:
+                if not keep[row.index]:
+                    continue
+                keep[row.index] = False
+                result, key, record = candidates[row.index]
+                failed = [_expectation_dict(f) for f in row.failed]
+                message = "; ".join(f.message for f in row.failed)[:500]
+                letters.append(
+                    self._record_letter(result, record, "schema", message, key=key, failed=failed)
+                )
+        good: list[SinkRecord] = []
+        for index, (result, key, record) in enumerate(candidates):
+            if keep[index]:
+                good.append(SinkRecord(key, record, result.url))
+            else:
+                bad_per_item[result.url] = bad_per_item.get(result.url, 0) + 1
+        report.records_quarantined = sum(bad_per_item.values())
+        failed_items = {
+            url for url, bad in bad_per_item.items() if bad and bad == total_per_item[url]
+        }
+        return good, failed_items
+
+    # --- helpers -------------------------------------------------------------------------------
+    def _retry_later(
+        self,
+        result: FetchResult,
+        enqueued_at: float,
+        not_before: float,
+        *,
+        count_attempt: bool = True,
+    ) -> RetryLater:
+        fresh_s = self.source.ttl.fresh_for(result.url)
+        rank = self.source.priority.rank_for(
+            result.url,
+            enqueued_at=enqueued_at,
+            age_s=None,
+            fresh_s=fresh_s,
+            retries=result.attempts,
+        )
+        error = result.decision.reason if (result.decision and count_attempt) else "batch_time"
+        return RetryLater(
+            result.url, not_before, rank, result.attempts, result.first_attempt_at, error
+        )
+
+    def _dead_letter(
+        self,
+        url: str,
+        stage: str,
+        error_class: str,
+        message: str,
+        attempts: int,
+        *,
+        key: str = "",
+        payload: Any = None,
+        failed: list[dict[str, Any]] | None = None,
+    ) -> DeadLetter:
+        now = self.clock()
+        return DeadLetter(
+            source=self.source.name,
+            url=self.scrub.url(url),
+            stage=stage,  # type: ignore[arg-type]
+            error_class=error_class,
+            message=self.scrub.text(message),
+            attempts=attempts,
+            first_seen=now,
+            last_seen=now,
+            record_key=key,
+            payload=self.scrub(payload),
+            failed_expectations=failed or [],
+            flow_run_id=self.run_id,
+        )
+
+    def _fetch_letter(
+        self, result: FetchResult, error: FetchError, *, body: bytes = b""
+    ) -> DeadLetter:
+        payload: dict[str, Any] = {"http_status": result.http_status}
+        if body:
+            payload["body_excerpt"] = body[:_BODY_EXCERPT].decode("utf-8", "replace")
+            payload["body_bytes"] = len(body)
+        reason = result.decision.reason if result.decision else error.error_class
+        return self._dead_letter(
+            result.url, error.stage, reason, str(error), result.attempts, payload=payload
+        )
+
+    def _record_letter(
+        self,
+        result: FetchResult,
+        record: dict[str, Any],
+        error_class: str,
+        message: str,
+        *,
+        key: str = "",
+        failed: list[dict[str, Any]] | None = None,
+    ) -> DeadLetter:
+        return self._dead_letter(
+            result.url,
+            "validate",
+            error_class,
+            message,
+            result.attempts,
+            key=key,
+            payload=record,
+            failed=failed,
+        )
+
+    # --- finish --------------------------------------------------------------------------------
+    def seconds_until_claimable(self) -> float | None:
+        """How long until something may be claimable; None when nothing is pending."""
+        now = self.clock()
+        at = self.frontier.next_event_at(self.source.name, now=now)
+        return None if at is None else max(0.0, at - now)
+
+    def finish(self) -> Ledger:
+        """Close the books: read the end state and check conservation (see collector.ledger)."""
+        self.ledger.close(self.frontier.run_counts(self.source.name, self.run_id))
+        return self.ledger
+
+    def summary(self) -> dict[str, Any]:
+        elapsed = max(self.clock() - self.started_at, 1e-9)
+        return {
+            "source": self.source.name,
+            "run_id": self.run_id,
+            **self.ledger.as_dict(),
+            "requests": self.budget.requests,
+            "retries": self.budget.retries,
+            "retry_budget_refused": self.budget.refused,
+            "seconds": round(elapsed, 3),
+            "pages_per_second": round(self.pages_ok / elapsed, 1),
+            "sink": self.sink.location(),
+            "records_in_sink": self.sink.count(),
+            "deadletters": str(self.source.deadletter_path),
+            "deadletter_archive": str(self.source.deadletter_archive_path),
+            "deadletter_reasons": self.deadletters.reasons(self.source.name),
+        }
+
+
+def _expectation_dict(failed: Any) -> dict[str, Any]:
+    return {
+        "expectation": failed.expectation,
+        "column": failed.column,
+        "kwargs": failed.kwargs,
+        "message": failed.message,
+    }

@@ -1,0 +1,82 @@
+"""Remove secrets from anything Collector writes: logs, artifacts, dead letters, Sentry events.
+
+Two kinds of secrets are removed: *known values* (resolved ``${env:...}`` headers, Prefect Secret
+block values), replaced wherever they appear in a string; and *secret-looking fields*: URL query
+parameters and mapping keys named like credentials (``token``, ``api_key``, ``password``,
+``authorization``...), whose values are replaced whatever they are.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+__all__ = ["REDACTED", "Scrubber"]
+
+REDACTED = "[redacted]"
+_SECRET_NAME = re.compile(
+    r"(pass(word|wd)?|secret|token|api[-_]?key|apikey|auth(orization)?|credential|session|"
+    r"cookie|private[-_]?key|signature|sig|access[-_]?key)",
+    re.IGNORECASE,
+)
+_MIN_SECRET_LEN = 4  # shorter "secrets" would redact ordinary text
+
+
+class Scrubber:
+    """Callable that returns a copy of a value with secrets replaced by ``[redacted]``."""
+
+    def __init__(self, secret_values: Iterable[str] = ()) -> None:
+        values = sorted({v for v in secret_values if v and len(v) >= _MIN_SECRET_LEN}, key=len)
+        self._values = values[::-1]  # longest first, so a secret containing another is whole
+        self._pattern = (
+            re.compile("|".join(re.escape(v) for v in self._values)) if self._values else None
+        )
+
+    def add(self, *secret_values: str) -> Scrubber:
+        return Scrubber([*self._values, *secret_values])
+
+    def text(self, value: str) -> str:
+        if self._pattern is not None:
+            value = self._pattern.sub(REDACTED, value)
+        if "://" in value and "?" in value:
+            value = re.sub(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'<>]+", self._url_match, value)
+        return value
+
+    def url(self, value: str) -> str:
+        try:
+            parts = urlsplit(value)
+        except ValueError:
+            return value
+        netloc = parts.netloc
+        if "@" in netloc:  # user:password@host
+            netloc = f"{REDACTED}@{netloc.rsplit('@', 1)[1]}"
+        query = parts.query
+        if query:
+            pairs = parse_qsl(query, keep_blank_values=True)
+            if any(_SECRET_NAME.search(name) for name, _ in pairs):
+                query = urlencode(
+                    [(n, REDACTED if _SECRET_NAME.search(n) else v) for n, v in pairs],
+                    safe="[]",
+                )
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+    def _url_match(self, match: re.Match[str]) -> str:
+        return self.url(match.group(0))
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {
+                key: (
+                    REDACTED
+                    if isinstance(key, str) and _SECRET_NAME.search(key) and value[key]
+                    else self(item)
+                )
+                for key, item in value.items()
+            }
+        if isinstance(value, (list, tuple)):
+            return [self(item) for item in value]
+        return value

@@ -1,0 +1,56 @@
+"""Where records go. A sink is an idempotent upsert keyed by record key, guarded by fencing.
+
+For each record the sink compares the fencing token of the write with the token stored for the
+key: an *older* token is refused (counted in ``stale``), so a worker that paused past its lease
+cannot overwrite what the item's new holder wrote; the *same content* again is a no-op
+(``unchanged``), which makes a replay or a rerun after a crash write nothing twice.
+Every backend passes ``tests/sinks/conformance.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["Sink", "SinkRecord", "WriteResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class SinkRecord:
+    key: str
+    record: dict[str, Any]
+    url: str
+
+
+@dataclass(slots=True)
+class WriteResult:
+    written: int = 0  # new keys, or new content under a token at least as new
+    unchanged: int = 0  # same content already stored: nothing written
+    stale: int = 0  # refused: the stored token is newer than this write's
+    stale_keys: list[str] = field(default_factory=list)
+
+
+@runtime_checkable
+class Sink(Protocol):
+    def write(self, records: Sequence[SinkRecord], *, token: int, batch_id: str) -> WriteResult:
+        """Upsert ``records`` durably (on return they survive a crash)."""
+        ...
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The stored record for ``key``, or None."""
+        ...
+
+    def count(self) -> int:
+        """Number of distinct keys stored."""
+        ...
+
+    def remove_batch(self, batch_id: str) -> int:
+        """Undo the writes of one batch (compensation); returns how many records went."""
+        ...
+
+    def location(self) -> str:
+        """Where records are, for summaries (a folder, a table)."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,221 @@
+"""JSONL sink: one JSON record a line, in ``<folder>/<source>-NNNNN.jsonl`` segments.
+
+Idempotence on append-only files: the sink keeps an index ``key -> (token, content hash,
+segment, offset)``, rebuilt by scanning its segments when opened (the files are the only truth,
+so there is nothing to get out of step). A record whose content is unchanged is not written; a
+changed record under a token at least as new is appended and its older line marked superseded;
+superseded lines are removed by compaction (rewrite to a temporary file, then an atomic rename)
+when the sink closes, or when it opens and finds duplicates left by a crash.
+
+Crash safety: each write is flushed and fsynced before it returns, so a record is durable
+before the frontier hears it was stored; a line torn by a kill is cut off when the sink opens.
+Each line carries ``_collector: {key, token, batch, url, stored_at}`` so compensation and
+fencing can be checked from the files alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from collector.errors import BackendError
+from collector.sinks.base import SinkRecord, WriteResult
+
+__all__ = ["JsonlSink"]
+
+META = "_collector"
+SEGMENT_BYTES = 128 * 1024 * 1024  # start a new segment past this size
+
+
+@dataclass(slots=True)
+class _Entry:
+    token: int
+    digest: bytes
+    segment: int
+    offset: int
+    batch: str
+
+
+def _digest(record: dict[str, Any]) -> bytes:
+    return hashlib.blake2b(
+        orjson.dumps(record, option=orjson.OPT_SORT_KEYS), digest_size=16
+    ).digest()
+
+
+class JsonlSink:
+    def __init__(self, folder: str | Path, *, source: str) -> None:
+        self.folder = Path(folder)
+        self.source = source
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BackendError(f"sink {self.folder}: cannot create folder: {exc}") from exc
+        self._pattern = re.compile(rf"^{re.escape(source)}-(\d{{5}})\.jsonl$")
+        self._index: dict[str, _Entry] = {}
+        self._superseded: set[int] = set()  # segments holding superseded lines
+        self._handle: IO[bytes] | None = None
+        self._segment = 0
+        self._load()
+
+    def location(self) -> str:
+        return str(self.folder)
+
+    def _segment_path(self, segment: int) -> Path:
+        return self.folder / f"{self.source}-{segment:05d}.jsonl"
+
+    def _segments(self) -> list[int]:
+        found = []
+        for path in self.folder.iterdir():
+            match = self._pattern.match(path.name)
+            if match:
+                found.append(int(match.group(1)))
+        return sorted(found)
+
+    # --- opening -------------------------------------------------------------------------------
+    def _load(self) -> None:
+        segments = self._segments()
+        for segment in segments:
+            self._scan(segment)
+        if self._superseded:
+            self._compact()
+        self._segment = segments[-1] if segments else 1
+
+    def _scan(self, segment: int) -> None:
+        path = self._segment_path(segment)
+        with path.open("r+b") as handle:
+            data = handle.read()
+            end = data.rfind(b"\n") + 1
+            if end != len(data):  # a torn last line from a crash: never acked, cut it off
+                handle.truncate(end)
+        offset = 0
+        for line in data[:end].splitlines(keepends=True):
+            try:
+                row = orjson.loads(line)
+                meta = row.pop(META)
+                key, token, batch = str(meta["key"]), int(meta["token"]), str(meta["batch"])
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                raise BackendError(
+                    f"sink {path}: byte {offset}: not a Collector record line ({exc})"
+                ) from exc
+            entry = _Entry(token, _digest(row), segment, offset, batch)
+            previous = self._index.get(key)
+            if previous is not None:
+                self._superseded.add(previous.segment if token >= previous.token else segment)
+            if previous is None or token >= previous.token:
+                self._index[key] = entry
+            offset += len(line)
+
+    # --- writing -------------------------------------------------------------------------------
+    def _open_segment(self) -> IO[bytes]:
+        if self._handle is None:
+            self._handle = self._segment_path(self._segment).open("ab")
+        elif self._handle.tell() >= SEGMENT_BYTES:
+            self._handle.close()
+            self._segment += 1
+            self._handle = self._segment_path(self._segment).open("ab")
+        return self._handle
+
+    def write(self, records: Sequence[SinkRecord], *, token: int, batch_id: str) -> WriteResult:
+        result = WriteResult()
+        if not records:
+            return result
+        handle = self._open_segment()
+        offset = handle.seek(0, os.SEEK_END)
+        lines: list[bytes] = []
+        pending: dict[str, _Entry] = {}
+        stored_at = time.time()
+        for item in records:
+            digest = _digest(item.record)
+            previous = pending.get(item.key) or self._index.get(item.key)
+            if previous is not None:
+                if token < previous.token:
+                    result.stale += 1
+                    result.stale_keys.append(item.key)
+                    continue
+                if previous.digest == digest:
+                    result.unchanged += 1
+                    continue
+                self._superseded.add(previous.segment)
+            meta = {"key": item.key, "token": token, "batch": batch_id, "url": item.url}
+            line = orjson.dumps({**item.record, META: {**meta, "stored_at": stored_at}}) + b"\n"
+            pending[item.key] = _Entry(token, digest, self._segment, offset, batch_id)
+            offset += len(line)
+            lines.append(line)
+            result.written += 1
+        if lines:
+            try:
+                handle.write(b"".join(lines))
+                handle.flush()
+                os.fsync(handle.fileno())
+            except OSError as exc:
+                raise BackendError(f"sink {self.folder}: write failed: {exc}") from exc
+            self._index.update(pending)
+        return result
+
+    # --- reading and compensation --------------------------------------------------------------
+    def get(self, key: str) -> dict[str, Any] | None:
+        entry = self._index.get(key)
+        if entry is None:
+            return None
+        if self._handle is not None:
+            self._handle.flush()
+        with self._segment_path(entry.segment).open("rb") as handle:
+            handle.seek(entry.offset)
+            row: dict[str, Any] = orjson.loads(handle.readline())
+        row.pop(META, None)
+        return row
+
+    def count(self) -> int:
+        return len(self._index)
+
+    def remove_batch(self, batch_id: str) -> int:
+        doomed = [key for key, entry in self._index.items() if entry.batch == batch_id]
+        for key in doomed:
+            self._superseded.add(self._index.pop(key).segment)
+        self._compact()
+        return len(doomed)
+
+    def _compact(self) -> None:
+        """Rewrite segments so each holds only the lines the index points at."""
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+        keep: dict[int, set[int]] = {}
+        for entry in self._index.values():
+            keep.setdefault(entry.segment, set()).add(entry.offset)
+        for segment in sorted(self._superseded):
+            path = self._segment_path(segment)
+            if not path.exists():
+                continue
+            wanted = keep.get(segment, set())
+            temporary = path.with_suffix(".jsonl.tmp")
+            new_offsets: dict[int, int] = {}
+            with path.open("rb") as source, temporary.open("wb") as target:
+                offset = 0
+                for line in source:
+                    if offset in wanted:
+                        new_offsets[offset] = target.tell()
+                        target.write(line)
+                    offset += len(line)
+                target.flush()
+                os.fsync(target.fileno())
+            os.replace(temporary, path)
+            for entry in self._index.values():
+                if entry.segment == segment:
+                    entry.offset = new_offsets[entry.offset]
+        self._superseded.clear()
+
+    def close(self) -> None:
+        if self._superseded:
+            self._compact()
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None

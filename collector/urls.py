@@ -1,0 +1,110 @@
+"""URL checks done before anything is fetched: scheme, host, and which networks may be reached.
+
+A source may only fetch ``http`` and ``https`` URLs with a host. Unless the source sets
+``allow_private_networks: true``, hosts that are (or resolve to) loopback, private, link-local,
+multicast or reserved addresses are refused, so a seed list or a redirect cannot make a worker
+probe its own network (SSRF). Every redirect hop is checked the same way.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from collector.errors import PermanentFetchError, RecoverableFetchError
+
+__all__ = ["HostPolicy", "check_url_syntax"]
+
+ALLOWED_SCHEMES = frozenset({"http", "https"})
+
+
+def check_url_syntax(url: str) -> str | None:
+    """A one-line reason why ``url`` cannot be fetched, or None when its form is fine."""
+    if not isinstance(url, str) or not url.strip():
+        return "empty URL"
+    if any(ch in url for ch in "\r\n\t "):
+        return f"URL contains whitespace: {url!r}"
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError on a bad port
+    except ValueError as exc:
+        return f"malformed URL {url!r}: {exc}"
+    if parts.scheme.lower() not in ALLOWED_SCHEMES:
+        shown = parts.scheme or "none"
+        return f"URL scheme {shown!r} is not allowed (http, https): {url!r}"
+    if not parts.hostname:
+        return f"URL has no host: {url!r}"
+    if port == 0:
+        return f"URL has port 0: {url!r}"
+    return None
+
+
+def _is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_global and not address.is_multicast
+
+
+class HostPolicy:
+    """Decides, once per host, whether the fetch engine may connect to it.
+
+    Resolution results are cached per host for the life of the policy (one run), so the check
+    costs one lookup per host, not per request.
+    """
+
+    def __init__(self, *, allow_private_networks: bool, allowed_hosts: Iterable[str] = ()) -> None:
+        self.allow_private_networks = allow_private_networks
+        self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
+        self._verdicts: dict[str, str | None] = {}
+
+    def refusal(self, url: str) -> str | None:
+        """Why ``url`` must not be fetched, or None.
+
+        Raises RecoverableFetchError when the host does not resolve (DNS may recover; the
+        verdict is not cached).
+        """
+        reason = check_url_syntax(url)
+        if reason is not None:
+            return reason
+        host = (urlsplit(url).hostname or "").lower()
+        if self.allowed_hosts and host not in self.allowed_hosts:
+            return f"host {host!r} is not in the source's allowed_hosts"
+        if self.allow_private_networks:
+            return None
+        if host not in self._verdicts:
+            self._verdicts[host] = self._host_refusal(host)
+        return self._verdicts[host]
+
+    def check(self, url: str) -> None:
+        """Raise PermanentFetchError(refused_url) when ``url`` must not be fetched."""
+        reason = self.refusal(url)
+        if reason is not None:
+            raise PermanentFetchError(reason, error_class="refused_url")
+
+    @staticmethod
+    def _host_refusal(host: str) -> str | None:
+        try:
+            literal = ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            literal = None
+        if literal is not None:
+            addresses = [literal]
+        else:
+            if host == "localhost" or host.endswith(".localhost"):
+                return f"host {host!r} is loopback; set allow_private_networks: true to allow it"
+            try:
+                infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+            except (socket.gaierror, UnicodeError) as exc:
+                raise RecoverableFetchError(
+                    f"host {host!r} does not resolve: {exc}", error_class="dns_error"
+                ) from exc
+            addresses = [ipaddress.ip_address(info[4][0]) for info in infos]
+        for address in addresses:
+            if not _is_public(address):
+                return (
+                    f"host {host!r} is a private/loopback address ({address}); "
+                    "set allow_private_networks: true to allow it"
+                )
+        return None

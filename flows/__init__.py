@@ -1,0 +1,1 @@
+"""Prefect flows and the `collector` command: thin orchestration over the `collector` engine."""

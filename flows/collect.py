@@ -1,0 +1,246 @@
+"""The ``collect`` flow: plan, then claim / fetch / settle batches until the frontier drains.
+
+Each batch is one Prefect task run (``fetch-batch``): Prefect's per-task cost (~7-15 ms) is paid
+per batch, not per page, and ``batch_size=1`` gives one task per URL for full visibility. The
+task's ``timeout_seconds`` is the source's execution TTL; Prefect retries it (with jitter) for
+systemic failures only: ``retry_condition_fn`` refuses permanent errors. Per-URL failures never
+fail the task; they are decided in ``settle`` (retry later, or dead letters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import State, TaskRun
+from prefect.events import emit_event
+from prefect.runtime import flow_run
+from pydantic import Field
+
+from collector import defaults
+from collector.config import Source, load_source
+from collector.errors import CollectorError, ConfigError, PermanentFetchError
+from collector.fetch import FetchEngine, FetchResult
+from collector.frontier import Lease
+from collector.pipeline import BatchReport, Collection
+
+__all__ = ["collect", "progress_listeners"]
+
+ProgressListener = Callable[[str, dict[str, Any]], None]
+progress_listeners: list[ProgressListener] = []
+"""Callbacks ``(event, data)`` for a local progress display (the `collector run` command)."""
+
+
+@dataclass
+class _RunContext:
+    collection: Collection
+    engine: FetchEngine
+
+
+# Live objects a task needs but that must not travel as task parameters (clients, files).
+_contexts: dict[str, _RunContext] = {}
+
+
+def _tell(event: str, **data: Any) -> None:
+    for listener in progress_listeners:
+        listener(event, data)
+
+
+def _retry_unless_permanent(task: Any, task_run: TaskRun, state: State[Any]) -> bool:
+    """Prefect retry condition: never retry a batch that failed for a permanent reason."""
+    try:
+        state.result(raise_on_failure=True)
+    except (PermanentFetchError, ConfigError):
+        return False
+    except Exception:
+        return True
+    return True
+
+
+@task(
+    name="fetch-batch",
+    cache_policy=NO_CACHE,
+    persist_result=False,
+    retries=2,
+    retry_delay_seconds=[1, 5],
+    retry_jitter_factor=0.5,
+    retry_condition_fn=_retry_unless_permanent,
+)
+async def fetch_batch(run_key: str, lease: Lease) -> list[FetchResult]:
+    """Fetch one leased batch (renewing its lease) and return a result per URL."""
+    context = _contexts[run_key]
+    return await context.collection.fetch(context.engine, lease)
+
+
+def _resolve_source(source: str) -> Source:
+    path = Path(source).expanduser()
+    return load_source(path)
+
+
+def _dead_letter_markdown(summary: dict[str, Any]) -> str:
+    reasons = summary["deadletter_reasons"]
+    lines = [f"# Dead letters of `{summary['source']}`", ""]
+    if not reasons:
+        lines.append("No open dead letters.")
+    for reason, count in reasons.items():
+        lines.append(f"- **{reason}**: {count}")
+    lines += [
+        "",
+        f"Store: `{summary['deadletters']}`",
+        f"Archive: `{summary['deadletter_archive']}`",
+    ]
+    return "\n".join(lines)
+
+
+@flow(name="collect", log_prints=False, validate_parameters=True)
+async def collect(
+    source: Annotated[str, Field(description="Path to the source YAML file.")],
+    batch_size: Annotated[
+        int, Field(ge=1, le=10_000, description="Items claimed, fetched and stored per task.")
+    ] = defaults.BATCH_SIZE,
+    max_items: Annotated[
+        int | None, Field(ge=1, description="Stop after claiming this many items.")
+    ] = None,
+    drain_wait_s: Annotated[
+        float,
+        Field(ge=0, description="How long to wait for retry-later items and others' leases."),
+    ] = defaults.DRAIN_WAIT_S,
+) -> dict[str, Any]:
+    """Collect one source: plan its URLs, fetch them in leased batches, store, account."""
+    logger = get_run_logger()
+    loaded = _resolve_source(source)
+    run_id = str(flow_run.get_id() or uuid.uuid4())
+    fetch = fetch_batch.with_options(
+        name=f"fetch-batch[{loaded.name}]", timeout_seconds=loaded.ttl.batch_timeout_s
+    )
+    with Collection(loaded, run_id=run_id) as run:
+        ledger = run.plan()
+        to_fetch = ledger.discovered - ledger.fresh_skipped - ledger.dead_lettered
+        logger.info(
+            "planned %s: %d discovered, %d fresh, %d already dead, %d to fetch",
+            loaded.name, ledger.discovered, ledger.fresh_skipped, ledger.dead_lettered, to_fetch,
+        )  # fmt: skip
+        _tell("planned", discovered=ledger.discovered, to_fetch=to_fetch)
+        progress = await create_progress_artifact(
+            0.0, key=_artifact_key(loaded.name, "progress"), description="Items settled"
+        )
+        async with run.engine() as engine:
+            _contexts[run_id] = _RunContext(run, engine)
+            try:
+                await _drain(
+                    run, fetch, run_id, batch_size, max_items, drain_wait_s, progress, to_fetch
+                )
+            finally:
+                _contexts.pop(run_id, None)
+        run.finish()
+        summary = run.summary()
+    await _publish(summary)
+    if not run.ledger.balanced:
+        logger.error("ledger does not balance: %s", "; ".join(run.ledger.problems))
+        run.ledger.raise_if_unbalanced()
+    return summary
+
+
+async def _drain(
+    run: Collection,
+    fetch: Any,
+    run_id: str,
+    batch_size: int,
+    max_items: int | None,
+    drain_wait_s: float,
+    progress: Any,
+    to_fetch: int,
+) -> None:
+    claimed = settled = 0
+    waited = 0.0
+    while max_items is None or claimed < max_items:
+        limit = batch_size if max_items is None else min(batch_size, max_items - claimed)
+        lease = run.claim(limit)
+        if not lease.items:
+            pause = run.seconds_until_claimable()
+            if pause is None or waited + pause > drain_wait_s:
+                break
+            pause = max(pause, 0.05)
+            _tell("waiting", seconds=pause)
+            await asyncio.sleep(pause)
+            waited += pause
+            continue
+        claimed += len(lease.items)
+        try:
+            results = await fetch(run_id, lease)
+        except BaseException:
+            run.release(lease)
+            raise
+        report = run.settle(lease, results)
+        settled += report.stored + report.dead_lettered
+        _tell("batch", report=report, ledger=run.ledger)
+        await update_progress_artifact(progress, min(100.0, 100.0 * settled / max(to_fetch, 1)))
+
+
+def _artifact_key(source: str, what: str) -> str:
+    safe = "".join(ch if ch.isalnum() else "-" for ch in source.lower())
+    return f"collector-{safe}-{what}"[:100]
+
+
+async def _publish(summary: dict[str, Any]) -> None:
+    """Artifacts for the Prefect UI and an event when new dead letters appeared."""
+    counts = [
+        "discovered", "stored", "fresh_skipped", "expired", "dead_lettered", "queued",
+        "records_written", "records_quarantined", "retried", "requests", "pages_per_second",
+    ]  # fmt: skip
+    await create_table_artifact(
+        [{"count": name, "value": summary[name]} for name in counts]
+        + [{"count": "balanced", "value": summary["balanced"]}],
+        key=_artifact_key(summary["source"], "summary"),
+        description=f"Ledger of run {summary['run_id']}",
+    )
+    await create_markdown_artifact(
+        _dead_letter_markdown(summary),
+        key=_artifact_key(summary["source"], "deadletters"),
+        description="Open dead letters by stage/reason",
+    )
+    quarantined = (
+        summary["dead_lettered"] - summary["already_dead"] + summary["records_quarantined"]
+    )
+    if quarantined:
+        emit_event(
+            event="collector.deadletter.quarantined",
+            resource={"prefect.resource.id": f"collector.source.{summary['source']}"},
+            payload={
+                "source": summary["source"],
+                "items": summary["dead_lettered"] - summary["already_dead"],
+                "records": summary["records_quarantined"],
+                "reasons": summary["deadletter_reasons"],
+                "run_id": summary["run_id"],
+            },
+        )
+
+
+def run_collect(
+    source: str, *, batch_size: int, max_items: int | None, drain_wait_s: float
+) -> dict[str, Any]:
+    """Run the flow in this process (the `collector run` command); returns the summary."""
+    started = time.monotonic()
+    summary = asyncio.run(
+        collect(
+            source=source, batch_size=batch_size, max_items=max_items, drain_wait_s=drain_wait_s
+        )
+    )
+    summary["wall_seconds"] = round(time.monotonic() - started, 3)
+    return summary
+
+
+__all__ += ["BatchReport", "CollectorError", "run_collect"]

@@ -1,0 +1,33 @@
+"""Shared fixtures: a real Prefect API (the Prefect test harness) and the local fault site."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from collector.demo.site import FaultSite
+
+# Quiet and offline, for this process and every subprocess a test starts.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "ERROR")
+os.environ.setdefault("PREFECT_UI_ENABLED", "false")
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[str]:
+    """A real Prefect server (SQLite, subprocess) for the whole session; yields its API URL."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield str(PREFECT_API_URL.value())
+
+
+@pytest.fixture
+def site() -> Iterator[FaultSite]:
+    with FaultSite() as running:
+        yield running

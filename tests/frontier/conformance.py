@@ -1,0 +1,839 @@
+"""Frontier conformance: the behaviour every Frontier backend must have.
+
+A backend's test module subclasses :class:`FrontierConformance` and provides a ``frontier``
+fixture that yields a fresh, empty frontier (and closes it afterwards). Nothing here may know
+which backend it is talking to: only the :class:`collector.frontier.base.Frontier` protocol is
+used. Every time is an explicit ``now`` (UNIX seconds); nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+
+from collector.frontier.base import (
+    Completed,
+    DeadLettered,
+    Frontier,
+    Lease,
+    Offer,
+    OfferResult,
+    RankFor,
+    RetryLater,
+    StateCounts,
+)
+
+SRC = "src"
+T0 = 1_700_000_000.0
+QUEUE_TTL = 10_000.0
+LEASE = 60.0
+FRESH = 3_600.0
+
+
+def url(n: int | str) -> str:
+    return f"https://example.test/item/{n}"
+
+
+def ranked(ranks: dict[str, float] | None = None, default: float = 1.0) -> RankFor:
+    """A rank_for that looks URLs up in ``ranks`` (``default`` otherwise)."""
+    table = ranks or {}
+
+    def rank_for(u: str, age_s: float | None, fresh_s: float) -> float:
+        return table.get(u, default)
+
+    return rank_for
+
+
+def offer(
+    frontier: Frontier,
+    urls: Iterable[str],
+    *,
+    now: float = T0,
+    source: str = SRC,
+    run_id: str = "run-1",
+    queue_ttl_s: float = QUEUE_TTL,
+    rank_for: RankFor | None = None,
+) -> OfferResult:
+    return frontier.offer(
+        source,
+        [Offer(u, FRESH) for u in urls],
+        now=now,
+        queue_ttl_s=queue_ttl_s,
+        rank_for=rank_for or ranked(),
+        run_id=run_id,
+    )
+
+
+def claim(
+    frontier: Frontier,
+    limit: int = 100,
+    *,
+    now: float = T0,
+    source: str = SRC,
+    lease_s: float = LEASE,
+) -> Lease:
+    return frontier.claim(source, limit, now=now, lease_s=lease_s)
+
+
+def urls_of(lease: Lease) -> list[str]:
+    return [item.url for item in lease.items]
+
+
+def done(u: str, now: float = T0, fresh_s: float = FRESH) -> Completed:
+    return Completed(u, fresh_until=now + fresh_s, fetched_at=now)
+
+
+def counts(**states: int) -> StateCounts:
+    return StateCounts(**states)
+
+
+def _result(**fields: int) -> OfferResult:
+    return OfferResult(**fields)
+
+
+class FrontierConformance:
+    """Mixin: subclasses provide the ``frontier`` fixture (a fresh, empty Frontier)."""
+
+    # --- helpers that build an item in a given state ------------------------------------------
+    @staticmethod
+    def _make_done(frontier: Frontier, u: str, *, now: float = T0, fresh_s: float = FRESH) -> None:
+        offer(frontier, [u], now=now)
+        lease = claim(frontier, now=now)
+        assert urls_of(lease) == [u]
+        assert frontier.ack(lease, [done(u, now, fresh_s)], now=now).accepted == 1
+
+    @staticmethod
+    def _make_dead(frontier: Frontier, u: str, *, now: float = T0) -> None:
+        offer(frontier, [u], now=now)
+        lease = claim(frontier, now=now)
+        assert urls_of(lease) == [u]
+        assert frontier.ack(lease, [DeadLettered(u, 3, "http_404")], now=now).accepted == 1
+
+    # --- basics -------------------------------------------------------------------------------
+    def test_implements_protocol(self, frontier: Frontier) -> None:
+        assert isinstance(frontier, Frontier)
+
+    def test_empty_frontier(self, frontier: Frontier) -> None:
+        assert frontier.counts(SRC) == StateCounts()
+        assert frontier.counts(SRC).total == 0
+        lease = claim(frontier)
+        assert lease.items == ()
+        assert lease.source == SRC
+        assert (lease.expired, lease.reclaimed) == (0, 0)
+        assert frontier.next_event_at(SRC, now=T0) is None
+        assert frontier.run_counts(SRC, "nope") == StateCounts()
+
+    # --- offer / planning ---------------------------------------------------------------------
+    def test_offer_new_urls_are_enqueued(self, frontier: Frontier) -> None:
+        result = offer(frontier, [url(1), url(2), url(3)])
+        assert result == _result(enqueued=3)
+        assert result.total == 3
+        assert frontier.counts(SRC) == counts(queued=3)
+
+    def test_offer_twice_is_not_queued_twice(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1), url(2)])
+        again = offer(frontier, [url(1), url(2), url(3)], now=T0 + 1)
+        assert again == _result(enqueued=1, already_queued=2)
+        assert again.total == 3
+        assert frontier.counts(SRC) == counts(queued=3)
+        assert sorted(urls_of(claim(frontier, now=T0 + 2))) == [url(1), url(2), url(3)]
+
+    def test_offer_while_leased_is_not_queued_again(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)])
+        lease = claim(frontier)
+        assert urls_of(lease) == [url(1)]
+        again = offer(frontier, [url(1)], now=T0 + 1)
+        assert again == _result(already_queued=1)
+        assert frontier.counts(SRC) == counts(leased=1)
+        assert claim(frontier, now=T0 + 2).items == ()
+
+    @pytest.mark.xfail(
+        strict=True,
+        reason="BUG: SqliteFrontier.offer with the same new URL twice in one call inserts it"
+        " twice and raises sqlite3.IntegrityError (not even a BackendError)",
+    )
+    def test_offer_same_url_twice_in_one_call(self, frontier: Frontier) -> None:
+        result = offer(frontier, [url(1), url(1), url(2)])
+        assert result.total == 3
+        assert result == _result(enqueued=2, already_queued=1)
+        assert frontier.counts(SRC) == counts(queued=2)
+
+    def test_offer_same_stale_url_twice_in_one_call(self, frontier: Frontier) -> None:
+        self._make_done(frontier, url(1), fresh_s=10)
+        result = offer(frontier, [url(1), url(1)], now=T0 + 100)
+        assert result.total == 2
+        assert frontier.counts(SRC) == counts(queued=1)
+        assert urls_of(claim(frontier, now=T0 + 100)) == [url(1)]
+
+    def test_offer_result_counts_sum_to_offered(self, frontier: Frontier) -> None:
+        self._make_done(frontier, url("fresh"), fresh_s=1_000)
+        self._make_done(frontier, url("stale"), fresh_s=10)
+        self._make_dead(frontier, url("dead"))
+        offer(frontier, [url("leased")])
+        assert urls_of(claim(frontier, 1)) == [url("leased")]
+        offer(frontier, [url("queued")])
+        offered = [url(x) for x in ("new", "fresh", "stale", "dead", "leased", "queued")]
+        result = offer(frontier, offered, now=T0 + 100)
+        assert result == _result(enqueued=2, already_queued=2, fresh_skipped=1, already_dead=1)
+        assert result.total == len(offered)
+        assert frontier.counts(SRC) == counts(queued=3, leased=1, done=1, dead=1)
+
+    def test_fresh_done_is_skipped_until_freshness_passes(self, frontier: Frontier) -> None:
+        self._make_done(frontier, url(1), fresh_s=100)  # fresh until T0 + 100
+        assert offer(frontier, [url(1)], now=T0 + 50) == _result(fresh_skipped=1)
+        assert frontier.counts(SRC) == counts(done=1)
+        assert claim(frontier, now=T0 + 50).items == ()
+        assert offer(frontier, [url(1)], now=T0 + 150) == _result(enqueued=1)
+        assert frontier.counts(SRC) == counts(queued=1)
+        lease = claim(frontier, now=T0 + 150)
+        assert urls_of(lease) == [url(1)]
+        assert lease.items[0].attempts == 0
+
+    def test_dead_stays_dead_on_reoffer_until_requeued(self, frontier: Frontier) -> None:
+        self._make_dead(frontier, url(1))
+        for later in (T0 + 1, T0 + 1_000_000):
+            assert offer(frontier, [url(1)], now=later) == _result(already_dead=1)
+            assert frontier.counts(SRC) == counts(dead=1)
+            assert claim(frontier, now=later).items == ()
+        now = T0 + 1_000_001
+        assert frontier.requeue(SRC, [url(1)], now=now, queue_ttl_s=QUEUE_TTL) == 1
+        assert frontier.counts(SRC) == counts(queued=1)
+        lease = claim(frontier, now=now)
+        assert urls_of(lease) == [url(1)]
+        assert lease.items[0].attempts == 0
+
+    def test_requeue_touches_only_dead_or_expired(self, frontier: Frontier) -> None:
+        self._make_done(frontier, url("done"))
+        self._make_dead(frontier, url("dead"))
+        offer(frontier, [url("leased")])
+        claim(frontier, 1)
+        offer(frontier, [url("queued")])
+        requeued = frontier.requeue(
+            SRC,
+            [url(x) for x in ("done", "dead", "leased", "queued", "unknown")],
+            now=T0 + 1,
+            queue_ttl_s=QUEUE_TTL,
+        )
+        assert requeued == 1
+        assert frontier.counts(SRC) == counts(queued=2, leased=1, done=1)
+
+    def test_expired_reoffered_is_enqueued(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)], queue_ttl_s=100)
+        assert claim(frontier, now=T0 + 200).expired == 1
+        assert frontier.counts(SRC) == counts(expired=1)
+        assert offer(frontier, [url(1)], now=T0 + 300) == _result(enqueued=1)
+        assert urls_of(claim(frontier, now=T0 + 301)) == [url(1)]
+
+    def test_requeue_expired(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)], queue_ttl_s=100)
+        claim(frontier, now=T0 + 200)
+        assert frontier.requeue(SRC, [url(1)], now=T0 + 300, queue_ttl_s=100) == 1
+        assert frontier.counts(SRC) == counts(queued=1)
+        # the requeue gave it a new queue TTL counted from the requeue
+        assert urls_of(claim(frontier, now=T0 + 350)) == [url(1)]
+
+    # --- claim --------------------------------------------------------------------------------
+    def test_claim_order_is_rank_descending(self, frontier: Frontier) -> None:
+        ranks = {url("a"): 1.0, url("b"): 5.0, url("c"): 3.0, url("d"): 4.0, url("e"): 0.5}
+        offer(frontier, ranks, rank_for=ranked(ranks))
+        assert urls_of(claim(frontier, 2)) == [url("b"), url("d")]
+        assert urls_of(claim(frontier, 10)) == [url("c"), url("a"), url("e")]
+
+    def test_claim_limit(self, frontier: Frontier) -> None:
+        offer(frontier, [url(i) for i in range(5)])
+        assert len(claim(frontier, 2).items) == 2
+        assert frontier.counts(SRC) == counts(queued=3, leased=2)
+        assert claim(frontier, 0).items == ()
+        assert len(claim(frontier, 10).items) == 3
+        assert frontier.counts(SRC) == counts(leased=5)
+
+    def test_claimed_item_fields(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)], now=T0 - 5)
+        lease = claim(frontier, now=T0, lease_s=30)
+        assert lease.source == SRC
+        assert lease.expires_at == T0 + 30
+        (item,) = lease.items
+        assert (item.url, item.attempts, item.first_attempt_at) == (url(1), 0, None)
+        assert item.enqueued_at == T0 - 5
+
+    def test_leased_items_are_invisible_to_other_claims(self, frontier: Frontier) -> None:
+        offer(frontier, [url(i) for i in range(3)])
+        first = claim(frontier, 2)
+        second = claim(frontier, 2, now=T0 + 1)
+        third = claim(frontier, 2, now=T0 + 2)
+        assert len(first.items) == 2
+        assert len(second.items) == 1
+        assert third.items == ()
+        assert set(urls_of(first)).isdisjoint(urls_of(second))
+        assert set(urls_of(first)) | set(urls_of(second)) == {url(i) for i in range(3)}
+
+    def test_expired_lease_is_reclaimed_with_a_new_larger_token(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1), url(2)])
+        first = claim(frontier, now=T0, lease_s=60)
+        before = claim(frontier, now=T0 + 59)
+        assert before.items == ()
+        assert before.reclaimed == 0
+        assert frontier.counts(SRC) == counts(leased=2)
+        after = claim(frontier, now=T0 + 61)
+        assert after.reclaimed == 2
+        assert sorted(urls_of(after)) == [url(1), url(2)]
+        assert after.token > before.token > first.token
+        assert frontier.counts(SRC) == counts(leased=2)
+
+    def test_reclaimed_items_keep_attempts(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)])
+        lease = claim(frontier)
+        retry = RetryLater(url(1), T0 + 10, 1.0, attempts=2, first_attempt_at=T0, error="t/o")
+        frontier.ack(lease, [retry], now=T0)
+        held = claim(frontier, now=T0 + 10, lease_s=5)
+        taken = claim(frontier, now=T0 + 20)
+        assert taken.reclaimed == 1
+        assert taken.items == held.items
+        assert (taken.items[0].attempts, taken.items[0].first_attempt_at) == (2, T0)
+
+    def test_fencing_tokens_strictly_increase(self, frontier: Frontier) -> None:
+        offer(frontier, [url(i) for i in range(4)])
+        offer(frontier, [url(i) for i in range(4)], source="other")
+        tokens = []
+        for step in range(8):
+            source = SRC if step % 2 else "other"
+            tokens.append(claim(frontier, 1, now=T0 + step, source=source).token)
+        tokens.append(claim(frontier, 1, now=T0 + 9).token)  # an empty claim too
+        assert all(a < b for a, b in zip(tokens, tokens[1:], strict=False)), tokens
+
+    # --- ack ----------------------------------------------------------------------------------
+    def test_ack_with_current_token_is_accepted(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1), url(2)])
+        lease = claim(frontier)
+        result = frontier.ack(lease, [done(url(1)), done(url(2))], now=T0 + 1)
+        assert result.accepted == 2
+        assert result.stale == []
+        assert frontier.counts(SRC) == counts(done=2)
+
+    def test_ack_after_takeover_is_stale(self, frontier: Frontier) -> None:
+        ranks = {url(1): 2.0, url(2): 1.0}
+        offer(frontier, ranks, rank_for=ranked(ranks))
+        old = claim(frontier, 2, now=T0, lease_s=60)
+        new = claim(frontier, 1, now=T0 + 100)  # both leases expired; url(1) taken over
+        assert urls_of(new) == [url(1)]
+        assert new.reclaimed == 2
+        result = frontier.ack(old, [done(url(1)), done(url(2))], now=T0 + 101)
+        assert result.accepted == 0
+        assert sorted(result.stale) == [url(1), url(2)]
+        assert frontier.counts(SRC) == counts(queued=1, leased=1)
+        accepted = frontier.ack(new, [done(url(1), T0 + 102)], now=T0 + 102)
+        assert accepted.accepted == 1
+        assert accepted.stale == []
+        assert frontier.counts(SRC) == counts(queued=1, done=1)
+
+    def test_ack_of_url_not_in_lease_is_stale(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1), url(2)])
+        lease = claim(frontier, 1)
+        (mine,) = urls_of(lease)
+        other = ({url(1), url(2)} - {mine}).pop()
+        result = frontier.ack(lease, [done(other), done(url("unknown"))], now=T0)
+        assert result.accepted == 0
+        assert sorted(result.stale) == sorted([other, url("unknown")])
+        assert frontier.counts(SRC) == counts(queued=1, leased=1)
+
+    def test_ack_twice_second_is_stale(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)])
+        lease = claim(frontier)
+        assert frontier.ack(lease, [done(url(1))], now=T0).accepted == 1
+        second = frontier.ack(lease, [DeadLettered(url(1), 1, "late")], now=T0 + 1)
+        assert (second.accepted, second.stale) == (0, [url(1)])
+        assert frontier.counts(SRC) == counts(done=1)
+
+    def test_completed_goes_to_done(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)])
+        lease = claim(frontier)
+        frontier.ack(lease, [Completed(url(1), T0 + 50, T0, cost=2.5)], now=T0)
+        assert frontier.counts(SRC) == counts(done=1)
+        assert claim(frontier, now=T0 + 1).items == ()
+        assert frontier.next_event_at(SRC, now=T0 + 1) is None
+
+    def test_dead_lettered_goes_to_dead(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)])
+        lease = claim(frontier)
+        assert frontier.ack(lease, [DeadLettered(url(1), 4, "http_404")], now=T0).accepted == 1
+        assert frontier.counts(SRC) == counts(dead=1)
+        assert claim(frontier, now=T0 + 1_000_000).items == ()
+
+    # --- renew --------------------------------------------------------------------------------
+    def test_renew_extends_the_lease(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1), url(2)])
+        lease = claim(frontier, now=T0, lease_s=60)
+        assert frontier.renew(lease, now=T0 + 50, lease_s=60) == 2  # now held until T0 + 110
+        between = claim(frontier, now=T0 + 80)
+        assert between.items == ()
+        assert between.reclaimed == 0
+        assert frontier.counts(SRC) == counts(leased=2)
+        assert frontier.ack(lease, [done(url(1), T0 + 90)], now=T0 + 90).accepted == 1
+        later = claim(frontier, now=T0 + 120)
+        assert later.reclaimed == 1
+        assert urls_of(later) == [url(2)]
+
+    def test_renew_with_stale_token_renews_nothing(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)])
+        old = claim(frontier, now=T0, lease_s=60)
+        new = claim(frontier, now=T0 + 100, lease_s=60)  # held until T0 + 160
+        assert urls_of(new) == [url(1)]
+        assert frontier.renew(old, now=T0 + 110, lease_s=1_000) == 0
+        # the stale renew did not extend the new holder's lease either
+        taken = claim(frontier, now=T0 + 170)
+        assert taken.reclaimed == 1
+        assert urls_of(taken) == [url(1)]
+
+    def test_renew_after_ack_renews_nothing(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)])
+        lease = claim(frontier)
+        frontier.ack(lease, [done(url(1))], now=T0)
+        assert frontier.renew(lease, now=T0 + 1, lease_s=60) == 0
+        assert frontier.counts(SRC) == counts(done=1)
+
+    # --- retry later --------------------------------------------------------------------------
+    def test_retry_later_waits_for_not_before(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)])
+        lease = claim(frontier)
+        retry = RetryLater(url(1), T0 + 100, 1.0, attempts=1, first_attempt_at=T0, error="503")
+        assert frontier.ack(lease, [retry], now=T0 + 1).accepted == 1
+        assert frontier.counts(SRC) == counts(queued=1)
+        assert frontier.next_event_at(SRC, now=T0 + 1) == T0 + 100
+        assert claim(frontier, now=T0 + 50).items == ()
+        assert claim(frontier, now=T0 + 99.5).items == ()
+        again = claim(frontier, now=T0 + 100)
+        (item,) = again.items
+        assert (item.url, item.attempts, item.first_attempt_at) == (url(1), 1, T0)
+
+    def test_retry_later_attempts_accumulate(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)])
+        now = T0
+        for attempt in range(1, 4):
+            lease = claim(frontier, now=now)
+            (item,) = lease.items
+            assert item.attempts == attempt - 1
+            first = item.first_attempt_at if item.first_attempt_at is not None else now
+            assert first == T0
+            retry = RetryLater(url(1), now + 10, 1.0, attempt, first, "timeout")
+            assert frontier.ack(lease, [retry], now=now).accepted == 1
+            now += 10
+        final = claim(frontier, now=now)
+        assert (final.items[0].attempts, final.items[0].first_attempt_at) == (3, T0)
+
+    def test_retry_later_uses_the_new_rank(self, frontier: Frontier) -> None:
+        ranks = {url(1): 10.0, url(2): 5.0, url(3): 1.0}
+        offer(frontier, ranks, rank_for=ranked(ranks))
+        lease = claim(frontier, 3)
+        retries = [
+            RetryLater(url(1), T0 + 10, 0.1, 1, T0, "x"),
+            RetryLater(url(2), T0 + 10, 0.2, 1, T0, "x"),
+            RetryLater(url(3), T0 + 10, 9.0, 1, T0, "x"),
+        ]
+        assert frontier.ack(lease, retries, now=T0).accepted == 3
+        assert urls_of(claim(frontier, 3, now=T0 + 10)) == [url(3), url(2), url(1)]
+
+    def test_completed_after_retries_resets_attempts(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)])
+        lease = claim(frontier)
+        frontier.ack(lease, [RetryLater(url(1), T0, 1.0, 2, T0, "x")], now=T0)
+        lease = claim(frontier, now=T0 + 1)
+        frontier.ack(lease, [done(url(1), T0 + 1, fresh_s=10)], now=T0 + 1)
+        offer(frontier, [url(1)], now=T0 + 100)
+        (item,) = claim(frontier, now=T0 + 100).items
+        assert (item.attempts, item.first_attempt_at) == (0, None)
+
+    # --- release ------------------------------------------------------------------------------
+    def test_release_returns_items_unchanged(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1), url(2)], now=T0 - 10)
+        lease = claim(frontier)
+        retries = [RetryLater(u, T0 + 5, 1.0, 2, T0 - 1, "x") for u in (url(1), url(2))]
+        frontier.ack(lease, retries, now=T0)
+        held = claim(frontier, now=T0 + 5)
+        assert frontier.release(held, now=T0 + 6) == 2
+        assert frontier.counts(SRC) == counts(queued=2)
+        again = claim(frontier, now=T0 + 7)
+        assert again.reclaimed == 0
+        assert sorted(again.items, key=lambda i: i.url) == sorted(held.items, key=lambda i: i.url)
+        assert {(i.attempts, i.first_attempt_at) for i in again.items} == {(2, T0 - 1)}
+        assert again.token > held.token
+
+    def test_release_of_stale_or_acked_lease_releases_nothing(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1), url(2)])
+        old = claim(frontier, 1, now=T0, lease_s=10)
+        new = claim(frontier, 2, now=T0 + 20)
+        assert new.reclaimed == 1
+        assert frontier.release(old, now=T0 + 21) == 0
+        assert frontier.counts(SRC) == counts(leased=2)
+        frontier.ack(new, [done(url(1)), done(url(2))], now=T0 + 22)
+        assert frontier.release(new, now=T0 + 23) == 0
+        assert frontier.counts(SRC) == counts(done=2)
+
+    # --- queue TTL ----------------------------------------------------------------------------
+    def test_queue_ttl_expires_items_at_next_claim(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1), url(2), url(3)], queue_ttl_s=100)
+        first = claim(frontier, 1, now=T0 + 50, lease_s=1_000)
+        assert (len(first.items), first.expired) == (1, 0)
+        late = claim(frontier, 10, now=T0 + 150)
+        assert late.items == ()
+        assert late.expired == 2
+        assert frontier.counts(SRC) == counts(leased=1, expired=2)
+
+    def test_queue_ttl_does_not_expire_fresh_offers(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)], queue_ttl_s=100)
+        offer(frontier, [url(2)], now=T0 + 80, queue_ttl_s=100)
+        lease = claim(frontier, now=T0 + 150)
+        assert lease.expired == 1
+        assert urls_of(lease) == [url(2)]
+        assert frontier.counts(SRC) == counts(leased=1, expired=1)
+
+    # --- counts -------------------------------------------------------------------------------
+    def test_counts_per_state(self, frontier: Frontier) -> None:
+        self._make_done(frontier, url("done"))
+        self._make_dead(frontier, url("dead"))
+        offer(frontier, [url("expired")], queue_ttl_s=10)
+        claim(frontier, now=T0 + 20)
+        offer(frontier, [url("leased")], now=T0 + 20)
+        claim(frontier, now=T0 + 20)
+        offer(frontier, [url("queued")], now=T0 + 20)
+        got = frontier.counts(SRC)
+        assert got == counts(queued=1, leased=1, done=1, dead=1, expired=1)
+        assert got.total == 5
+
+    def test_run_counts_track_the_runs_offers(self, frontier: Frontier) -> None:
+        offer(frontier, [url("a"), url("b"), url("c")], run_id="r1")
+        lease = claim(frontier, 1)
+        (first,) = urls_of(lease)
+        frontier.ack(lease, [done(first)], now=T0)
+        assert frontier.run_counts(SRC, "r1") == counts(queued=2, done=1)
+        rest = sorted({url("a"), url("b"), url("c")} - {first})
+        # run 2 offers: the done (fresh) one, one already queued, a new one
+        result = offer(frontier, [first, rest[0], url("d")], now=T0 + 1, run_id="r2")
+        assert result == _result(enqueued=1, already_queued=1, fresh_skipped=1)
+        assert frontier.run_counts(SRC, "r2") == counts(queued=2, done=1)
+        assert frontier.run_counts(SRC, "r2").total == 3
+        assert frontier.run_counts(SRC, "r3") == StateCounts()
+        assert frontier.counts(SRC) == counts(queued=3, done=1)
+
+    def test_run_counts_include_dead_and_leased(self, frontier: Frontier) -> None:
+        self._make_dead(frontier, url("dead"))
+        offer(frontier, [url("leased")])
+        claim(frontier)
+        result = offer(frontier, [url("dead"), url("leased")], now=T0 + 1, run_id="r2")
+        assert result == _result(already_dead=1, already_queued=1)
+        assert frontier.run_counts(SRC, "r2") == counts(leased=1, dead=1)
+
+    def test_run_counts_follow_the_items(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1), url(2)], run_id="r1", queue_ttl_s=100)
+        lease = claim(frontier, 1)
+        frontier.ack(lease, [DeadLettered(lease.items[0].url, 1, "x")], now=T0)
+        claim(frontier, now=T0 + 200)
+        assert frontier.run_counts(SRC, "r1") == counts(dead=1, expired=1)
+
+    # --- next_event_at ------------------------------------------------------------------------
+    def test_next_event_at(self, frontier: Frontier) -> None:
+        assert frontier.next_event_at(SRC, now=T0) is None
+        offer(frontier, [url(1)])
+        ready = frontier.next_event_at(SRC, now=T0)
+        assert ready is not None
+        assert ready <= T0  # claimable now
+        lease = claim(frontier, now=T0, lease_s=60)
+        assert frontier.next_event_at(SRC, now=T0) == T0 + 60
+        frontier.ack(lease, [RetryLater(url(1), T0 + 30, 1.0, 1, T0, "x")], now=T0)
+        assert frontier.next_event_at(SRC, now=T0) == T0 + 30
+        offer(frontier, [url(2)])
+        other = claim(frontier, now=T0, lease_s=10)  # url(2) leased until T0 + 10
+        assert urls_of(other) == [url(2)]
+        assert frontier.next_event_at(SRC, now=T0) == T0 + 10
+        frontier.ack(other, [done(url(2))], now=T0)
+        assert frontier.next_event_at(SRC, now=T0) == T0 + 30
+        lease = claim(frontier, now=T0 + 30)
+        frontier.ack(lease, [DeadLettered(url(1), 2, "x")], now=T0 + 30)
+        assert frontier.next_event_at(SRC, now=T0 + 30) is None  # only done and dead remain
+
+    def test_next_event_at_ignores_expired(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)], queue_ttl_s=10)
+        claim(frontier, now=T0 + 20)
+        assert frontier.next_event_at(SRC, now=T0 + 20) is None
+
+    # --- sources ------------------------------------------------------------------------------
+    def test_sources_are_isolated(self, frontier: Frontier) -> None:
+        assert offer(frontier, [url(1)], source="a") == _result(enqueued=1)
+        assert offer(frontier, [url(1)], source="b") == _result(enqueued=1)
+        assert frontier.counts("a") == counts(queued=1)
+        assert frontier.counts("b") == counts(queued=1)
+        lease_a = claim(frontier, source="a")
+        assert urls_of(lease_a) == [url(1)]
+        assert lease_a.source == "a"
+        assert frontier.counts("b") == counts(queued=1)
+        assert frontier.ack(lease_a, [done(url(1))], now=T0).accepted == 1
+        assert frontier.counts("a") == counts(done=1)
+        assert frontier.counts("b") == counts(queued=1)
+        lease_b = claim(frontier, source="b")
+        assert urls_of(lease_b) == [url(1)]
+        assert frontier.next_event_at("a", now=T0) is None
+        assert frontier.next_event_at("b", now=T0) == T0 + LEASE
+        assert frontier.run_counts("a", "run-1") == counts(done=1)
+        assert frontier.run_counts("b", "run-1") == counts(leased=1)
+
+    def test_lease_of_one_source_cannot_ack_another(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1)], source="a")
+        offer(frontier, [url(1)], source="b")
+        lease_a = claim(frontier, source="a")
+        claim(frontier, source="b")
+        assert frontier.release(lease_a, now=T0) == 1
+        assert frontier.counts("a") == counts(queued=1)
+        assert frontier.counts("b") == counts(leased=1)
+
+    # --- state machine ------------------------------------------------------------------------
+    def test_state_machine(self, frontier: Frontier) -> None:
+        machine = _frontier_machine(frontier)
+        run_state_machine_as_test(
+            machine,
+            settings=settings(max_examples=50, stateful_step_count=30, deadline=None),
+        )
+
+
+# --- the model for the state machine ---------------------------------------------------------
+URLS = [url(f"m{i}") for i in range(6)]
+RANKS = {u: float(i) for i, u in enumerate(URLS)}  # distinct ranks: claim order is determined
+
+
+@dataclass
+class _Item:
+    state: str = "queued"
+    not_before: float = 0.0
+    token: int | None = None
+    lease_expires: float | None = None
+    fresh_until: float | None = None
+    attempts: int = 0
+    first_attempt_at: float | None = None
+    enqueued_at: float = 0.0
+
+
+def _frontier_machine(frontier: Frontier) -> type[RuleBasedStateMachine]:
+    """A state machine over one frontier; every run uses its own (new) source."""
+
+    class FrontierMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.source = f"sm-{uuid.uuid4().hex}"
+            self.now = T0
+            self.items: dict[str, _Item] = {}
+            self.leases: list[Lease] = []
+            self.last_token: int | None = None
+
+        @initialize()
+        def start(self) -> None:
+            assert frontier.counts(self.source) == StateCounts()
+
+        # -- helpers
+        def _ambiguous(self, lease: Lease) -> bool:
+            """A lease that expired but was not taken over: backends may differ, skip it."""
+            return any(
+                (it := self.items[i.url]).state == "leased"
+                and it.token == lease.token
+                and it.lease_expires is not None
+                and it.lease_expires <= self.now
+                for i in lease.items
+            )
+
+        def _held(self, lease: Lease, u: str) -> bool:
+            it = self.items.get(u)
+            return it is not None and it.state == "leased" and it.token == lease.token
+
+        # -- rules
+        @rule(picks=st.lists(st.sampled_from(URLS), unique=True, max_size=4))
+        def offer(self, picks: list[str]) -> None:
+            expected = OfferResult()
+            for u in picks:
+                it = self.items.get(u)
+                if it is None or it.state == "expired" or (
+                    it.state == "done" and (it.fresh_until is None or it.fresh_until <= self.now)
+                ):
+                    expected.enqueued += 1
+                    self.items[u] = _Item(enqueued_at=self.now)
+                elif it.state in ("queued", "leased"):
+                    expected.already_queued += 1
+                elif it.state == "dead":
+                    expected.already_dead += 1
+                else:
+                    expected.fresh_skipped += 1
+            got = frontier.offer(
+                self.source,
+                [Offer(u, FRESH) for u in picks],
+                now=self.now,
+                queue_ttl_s=1e9,
+                rank_for=ranked(RANKS),
+                run_id="sm",
+            )
+            assert got == expected
+
+        @rule(limit=st.integers(0, 4), lease_s=st.sampled_from([10.0, 30.0, 60.0]))
+        def claim(self, limit: int, lease_s: float) -> None:
+            reclaimed = 0
+            for it in self.items.values():
+                if it.state == "leased" and it.lease_expires is not None:
+                    if it.lease_expires <= self.now:
+                        it.state, it.token, it.lease_expires = "queued", None, None
+                        reclaimed += 1
+            due = [
+                u
+                for u, it in self.items.items()
+                if it.state == "queued" and it.not_before <= self.now
+            ]
+            due.sort(key=lambda u: -RANKS[u])
+            expected = due[:limit]
+            lease = frontier.claim(self.source, limit, now=self.now, lease_s=lease_s)
+            assert urls_of(lease) == expected
+            assert lease.reclaimed == reclaimed
+            assert lease.expired == 0
+            assert lease.expires_at == self.now + lease_s
+            if self.last_token is not None:
+                assert lease.token > self.last_token
+            self.last_token = lease.token
+            for item in lease.items:
+                it = self.items[item.url]
+                assert (item.attempts, item.first_attempt_at) == (
+                    it.attempts,
+                    it.first_attempt_at,
+                )
+                assert item.enqueued_at == it.enqueued_at
+                it.state, it.token, it.lease_expires = "leased", lease.token, self.now + lease_s
+            if lease.items:
+                self.leases.append(lease)
+
+        @rule(data=st.data())
+        def ack(self, data: st.DataObject) -> None:
+            if not self.leases:
+                return
+            lease = data.draw(st.sampled_from(self.leases), label="lease")
+            if self._ambiguous(lease):
+                return
+            picks = data.draw(
+                st.lists(st.sampled_from(urls_of(lease)), unique=True, min_size=1), label="urls"
+            )
+            outcomes = []
+            accepted, stale = 0, []
+            for u in picks:
+                it = self.items[u]
+                kind = data.draw(st.sampled_from(["completed", "retry", "dead"]), label=u)
+                if kind == "completed":
+                    fresh_s = data.draw(st.sampled_from([0.0, 20.0, 100.0]), label="fresh")
+                    outcome: Completed | RetryLater | DeadLettered = Completed(
+                        u, self.now + fresh_s, self.now
+                    )
+                elif kind == "retry":
+                    delay = data.draw(st.sampled_from([0.0, 15.0, 50.0]), label="delay")
+                    first = it.first_attempt_at if it.first_attempt_at is not None else self.now
+                    outcome = RetryLater(u, self.now + delay, RANKS[u], it.attempts + 1, first, "e")
+                else:
+                    outcome = DeadLettered(u, it.attempts + 1, "e")
+                outcomes.append(outcome)
+                if not self._held(lease, u):
+                    stale.append(u)
+                    continue
+                accepted += 1
+                it.token, it.lease_expires = None, None
+                if isinstance(outcome, Completed):
+                    it.state, it.fresh_until = "done", outcome.fresh_until
+                    it.attempts, it.first_attempt_at = 0, None
+                elif isinstance(outcome, RetryLater):
+                    it.state, it.not_before = "queued", outcome.not_before
+                    it.attempts, it.first_attempt_at = outcome.attempts, outcome.first_attempt_at
+                else:
+                    it.state, it.attempts = "dead", outcome.attempts
+            got = frontier.ack(lease, outcomes, now=self.now)
+            assert got.accepted == accepted
+            assert sorted(got.stale) == sorted(stale)
+
+        @rule(data=st.data(), lease_s=st.sampled_from([10.0, 60.0]))
+        def renew(self, data: st.DataObject, lease_s: float) -> None:
+            if not self.leases:
+                return
+            lease = data.draw(st.sampled_from(self.leases), label="lease")
+            if self._ambiguous(lease):
+                return
+            held = [self.items[u] for u in urls_of(lease) if self._held(lease, u)]
+            assert frontier.renew(lease, now=self.now, lease_s=lease_s) == len(held)
+            for it in held:
+                it.lease_expires = self.now + lease_s
+
+        @rule(data=st.data())
+        def release(self, data: st.DataObject) -> None:
+            if not self.leases:
+                return
+            lease = data.draw(st.sampled_from(self.leases), label="lease")
+            if self._ambiguous(lease):
+                return
+            held = [self.items[u] for u in urls_of(lease) if self._held(lease, u)]
+            assert frontier.release(lease, now=self.now) == len(held)
+            for it in held:
+                it.state, it.token, it.lease_expires = "queued", None, None
+
+        @rule(picks=st.lists(st.sampled_from(URLS), unique=True, min_size=1, max_size=3))
+        def requeue(self, picks: list[str]) -> None:
+            expected = 0
+            for u in picks:
+                it = self.items.get(u)
+                if it is not None and it.state in ("dead", "expired"):
+                    expected += 1
+                    self.items[u] = _Item(enqueued_at=self.now)
+            got = frontier.requeue(self.source, picks, now=self.now, queue_ttl_s=1e9)
+            assert got == expected
+
+        @rule(dt=st.sampled_from([0.5, 5.0, 10.0, 25.0, 70.0]))
+        def advance_time(self, dt: float) -> None:
+            self.now += dt
+
+        # -- invariants
+        @invariant()
+        def counts_match_the_model(self) -> None:
+            expected = StateCounts()
+            for it in self.items.values():
+                setattr(expected, it.state, getattr(expected, it.state) + 1)
+            got = frontier.counts(self.source)
+            assert got == expected
+            assert got.total == len(self.items)  # every offered URL is in exactly one state
+            assert frontier.run_counts(self.source, "sm").total <= len(self.items)
+
+        @invariant()
+        def no_url_in_two_live_leases(self) -> None:
+            live: dict[str, int] = {}
+            for lease in self.leases:
+                for u in urls_of(lease):
+                    it = self.items[u]
+                    if it.token == lease.token and it.state == "leased":
+                        assert u not in live, (u, live[u], lease.token)
+                        live[u] = lease.token
+
+        @invariant()
+        def next_event_matches_the_model(self) -> None:
+            times = [it.not_before for it in self.items.values() if it.state == "queued"]
+            times += [
+                it.lease_expires
+                for it in self.items.values()
+                if it.state == "leased" and it.lease_expires is not None
+            ]
+            got = frontier.next_event_at(self.source, now=self.now)
+            if not times:
+                assert got is None
+            elif min(times) <= self.now:
+                assert got is not None
+                assert got <= self.now
+            else:
+                assert got == min(times)
+
+    return FrontierMachine
+

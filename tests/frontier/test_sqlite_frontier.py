@@ -1,0 +1,196 @@
+"""SQLite frontier: the conformance suite (file and ``:memory:``) plus what only SQLite has."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collector.frontier.base import Completed, Frontier, Offer, StateCounts
+from collector.frontier.sqlite import SqliteFrontier
+
+from . import _claim_worker
+from .conformance import FRESH, SRC, T0, FrontierConformance, claim, done, offer, ranked, url
+
+
+class TestSqliteFrontier(FrontierConformance):
+    @pytest.fixture
+    def frontier(self, tmp_path: Path) -> Iterator[Frontier]:
+        f = SqliteFrontier(tmp_path / "f.db")
+        yield f
+        f.close()
+
+
+class TestSqliteMemoryFrontier(FrontierConformance):
+    @pytest.fixture
+    def frontier(self) -> Iterator[Frontier]:
+        f = SqliteFrontier(":memory:")
+        yield f
+        f.close()
+
+
+# --- SQLite only ---------------------------------------------------------------------------------
+def test_state_survives_close_and_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "f.db"  # parent folders are created
+    first = SqliteFrontier(path)
+    offer(first, [url(i) for i in range(5)], run_id="r1")
+    lease = claim(first, 2)
+    first.ack(lease, [done(lease.items[0].url)], now=T0)
+    before = first.counts(SRC)
+    first.close()
+
+    second = SqliteFrontier(path)
+    try:
+        assert second.counts(SRC) == before == StateCounts(queued=3, leased=1, done=1)
+        assert second.run_counts(SRC, "r1") == before
+        # the lease taken before the restart is still valid, and tokens keep growing
+        assert second.ack(lease, [done(lease.items[1].url)], now=T0 + 1).accepted == 1
+        later = claim(second, 10, now=T0 + 2)
+        assert later.token > lease.token
+        assert len(later.items) == 3
+        # fresh-skip uses the stored freshness after the restart
+        assert offer(second, [lease.items[0].url], now=T0 + 3).fresh_skipped == 1
+    finally:
+        second.close()
+
+
+def test_ack_after_expiry_without_takeover_is_accepted(tmp_path: Path) -> None:
+    """The token is still the item's (nobody claimed it since), so the ack is not stale."""
+    f = SqliteFrontier(tmp_path / "f.db")
+    try:
+        offer(f, [url(1)])
+        lease = claim(f, now=T0, lease_s=10)
+        result = f.ack(lease, [done(url(1), T0 + 100)], now=T0 + 100)
+        assert (result.accepted, result.stale) == (1, [])
+        assert f.counts(SRC) == StateCounts(done=1)
+    finally:
+        f.close()
+
+
+def test_opening_a_non_database_raises_backend_error(tmp_path: Path) -> None:
+    from collector.errors import BackendError
+
+    path = tmp_path / "f.db"
+    path.write_bytes(b"this is not a sqlite database, not at all" * 100)
+    with pytest.raises(BackendError, match=r"f\.db"):
+        SqliteFrontier(path)
+
+
+def test_large_offer_spans_chunks(tmp_path: Path) -> None:
+    f = SqliteFrontier(tmp_path / "f.db")
+    try:
+        urls = [url(i) for i in range(1_234)]
+        assert offer(f, urls).enqueued == 1_234
+        again = f.offer(
+            SRC,
+            (Offer(u, FRESH) for u in urls),  # any iterable, here a generator
+            now=T0 + 1,
+            queue_ttl_s=100,
+            rank_for=ranked(),
+            run_id="r2",
+        )
+        assert again.already_queued == 1_234
+        assert f.run_counts(SRC, "r2").queued == 1_234
+    finally:
+        f.close()
+
+
+URL_COUNT = 300
+
+
+def _check_claims(per_worker: list[list[tuple[int, list[str]]]]) -> None:
+    claimed = [u for claims in per_worker for _, urls in claims for u in urls]
+    assert len(claimed) == len(set(claimed)), "a URL was claimed twice"
+    assert set(claimed) == {url(i) for i in range(URL_COUNT)}
+    tokens = [token for claims in per_worker for token, _ in claims]
+    assert len(tokens) == len(set(tokens)), "a fencing token was handed out twice"
+    for claims in per_worker:
+        mine = [token for token, _ in claims]
+        assert mine == sorted(mine)
+        assert all(a < b for a, b in zip(mine, mine[1:], strict=False))
+    assert all(len(claims) > 1 for claims in per_worker), "a worker never got anything"
+
+
+def _seed(path: Path) -> None:
+    f = SqliteFrontier(path)
+    offer(f, [url(i) for i in range(URL_COUNT)], now=_claim_worker.NOW - 1)
+    f.close()
+
+
+def test_two_frontiers_in_two_threads_never_share_a_url(tmp_path: Path) -> None:
+    path = tmp_path / "f.db"
+    _seed(path)
+    barrier = threading.Barrier(2)
+    results: dict[int, list[tuple[int, list[str]]]] = {}
+    errors: list[BaseException] = []
+
+    def run(n: int) -> None:
+        try:
+            results[n] = _claim_worker.claim_until_empty(str(path), barrier, 3)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    _check_claims([results[0], results[1]])
+    f = SqliteFrontier(path)
+    try:
+        total = f.counts(SRC)
+        assert total.total == URL_COUNT
+        assert total.queued == 0
+    finally:
+        f.close()
+
+
+def test_two_frontiers_in_two_processes_never_share_a_url(tmp_path: Path) -> None:
+    path = tmp_path / "f.db"
+    _seed(path)
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    queue = ctx.Queue()
+    procs = [
+        ctx.Process(target=_claim_worker.process_main, args=(str(path), barrier, queue, n, 3))
+        for n in ("p0", "p1")
+    ]
+    for p in procs:
+        p.start()
+    try:
+        got = dict(queue.get(timeout=60) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert all(isinstance(v, list) for v in got.values()), got
+    assert all(p.exitcode == 0 for p in procs)
+    _check_claims([got["p0"], got["p1"]])
+    f = SqliteFrontier(path)
+    try:
+        assert f.counts(SRC).total == URL_COUNT
+        # a claim after both processes: the token is above every token they were given
+        top = max(token for claims in got.values() for token, _ in claims)
+        assert claim(f, now=_claim_worker.NOW).token > top
+    finally:
+        f.close()
+
+
+def test_completed_fields_round_trip_across_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "f.db"
+    f = SqliteFrontier(path)
+    offer(f, [url(1)])
+    lease = claim(f)
+    f.ack(lease, [Completed(url(1), fresh_until=T0 + 10, fetched_at=T0)], now=T0)
+    f.close()
+    f = SqliteFrontier(path)
+    try:
+        assert offer(f, [url(1)], now=T0 + 5).fresh_skipped == 1
+        assert offer(f, [url(1)], now=T0 + 11).enqueued == 1
+    finally:
+        f.close()

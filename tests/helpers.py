@@ -1,0 +1,48 @@
+"""Small helpers for tests that write sources and read sinks."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def write_source(folder: Path, **sections: Any) -> Path:
+    """Write a source YAML into ``folder`` with sensible test defaults, overridden by sections."""
+    source: dict[str, Any] = {
+        "name": "test-items",
+        "record": {"key": "id"},
+        "sink": {"type": "jsonl", "path": "out"},
+        "allow_private_networks": True,
+        "ttl": {
+            "http_timeout_s": 2,
+            "request_deadline_s": 3,
+            "batch_timeout_s": 30,
+            "lease_s": 60,
+        },
+        "retry": {"base_s": 0.05, "cap_s": 0.2, "max_attempts": 3},
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(source.get(key), dict):
+            source[key] = {**source[key], **value}
+        else:
+            source[key] = value
+    path = folder / "source.yaml"
+    path.write_text(yaml.safe_dump(source, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def sink_lines(folder: Path) -> list[dict[str, Any]]:
+    rows = []
+    for file in sorted(folder.glob("*.jsonl")):
+        with file.open(encoding="utf-8") as lines:
+            rows.extend(json.loads(line) for line in lines if line.strip())
+    return rows
+
+
+def duplicate_keys(rows: list[dict[str, Any]]) -> list[str]:
+    counts = Counter(str(row["_collector"]["key"]) for row in rows)
+    return [key for key, n in counts.items() if n > 1]

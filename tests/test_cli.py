@@ -1,0 +1,127 @@
+"""The `collector` command as a user runs it: subprocesses, exit codes, stdout's last line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from collector.demo.site import FaultSite
+from tests.helpers import duplicate_keys, sink_lines, write_source
+
+COLLECTOR = [sys.executable, "-m", "flows.cli"]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env(api_url: str) -> dict[str, str]:
+    return {**os.environ, "PREFECT_API_URL": api_url, "PYTHONPATH": str(ROOT)}
+
+
+def test_validate_reports_each_problem_on_one_line_and_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "name: bad\n"
+        "seeds: {urls: ['ftp://example.com/x']}\n"
+        "record: {key: id}\n"
+        "sink: {type: jsonl, path: out}\n"
+        "ttl: {batch_timeout_s: 100, lease_s: 50, rules: [{pattern: '([', fresh_s: 1}]}\n"
+        "surprise: 1\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [*COLLECTOR, "validate", str(bad)], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert all(line.startswith(str(bad)) for line in lines), lines
+    text = done.stderr
+    assert "seeds.urls" in text and "ftp" in text
+    assert "ttl.rules[0].pattern" in text and "invalid regular expression" in text
+    assert "lease_s" in text and "batch_timeout_s" in text
+    assert "surprise: unknown key" in text
+
+
+def test_run_json_prints_the_ledger_on_the_last_line(
+    tmp_path: Path, site: FaultSite, prefect_api: str
+) -> None:
+    source = write_source(
+        tmp_path,
+        seeds={"template": site.url("/items/{i}.json"), "range": [0, 25]},
+    )
+    done = subprocess.run(
+        [*COLLECTOR, "run", str(source), "--json", "--batch-size", "10"],
+        capture_output=True,
+        text=True,
+        env=_env(prefect_api),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    for name in ("discovered", "stored", "fresh_skipped", "expired", "dead_lettered", "queued"):
+        assert name in summary
+    assert summary["discovered"] == summary["stored"] == 25
+    assert summary["pages_per_second"] > 0
+    assert Path(summary["sink"]) == tmp_path / "out"
+
+
+def test_run_with_an_invalid_source_exits_2_without_starting_prefect(tmp_path: Path) -> None:
+    source = tmp_path / "s.yaml"
+    source.write_text("name: x\nseeds: [\n", encoding="utf-8")
+    done = subprocess.run(
+        [*COLLECTOR, "run", str(source)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "invalid YAML" in done.stderr and "line" in done.stderr
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_rerun_loses_nothing_and_duplicates_nothing(
+    tmp_path: Path, site: FaultSite, prefect_api: str
+) -> None:
+    total = 240
+    source = write_source(
+        tmp_path,
+        seeds={"template": site.url("/items/{i}.json?delay=0.05"), "range": [0, total]},
+        limits={"concurrency": 4, "per_domain_concurrency": 4},
+        ttl={"http_timeout_s": 1, "request_deadline_s": 1, "batch_timeout_s": 2, "lease_s": 3},
+    )
+    victim = subprocess.Popen(
+        [*COLLECTOR, "run", str(source), "--json", "--batch-size", "8"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=_env(prefect_api),
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while len(sink_lines(tmp_path / "out")) < 60:
+            assert victim.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, "the run never got going"
+            time.sleep(0.05)
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+    stored_before = len(sink_lines(tmp_path / "out"))
+    assert 0 < stored_before < total
+
+    done = subprocess.run(
+        [*COLLECTOR, "run", str(source), "--json", "--drain-wait", "30"],
+        capture_output=True,
+        text=True,
+        env=_env(prefect_api),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["balanced"]
+    assert summary["discovered"] == total
+    assert summary["stored"] + summary["fresh_skipped"] == total
+    assert summary["queued"] == summary["dead_lettered"] == summary["expired"] == 0
+    rows = sink_lines(tmp_path / "out")
+    assert duplicate_keys(rows) == []
+    assert {row["id"] for row in rows} == set(range(total))
