@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Any, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -42,7 +42,7 @@ __all__ = [
     "source_json_schema",
 ]
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -168,7 +168,7 @@ class DeadLetterSettings(_Section):
     )
 
 
-SinkSettings = Annotated[JsonlSinkSettings, Field(discriminator="type")]
+SinkSettings = JsonlSinkSettings  # a union on `type` once there are other sinks
 
 
 class Source(_Section):
@@ -199,7 +199,7 @@ class Source(_Section):
     @field_validator("name")
     @classmethod
     def _name_is_safe(cls, value: str) -> str:
-        if not _NAME_RE.match(value):
+        if not _NAME_RE.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a valid name (1-100 of letters, digits, '_', '.', '-')"
             )

@@ -46,6 +46,9 @@ CONNECTIONS_PER_CLIENT = 2  # httpx degrades with many connections per client, s
 USER_AGENT = "collector/0.1 (+https://github.com/collector)"
 
 # --- Run -----------------------------------------------------------------------------------
+SETTLE_BACKLOG = 8  # fetched batches that may wait for settling (validation, sink, ack) while
+#                    the next ones are fetched; bounds memory at SETTLE_BACKLOG x BATCH_SIZE bodies
+PROGRESS_EVERY_S = 2.0  # the UI progress artifact is updated at most this often
 BATCH_SIZE = 200  # items claimed, fetched and stored per Prefect task
 DRAIN_WAIT_S = 60.0  # a run waits this long for retry-later items and others' leases to return
 STATE_DIR = ".collector"  # frontier and dead letters live here, beside the source file

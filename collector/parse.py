@@ -8,6 +8,7 @@ parser instead (``record.parser: mypkg.parsers:parse_listing``), called as
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from collector.errors import PermanentFetchError
 __all__ = ["RecordParser", "dotted_get"]
 
 _MISSING = object()
+_INDEX = re.compile(r"-?[0-9]+")
 
 
 def dotted_get(document: Any, path: str, default: Any = _MISSING) -> Any:
@@ -27,7 +29,7 @@ def dotted_get(document: Any, path: str, default: Any = _MISSING) -> Any:
     for part in path.split("."):
         if isinstance(current, dict) and part in current:
             current = current[part]
-        elif isinstance(current, list) and part.lstrip("-").isdigit():
+        elif isinstance(current, list) and _INDEX.fullmatch(part):
             try:
                 current = current[int(part)]
             except IndexError:

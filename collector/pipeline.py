@@ -45,7 +45,7 @@ from collector.sinks import JsonlSink, Sink, SinkRecord
 from collector.urls import HostPolicy
 
 if TYPE_CHECKING:
-    from collector.validation import SuiteValidator
+    from collector.validation_worker import ValidationWorker
 
 __all__ = ["BatchReport", "Collection"]
 
@@ -98,9 +98,11 @@ class Collection:
         self.budget = RetryBudget(
             ratio=source.retry.budget_ratio, min_retries=source.retry.budget_min
         )
-        self._validator: SuiteValidator | None = None
+        self._validator: ValidationWorker | None = None
         self.started_at = clock()
         self.fetch_seconds = 0.0
+        self.settle_seconds = 0.0
+        self.validation_seconds = 0.0
         self.pages_ok = 0
 
     def __enter__(self) -> Collection:
@@ -108,6 +110,11 @@ class Collection:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    async def aclose(self) -> None:
+        """Stop the validation worker (the backends close with :meth:`close`)."""
+        if self._validator is not None:
+            await self._validator.aclose()
 
     def close(self) -> None:
         for backend in (self.sink, self.frontier, self.deadletters):
@@ -118,16 +125,19 @@ class Collection:
         return FetchEngine.for_source(self.source, rate_storage_uri=rate_storage_uri)
 
     @property
-    def validator(self) -> SuiteValidator | None:
+    def validator(self) -> ValidationWorker | None:
+        """The source's suite in a worker process, started on first use (see validation_worker)."""
         if self._validator is None and self.source.suite_path is not None:
-            from collector.validation import SuiteValidator
+            from collector.validation_worker import ValidationWorker
 
-            self._validator = SuiteValidator(self.source.suite_path)
+            self._validator = ValidationWorker(self.source.suite_path)
         return self._validator
 
     # --- plan ----------------------------------------------------------------------------------
     def plan(self) -> Ledger:
         """Offer every seed URL; refuse malformed or forbidden ones into the dead letters."""
+        if self.validator is not None:
+            self.validator.start()  # GX imports in the worker while we plan
         now = self.clock()
         ttl, priority = self.source.ttl, self.source.priority
         policy = HostPolicy(
@@ -174,8 +184,12 @@ class Collection:
         self.ledger.leases_reclaimed += lease.reclaimed
         return lease
 
-    async def fetch(self, engine: FetchEngine, lease: Lease) -> list[FetchResult]:
-        """Fetch a leased batch, renewing the lease every ``lease_s / 3`` while it runs."""
+    def keep_alive(self, lease: Lease) -> asyncio.Task[None]:
+        """Renew ``lease`` every ``lease_s / 3`` until the returned task is cancelled.
+
+        Held from claim to ack, so a batch whose settling waits behind the next fetch keeps
+        its items.
+        """
         ttl = self.source.ttl
 
         async def keep_renewing() -> None:
@@ -183,16 +197,16 @@ class Collection:
                 await asyncio.sleep(ttl.renew_every_s)
                 self.frontier.renew(lease, now=self.clock(), lease_s=ttl.lease_s)
 
+        return asyncio.create_task(keep_renewing(), name=f"renew-lease-{lease.token}")
+
+    async def fetch(self, engine: FetchEngine, lease: Lease) -> list[FetchResult]:
+        """Fetch a leased batch (the caller holds the lease with :meth:`keep_alive`)."""
         began = time.monotonic()
-        renewer = asyncio.create_task(keep_renewing())
         try:
             return await engine.fetch_batch(
-                lease.items, budget=self.budget, batch_timeout_s=ttl.batch_timeout_s
+                lease.items, budget=self.budget, batch_timeout_s=self.source.ttl.batch_timeout_s
             )
         finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
             self.fetch_seconds += time.monotonic() - began
 
     def release(self, lease: Lease) -> int:
@@ -200,8 +214,15 @@ class Collection:
         return self.frontier.release(lease, now=self.clock())
 
     # --- settle --------------------------------------------------------------------------------
-    def settle(self, lease: Lease, results: list[FetchResult]) -> BatchReport:
+    async def settle(self, lease: Lease, results: list[FetchResult]) -> BatchReport:
         """Decide, store and acknowledge every item of a fetched batch."""
+        began = time.monotonic()
+        try:
+            return await self._settle(lease, results)
+        finally:
+            self.settle_seconds += time.monotonic() - began
+
+    async def _settle(self, lease: Lease, results: list[FetchResult]) -> BatchReport:
         now = self.clock()
         report = BatchReport(token=lease.token, items=len(lease.items))
         outcomes: dict[str, Outcome] = {}
@@ -234,7 +255,7 @@ class Collection:
                     result, claimed[result.url].enqueued_at, now, count_attempt=False
                 )
 
-        good, failed_items = self._key_and_validate(parsed, letters, report)
+        good, failed_items = await self._key_and_validate(parsed, letters, report)
         for result, _ in parsed:
             if result.url in failed_items:
                 outcomes[result.url] = DeadLettered(result.url, result.attempts, "validation")
@@ -273,7 +294,7 @@ class Collection:
         self.ledger.batches += 1
         return report
 
-    def _key_and_validate(
+    async def _key_and_validate(
         self,
         parsed: list[tuple[FetchResult, list[dict[str, Any]]]],
         letters: list[DeadLetter],
@@ -308,8 +329,9 @@ class Collection:
         keep = [True] * len(candidates)
         validator = self.validator
         if validator is not None and candidates:
-            outcome = validator.validate([record for _, _, record in candidates])
+            outcome = await validator.validate([record for _, _, record in candidates])
             report.validation_s = outcome.seconds
+            self.validation_seconds += outcome.seconds
             if outcome.table_failures:
                 failed = [_expectation_dict(f) for f in outcome.table_failures]
                 names = ", ".join(f.expectation for f in outcome.table_failures)
@@ -453,6 +475,11 @@ class Collection:
             "retry_budget_refused": self.budget.refused,
             "seconds": round(elapsed, 3),
             "pages_per_second": round(self.pages_ok / elapsed, 1),
+            "timings_s": {
+                "fetch": round(self.fetch_seconds, 3),
+                "settle": round(self.settle_seconds, 3),
+                "validation": round(self.validation_seconds, 3),
+            },
             "sink": self.sink.location(),
             "records_in_sink": self.sink.count(),
             "deadletters": str(self.source.deadletter_path),

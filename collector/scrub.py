@@ -13,14 +13,30 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["REDACTED", "Scrubber"]
+__all__ = ["REDACTED", "Scrubber", "is_secret_name"]
 
 REDACTED = "[redacted]"
-_SECRET_NAME = re.compile(
-    r"(pass(word|wd)?|secret|token|api[-_]?key|apikey|auth(orization)?|credential|session|"
-    r"cookie|private[-_]?key|signature|sig|access[-_]?key)",
-    re.IGNORECASE,
+# Matched against names split at case changes and lowered ("apiKey" -> "api_key"), as whole
+# words, so "passenger" or "author" are not secrets but "x-api-key" and "authToken" are.
+_SECRET_WORDS = (
+    r"pass(word|wd)?|secret|token|api[-_]?key|apikey|auth(orization|_token)?|credentials?|"
+    r"session(_?id)?|cookie|private[-_]?key|signature|sig|access[-_]?key|client[-_]?secret"
 )
+_SECRET_NAME = re.compile(rf"(?<![a-z0-9])({_SECRET_WORDS})(?![a-z0-9])")
+_SECRET_QUERY_NAME = re.compile(rf"(?<![a-z0-9])({_SECRET_WORDS}|key)(?![a-z0-9])")
+_CASE_CHANGE = re.compile(r"([a-z0-9])([A-Z])")
+
+
+def _words(name: str) -> str:
+    return _CASE_CHANGE.sub(r"\1_\2", name).lower()
+
+
+def is_secret_name(name: str, *, in_url: bool = False) -> bool:
+    """True for field or parameter names that hold credentials."""
+    pattern = _SECRET_QUERY_NAME if in_url else _SECRET_NAME
+    return pattern.search(_words(name)) is not None
+
+
 _MIN_SECRET_LEN = 4  # shorter "secrets" would redact ordinary text
 
 
@@ -40,7 +56,7 @@ class Scrubber:
     def text(self, value: str) -> str:
         if self._pattern is not None:
             value = self._pattern.sub(REDACTED, value)
-        if "://" in value and "?" in value:
+        if "://" in value:
             value = re.sub(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'<>]+", self._url_match, value)
         return value
 
@@ -55,9 +71,9 @@ class Scrubber:
         query = parts.query
         if query:
             pairs = parse_qsl(query, keep_blank_values=True)
-            if any(_SECRET_NAME.search(name) for name, _ in pairs):
+            if any(is_secret_name(name, in_url=True) for name, _ in pairs):
                 query = urlencode(
-                    [(n, REDACTED if _SECRET_NAME.search(n) else v) for n, v in pairs],
+                    [(n, REDACTED if is_secret_name(n, in_url=True) else v) for n, v in pairs],
                     safe="[]",
                 )
         return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
@@ -72,7 +88,7 @@ class Scrubber:
             return {
                 key: (
                     REDACTED
-                    if isinstance(key, str) and _SECRET_NAME.search(key) and value[key]
+                    if isinstance(key, str) and value[key] and is_secret_name(key)
                     else self(item)
                 )
                 for key, item in value.items()

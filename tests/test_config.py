@@ -229,12 +229,6 @@ def test_defaults_applied(tmp_path: Path):
     assert source.limits.headers == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: sink.type defaults to 'jsonl' (and the JSON schema marks only 'path' as "
-    "required), but the discriminated union refuses a sink without 'type': "
-    "\"sink: Unable to extract tag using discriminator 'type'\"",
-)
 def test_sink_type_may_be_omitted(tmp_path: Path):
     schema = source_json_schema()
     assert schema["$defs"]["JsonlSinkSettings"]["required"] == ["path"]
@@ -394,11 +388,6 @@ def test_bad_name(tmp_path: Path, name: str):
     assert "is not a valid name" in line
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Source name regex uses '$', which also matches before a trailing newline, "
-    "so name 'items\\n' is accepted",
-)
 def test_name_with_trailing_newline_refused(tmp_path: Path):
     line = the_problem(write(tmp_path, minimal(name="items\n")), "name")
     assert "is not a valid name" in line

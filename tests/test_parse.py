@@ -225,20 +225,10 @@ def test_dotted_get_returns_value_or_default(path):
         assert got == current
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: dotted_get treats a list step as an index when part.lstrip('-').isdigit(), "
-    "then int(part) raises ValueError for '--1' or '²' instead of KeyError/default",
-)
 @pytest.mark.parametrize("path", ["items.--1", "items.²"])
 def test_dotted_get_odd_index_is_missing_not_a_crash(path):
     assert dotted_get(DOC, path, None) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: RecordParser.parse only catches KeyError from dotted_get, so a records_path "
-    "step like '--1' escapes as ValueError instead of PermanentFetchError(parse_error)",
-)
 def test_odd_records_path_is_parse_error():
     _parse_error(RecordParser(records_path="items.--1"), b'{"items": [{"id": 1}]}')

@@ -7,6 +7,7 @@ resolution, never rewritten, so the history survives even a deleted database.
 from __future__ import annotations
 
 import builtins
+import json
 import sqlite3
 import threading
 import time
@@ -60,9 +61,7 @@ class JsonlArchive:
         if not rows:
             return
         now = time.time()
-        data = b"".join(
-            orjson.dumps({"event": event, "at": now, **row}, default=str) + b"\n" for row in rows
-        )
+        data = b"".join(_dumps({"event": event, "at": now, **row}) + b"\n" for row in rows)
         with self._lock, self.path.open("ab") as handle:
             handle.write(data)
 
@@ -89,9 +88,16 @@ def _row_to_entry(row: tuple[Any, ...]) -> DeadLetter:
     )
 
 
+def _dumps(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value, default=str)
+    except orjson.JSONEncodeError:  # e.g. integers beyond 64 bits
+        return json.dumps(value, default=str).encode()
+
+
 def _entry_to_row(e: DeadLetter) -> tuple[Any, ...]:
-    payload = orjson.dumps(e.payload, default=str) if e.payload is not None else None
-    failed = orjson.dumps(e.failed_expectations, default=str)
+    payload = _dumps(e.payload) if e.payload is not None else None
+    failed = _dumps(e.failed_expectations)
     return (
         *(e.id, e.source, e.url, e.stage, e.error_class, e.message, e.attempts),
         *(e.first_seen, e.last_seen, e.record_key, payload, failed),
@@ -177,8 +183,9 @@ class SqliteDeadLetterStore:
                 where.append(f"{column} = ?")
                 params.append(value)
         if error_class is not None:
-            where.append("(error_class = ? OR error_class LIKE ?)")
-            params += [error_class, f"%:{error_class}"]
+            # exact, or as the last part of a compound class ("retries_exhausted:http_500")
+            where.append("(error_class = ? OR substr(error_class, -length(?)) = ?)")
+            params += [error_class, f":{error_class}", f":{error_class}"]
         with self._lock:
             rows = self._db.execute(
                 f"SELECT {_COLUMNS} FROM deadletters WHERE {' AND '.join(where)}"

@@ -57,6 +57,7 @@ CREATE TABLE IF NOT EXISTS items (
 CREATE INDEX IF NOT EXISTS items_queue ON items (source, state, rank DESC);
 CREATE INDEX IF NOT EXISTS items_lease ON items (source, lease_token) WHERE state = 'leased';
 CREATE INDEX IF NOT EXISTS items_run ON items (source, run_id, state);
+CREATE INDEX IF NOT EXISTS items_expiry ON items (source, state, expires_at);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('fencing_token', 0);
 """
@@ -121,6 +122,7 @@ class SqliteFrontier:
         run_id: str,
     ) -> OfferResult:
         result = OfferResult()
+        seen: set[str] = set()  # a URL offered twice in one call is queued once
         for chunk in _chunks(offers, _CHUNK):
             with self._transaction() as db:
                 marks = ",".join("?" * len(chunk))
@@ -133,9 +135,11 @@ class SqliteFrontier:
                     )
                 }
                 inserts, requeues, tags = [], [], []
+                planned = seen
                 for o in chunk:
                     row = rows.get(o.url)
-                    action = plan_decision(row, now)
+                    action = "already_queued" if o.url in planned else plan_decision(row, now)
+                    planned.add(o.url)
                     if action == "enqueue":
                         result.enqueued += 1
                         rank = rank_for(o.url, None, o.fresh_s)

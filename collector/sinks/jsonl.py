@@ -16,6 +16,7 @@ fencing can be checked from the files alone.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import time
@@ -44,10 +45,16 @@ class _Entry:
     batch: str
 
 
+def _dumps(value: Any, *, sort_keys: bool = False) -> bytes:
+    """orjson, falling back to the stdlib for what orjson refuses (integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None)
+    except orjson.JSONEncodeError:
+        return json.dumps(value, sort_keys=sort_keys, default=str, separators=(",", ":")).encode()
+
+
 def _digest(record: dict[str, Any]) -> bytes:
-    return hashlib.blake2b(
-        orjson.dumps(record, option=orjson.OPT_SORT_KEYS), digest_size=16
-    ).digest()
+    return hashlib.blake2b(_dumps(record, sort_keys=True), digest_size=16).digest()
 
 
 class JsonlSink:
@@ -141,11 +148,14 @@ class JsonlSink:
                     result.stale_keys.append(item.key)
                     continue
                 if previous.digest == digest:
+                    # Nothing to write, but the newer token now guards the key (in this
+                    # process: the JSONL sink has one writer; Postgres fences across workers).
+                    previous.token = max(previous.token, token)
                     result.unchanged += 1
                     continue
                 self._superseded.add(previous.segment)
             meta = {"key": item.key, "token": token, "batch": batch_id, "url": item.url}
-            line = orjson.dumps({**item.record, META: {**meta, "stored_at": stored_at}}) + b"\n"
+            line = _dumps({**item.record, META: {**meta, "stored_at": stored_at}}) + b"\n"
             pending[item.key] = _Entry(token, digest, self._segment, offset, batch_id)
             offset += len(line)
             lines.append(line)

@@ -1,0 +1,173 @@
+"""Throughput: the best raw httpx loop vs `collector run` with every policy on, in one run.
+
+    .venv/bin/python bench/throughput.py [--pages 20000] [--batch-size 500]
+
+Serves PAGES small JSON pages from nginx on loopback, then measures side by side:
+
+1. raw httpx: the fastest plain loop we know on this box (several small AsyncClients, as
+   measured in docs/architecture.md), fetching and json-decoding every page, nothing else;
+2. `collector run --json` on a source with TTL rules, priority rules, leases, retries, a rate
+   limit far above the load, a Great Expectations suite, and the JSONL sink, in a fresh state
+   folder, against a temporary Prefect server (as a user's first run would);
+
+and prints pages/s for both and the ratio (target: collector >= 0.7 x raw httpx). Collector's
+figure is pages over the run's own loop time (``pages_per_second``) and, for honesty, over the
+whole command's wall time including Prefect start-up and GX import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _nginx import StaticSite
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = {
+    "name": "bench-items",
+    "expectations": [
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}},
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "name"}},
+        {
+            "type": "expect_column_values_to_be_between",
+            "kwargs": {"column": "price", "min_value": 0, "max_value": 100000},
+        },
+        {
+            "type": "expect_column_values_to_be_in_set",
+            "kwargs": {"column": "category", "value_set": ["books", "tools", "games", "food"]},
+        },
+    ],
+}
+
+
+async def raw_httpx(urls: list[str], *, clients: int, connections: int) -> float:
+    """Pages/s of a plain loop: N small clients, one worker per connection, decode JSON."""
+    pool = [
+        httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        )
+        for _ in range(clients)
+    ]
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for url in urls:
+        queue.put_nowait(url)
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while True:
+            try:
+                url = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            response = await client.get(url)
+            response.raise_for_status()
+            orjson.loads(response.content)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(c) for c in pool for _ in range(connections)))
+    elapsed = time.perf_counter() - started
+    await asyncio.gather(*(c.aclose() for c in pool))
+    return len(urls) / elapsed
+
+
+def collector_run(site: StaticSite, pages: int, batch_size: int, concurrency: int) -> dict:
+    folder = Path(tempfile.mkdtemp(prefix="collector-bench-src-"))
+    (folder / "suite.json").write_text(json.dumps(SUITE))
+    source = {
+        "name": "bench-items",
+        "seeds": {"template": site.url(0).replace("/0.json", "/{i}.json"), "range": [0, pages]},
+        "record": {"key": "id"},
+        "ttl": {
+            "default_fresh_s": 3600,
+            "rules": [{"pattern": r"/items/\d+\.json$", "fresh_s": 1800}],
+            "http_timeout_s": 5,
+            "request_deadline_s": 10,
+            "batch_timeout_s": 120,
+            "lease_s": 300,
+        },
+        "priority": {"weight": 5, "rules": [{"pattern": r"/items/1\d*\.json$", "weight": 8}]},
+        "retry": {"max_attempts": 3, "base_s": 0.1, "cap_s": 2},
+        "limits": {
+            "concurrency": concurrency,
+            "per_domain_concurrency": concurrency,
+            "per_domain_rate": "100000/second",
+        },
+        "validation": {"suite": "suite.json"},
+        "sink": {"type": "jsonl", "path": "out"},
+        "allow_private_networks": True,
+    }
+    path = folder / "bench.yaml"
+    path.write_text(yaml.safe_dump(source))
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", str(path), "--json",
+         "--batch-size", str(batch_size)],
+        capture_output=True, text=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"collector run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    summary["wall_pages_per_second"] = round(summary["stored"] / wall, 1)
+    summary["wall_seconds"] = round(wall, 2)
+    return summary
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=20_000)
+    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=1, help="raw httpx repetitions (best kept)")
+    args = parser.parse_args()
+
+    with StaticSite(args.pages) as site:
+        urls = [site.url(i) for i in range(args.pages)]
+        asyncio.run(raw_httpx(urls[:500], clients=16, connections=2))  # warm-up
+        raw_results = {}
+        for clients, connections in ((16, 2), (32, 1), (8, 4), (1, 32)):
+            best = max(
+                asyncio.run(raw_httpx(urls, clients=clients, connections=connections))
+                for _ in range(args.repeat)
+            )
+            raw_results[f"{clients}x{connections}"] = round(best, 1)
+        raw_best_name = max(raw_results, key=lambda k: raw_results[k])
+        raw_best = raw_results[raw_best_name]
+        summary = collector_run(site, args.pages, args.batch_size, args.concurrency)
+
+    ratio = summary["pages_per_second"] / raw_best
+    report = {
+        "pages": args.pages,
+        "raw_httpx_pages_per_second": raw_results,
+        "raw_httpx_best": f"{raw_best_name} clients x connections: {raw_best}",
+        "collector_pages_per_second": summary["pages_per_second"],
+        "collector_wall_pages_per_second": summary["wall_pages_per_second"],
+        "collector_wall_seconds": summary["wall_seconds"],
+        "collector_stored": summary["stored"],
+        "collector_timings_s": summary["timings_s"],
+        "collector_loop_seconds": summary["seconds"],
+        "collector_balanced": summary["balanced"],
+        "ratio_collector_to_raw": round(ratio, 3),
+        "ratio_wall_to_raw": round(summary["wall_pages_per_second"] / raw_best, 3),
+        "target_ratio": 0.7,
+        "batch_size": args.batch_size,
+    }
+    print(json.dumps(report, indent=2))
+    return 0 if math.isfinite(ratio) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

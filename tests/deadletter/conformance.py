@@ -1,0 +1,261 @@
+"""Dead-letter store conformance: the behaviour every DeadLetterStore backend must have.
+
+A backend's test module subclasses :class:`DeadLetterConformance` and provides a ``store``
+fixture that yields a fresh, empty store. Only the
+:class:`collector.deadletter.base.DeadLetterStore` protocol is used here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from collector.deadletter.base import DeadLetter, DeadLetterStore, dead_letter_id
+
+T0 = 1_700_000_000.0
+
+
+def letter(
+    url: str = "https://example.test/1",
+    *,
+    source: str = "src",
+    stage: Any = "fetch",
+    error_class: str = "http_500",
+    key: str = "",
+    attempts: int = 1,
+    seen: float = T0,
+    message: str = "boom",
+    payload: Any = None,
+    **extra: Any,
+) -> DeadLetter:
+    return DeadLetter(
+        source=source,
+        url=url,
+        stage=stage,
+        error_class=error_class,
+        message=message,
+        attempts=attempts,
+        first_seen=seen,
+        last_seen=seen,
+        record_key=key,
+        payload=payload,
+        **extra,
+    )
+
+
+def ids(entries: list[DeadLetter]) -> set[str]:
+    return {e.id for e in entries}
+
+
+class DeadLetterConformance:
+    """Mixin: subclasses provide the ``store`` fixture (a fresh, empty store)."""
+
+    def test_implements_protocol(self, store: DeadLetterStore) -> None:
+        assert isinstance(store, DeadLetterStore)
+
+    def test_empty(self, store: DeadLetterStore) -> None:
+        assert store.put([]) == 0
+        assert store.list() == []
+        assert store.list(status=None) == []
+        assert store.get("nope") is None
+        assert store.counts() == {"open": 0, "review": 0, "resolved": 0}
+        assert store.reasons("src") == {}
+
+    def test_put_new_returns_how_many_are_new(self, store: DeadLetterStore) -> None:
+        a, b = letter("https://example.test/a"), letter("https://example.test/b")
+        assert store.put([a, b]) == 2
+        c = letter("https://example.test/c")
+        assert store.put([a, c]) == 1
+        assert store.counts() == {"open": 3, "review": 0, "resolved": 0}
+
+    def test_get_returns_what_was_put(self, store: DeadLetterStore) -> None:
+        entry = letter(
+            key="rec-1",
+            stage="validate",
+            error_class="expectation_failed",
+            attempts=2,
+            message="price must be positive",
+            payload={"id": 1, "price": -3},
+            failed_expectations=[{"expectation": "expect_column_values_to_be_between"}],
+            flow_run_id="run-42",
+        )
+        store.put([entry])
+        got = store.get(entry.id)
+        assert got is not None
+        assert got.to_dict() == entry.to_dict()
+        assert got.status == "open"
+        assert got.resolution is None
+
+    def test_same_failure_again_updates_one_entry(self, store: DeadLetterStore) -> None:
+        first = letter(attempts=3, seen=T0, message="first")
+        assert store.put([first]) == 1
+        again = letter(attempts=2, seen=T0 + 100, message="second")
+        assert again.id == first.id
+        assert store.put([again]) == 0
+        got = store.get(first.id)
+        assert got is not None
+        assert got.attempts == 3  # the max, not the latest
+        assert got.first_seen == T0
+        assert got.last_seen == T0 + 100
+        assert store.put([letter(attempts=5, seen=T0 + 200)]) == 0
+        got = store.get(first.id)
+        assert got is not None
+        assert (got.attempts, got.last_seen) == (5, T0 + 200)
+        assert len(store.list(status=None)) == 1
+        assert store.counts()["open"] == 1
+
+    def test_duplicates_within_one_put_count_once(self, store: DeadLetterStore) -> None:
+        assert store.put([letter(attempts=1), letter(attempts=4, seen=T0 + 1)]) == 1
+        (only,) = store.list()
+        assert only.attempts == 4
+
+    def test_identity_fields_make_distinct_entries(self, store: DeadLetterStore) -> None:
+        entries = [
+            letter(),
+            letter(source="other"),
+            letter("https://example.test/2"),
+            letter(stage="parse"),
+            letter(error_class="timeout"),
+            letter(key="rec-1"),
+        ]
+        assert len(ids(entries)) == len(entries)
+        assert store.put(entries) == len(entries)
+        assert len(store.list(status=None)) == len(entries)
+
+    def test_retries_exhausted_prefix_is_the_same_failure(self, store: DeadLetterStore) -> None:
+        plain = letter(error_class="http_500")
+        wrapped = letter(error_class="retries_exhausted:http_500", seen=T0 + 1)
+        assert (
+            plain.id
+            == wrapped.id
+            == dead_letter_id("src", "https://example.test/1", "fetch", "http_500")
+        )
+        assert store.put([plain]) == 1
+        assert store.put([wrapped]) == 0
+
+    def test_list_filters(self, store: DeadLetterStore) -> None:
+        entries = {
+            "a-fetch-500": letter("https://example.test/1", error_class="http_500"),
+            "a-fetch-ex": letter(
+                "https://example.test/2", error_class="retries_exhausted:http_500"
+            ),
+            "a-fetch-404": letter("https://example.test/3", error_class="http_404"),
+            "a-fetch-5000": letter("https://example.test/4", error_class="http_5000"),
+            "a-parse": letter("https://example.test/5", stage="parse", error_class="parse_error"),
+            "b-fetch-500": letter("https://example.test/1", source="b", error_class="http_500"),
+        }
+        store.put(list(entries.values()))
+        eid = {name: e.id for name, e in entries.items()}
+
+        def names(found: list[DeadLetter]) -> set[str]:
+            back = {v: k for k, v in eid.items()}
+            return {back[e.id] for e in found}
+
+        assert names(store.list()) == set(entries)
+        assert names(store.list(source="src")) == set(entries) - {"b-fetch-500"}
+        assert names(store.list(source="b")) == {"b-fetch-500"}
+        assert names(store.list(stage="parse")) == {"a-parse"}
+        assert names(store.list(error_class="http_500")) == {
+            "a-fetch-500",
+            "a-fetch-ex",
+            "b-fetch-500",
+        }
+        assert names(store.list(error_class="retries_exhausted:http_500")) == {"a-fetch-ex"}
+        assert names(store.list(source="src", stage="fetch", error_class="http_500")) == {
+            "a-fetch-500",
+            "a-fetch-ex",
+        }
+        assert names(store.list(error_class="http_50")) == set()
+        assert store.list(source="nope") == []
+        assert len(store.list(limit=2)) == 2
+        assert len(store.list(source="src", limit=100)) == 5
+
+    def test_error_class_filter_is_literal(self, store: DeadLetterStore) -> None:
+        store.put(
+            [
+                letter("https://example.test/1", error_class="retries_exhausted:httpX500"),
+                letter("https://example.test/2", error_class="retries_exhausted:HTTP_500"),
+            ]
+        )
+        assert store.list(error_class="http_500") == []
+
+    def test_status_filter(self, store: DeadLetterStore) -> None:
+        a, b, c = (letter(f"https://example.test/{n}") for n in "abc")
+        store.put([a, b, c])
+        assert store.resolve(b.id, "fixed upstream")
+        assert ids(store.list()) == {a.id, c.id}  # open by default
+        assert ids(store.list(status="open")) == {a.id, c.id}
+        assert ids(store.list(status="resolved")) == {b.id}
+        assert ids(store.list(status=None)) == {a.id, b.id, c.id}
+        assert store.list(status="review") == []
+
+    def test_counts_per_status(self, store: DeadLetterStore) -> None:
+        store.put([letter(f"https://example.test/{n}") for n in range(4)])
+        store.put([letter("https://example.test/x", source="other")])
+        store.resolve(letter("https://example.test/0").id, "ok")
+        assert store.counts() == {"open": 4, "review": 0, "resolved": 1}
+        assert store.counts("src") == {"open": 3, "review": 0, "resolved": 1}
+        assert store.counts("other") == {"open": 1, "review": 0, "resolved": 0}
+        assert store.counts("nobody") == {"open": 0, "review": 0, "resolved": 0}
+
+    def test_reasons_are_stage_slash_error_class(self, store: DeadLetterStore) -> None:
+        store.put(
+            [
+                letter("https://example.test/1", error_class="http_500"),
+                letter("https://example.test/2", error_class="http_500"),
+                letter("https://example.test/3", stage="parse", error_class="parse_error"),
+                letter("https://example.test/4", error_class="http_404"),
+                letter("https://example.test/5", source="other", error_class="timeout"),
+            ]
+        )
+        store.resolve(letter("https://example.test/4", error_class="http_404").id, "gone")
+        assert store.reasons("src") == {"fetch/http_500": 2, "parse/parse_error": 1}
+        assert store.reasons("src", status="resolved") == {"fetch/http_404": 1}
+        assert store.reasons("src", status=None) == {
+            "fetch/http_500": 2,
+            "parse/parse_error": 1,
+            "fetch/http_404": 1,
+        }
+        assert store.reasons("other") == {"fetch/timeout": 1}
+
+    def test_resolve_happens_once(self, store: DeadLetterStore) -> None:
+        entry = letter()
+        store.put([entry])
+        assert store.resolve(entry.id, "fixed the parser") is True
+        assert store.resolve(entry.id, "again") is False
+        got = store.get(entry.id)
+        assert got is not None
+        assert (got.status, got.resolution) == ("resolved", "fixed the parser")
+        assert store.resolve("no-such-id", "x") is False
+
+    def test_resolved_entry_seen_again_reopens(self, store: DeadLetterStore) -> None:
+        entry = letter(attempts=2)
+        store.put([entry])
+        store.resolve(entry.id, "thought it was fixed")
+        assert store.put([letter(attempts=1, seen=T0 + 50)]) == 0  # same id: not new
+        got = store.get(entry.id)
+        assert got is not None
+        assert got.status == "open"
+        assert got.resolution is None
+        assert got.last_seen == T0 + 50
+        assert store.counts() == {"open": 1, "review": 0, "resolved": 0}
+        assert store.resolve(entry.id, "fixed for real") is True
+
+    def test_payload_round_trips(self, store: DeadLetterStore) -> None:
+        payload = {
+            "title": "Ünïcödé ☃ — 漢字 🚀",
+            "nested": {"list": [1, 2.5, None, True, {"deep": ["x"]}], "empty": {}},
+            "n": -7,
+        }
+        entries = [
+            letter("https://example.test/dict", payload=payload),
+            letter("https://example.test/str", payload="<html>körper</html>"),
+            letter("https://example.test/list", payload=[1, "two", {"3": 3}]),
+            letter("https://example.test/none", payload=None),
+            letter("https://example.test/zero", payload=0),
+        ]
+        store.put(entries)
+        for entry in entries:
+            got = store.get(entry.id)
+            assert got is not None
+            assert got.payload == entry.payload
+            assert type(got.payload) is type(entry.payload)

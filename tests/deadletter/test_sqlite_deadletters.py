@@ -1,0 +1,146 @@
+"""SQLite dead-letter store: the conformance suite plus its persistence and JSONL archive."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collector.deadletter.base import DeadLetterStore
+from collector.deadletter.sqlite import SqliteDeadLetterStore
+from collector.errors import BackendError
+
+from .conformance import T0, DeadLetterConformance, letter
+
+
+class TestSqliteDeadLetterStore(DeadLetterConformance):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[DeadLetterStore]:
+        s = SqliteDeadLetterStore(tmp_path / "dl.db", archive=tmp_path / "dl.jsonl")
+        yield s
+        s.close()
+
+
+class TestSqliteMemoryDeadLetterStore(DeadLetterConformance):
+    @pytest.fixture
+    def store(self) -> Iterator[DeadLetterStore]:
+        s = SqliteDeadLetterStore(":memory:")
+        yield s
+        s.close()
+
+
+def archive_lines(path: Path) -> list[dict[str, Any]]:
+    data = path.read_bytes()
+    assert data.endswith(b"\n")
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def test_entries_survive_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "dl.db"
+    first = SqliteDeadLetterStore(path)
+    kept, done = letter("https://example.test/1"), letter("https://example.test/2")
+    first.put([kept, done])
+    first.resolve(done.id, "ok")
+    first.close()
+    second = SqliteDeadLetterStore(path)
+    try:
+        assert second.location() == str(path)
+        assert second.counts() == {"open": 1, "review": 0, "resolved": 1}
+        got = second.get(done.id)
+        assert got is not None
+        assert got.resolution == "ok"
+        assert second.put([kept]) == 0
+    finally:
+        second.close()
+
+
+def test_opening_a_non_database_raises_backend_error(tmp_path: Path) -> None:
+    path = tmp_path / "dl.db"
+    path.write_bytes(b"definitely not sqlite " * 100)
+    with pytest.raises(BackendError, match=r"dl\.db"):
+        SqliteDeadLetterStore(path)
+
+
+def test_every_put_and_resolve_is_archived(tmp_path: Path) -> None:
+    archive = tmp_path / "archive" / "dl.jsonl"  # parent folders are created
+    store = SqliteDeadLetterStore(tmp_path / "dl.db", archive=archive)
+    try:
+        a = letter("https://example.test/a", payload={"name": "Zoë", "n": [1, 2]})
+        b = letter("https://example.test/b", stage="parse", error_class="parse_error")
+        store.put([a, b])
+        rows = archive_lines(archive)
+        assert [(r["event"], r["id"]) for r in rows] == [
+            ("quarantined", a.id),
+            ("quarantined", b.id),
+        ]
+        assert rows[0]["payload"] == {"name": "Zoë", "n": [1, 2]}
+        assert rows[0]["url"] == a.url
+        assert rows[1]["stage"] == "parse"
+        assert all(isinstance(r["at"], float) for r in rows)
+
+        store.put([letter("https://example.test/a", attempts=3, seen=T0 + 1)])  # seen again
+        assert store.resolve(a.id, "fixed") is True
+        assert store.resolve(a.id, "fixed twice") is False  # not archived: nothing happened
+        assert store.resolve("no-such-id", "x") is False
+        rows = archive_lines(archive)
+        assert [(r["event"], r["id"]) for r in rows[2:]] == [
+            ("quarantined", a.id),
+            ("resolved", a.id),
+        ]
+        assert rows[2]["attempts"] == 3
+        assert rows[3]["resolution"] == "fixed"
+        assert store.put([]) == 0
+        assert len(archive_lines(archive)) == 4
+    finally:
+        store.close()
+
+
+def test_archive_is_append_only(tmp_path: Path) -> None:
+    archive = tmp_path / "dl.jsonl"
+    store = SqliteDeadLetterStore(tmp_path / "dl.db", archive=archive)
+    snapshots: list[bytes] = []
+
+    def step() -> None:
+        data = archive.read_bytes()
+        if snapshots:
+            assert data.startswith(snapshots[-1])
+            assert len(data) > len(snapshots[-1])
+        snapshots.append(data)
+
+    try:
+        for n in range(3):
+            store.put([letter(f"https://example.test/{n}", attempts=n + 1)])
+            step()
+        store.put([letter("https://example.test/0", attempts=9, seen=T0 + 5)])
+        step()
+        store.resolve(letter("https://example.test/1").id, "done")
+        step()
+        store.put([letter("https://example.test/1", seen=T0 + 9)])  # re-opens it
+        step()
+    finally:
+        store.close()
+    # a new store on the same files keeps appending to the same archive
+    again = SqliteDeadLetterStore(tmp_path / "dl.db", archive=archive)
+    try:
+        again.resolve(letter("https://example.test/2").id, "later")
+        step()
+    finally:
+        again.close()
+    events = [r["event"] for r in archive_lines(archive)]
+    assert events == ["quarantined"] * 4 + ["resolved", "quarantined", "resolved"]
+
+
+def test_archive_survives_a_deleted_database(tmp_path: Path) -> None:
+    archive = tmp_path / "dl.jsonl"
+    store = SqliteDeadLetterStore(tmp_path / "dl.db", archive=archive)
+    entry = letter(payload={"x": 1})
+    store.put([entry])
+    store.close()
+    for path in tmp_path.glob("dl.db*"):
+        path.unlink()
+    rows = archive_lines(archive)
+    assert rows[0]["id"] == entry.id
+    assert rows[0]["payload"] == {"x": 1}

@@ -1,0 +1,277 @@
+"""Sink conformance: the behaviour every Sink backend must have.
+
+A backend's test module subclasses :class:`SinkConformance` and provides two fixtures:
+
+* ``sink``: a fresh, empty sink;
+* ``reopen``: a callable that closes the current instance and returns a new instance of the
+  same backend on the same storage (the test then uses only the new one).
+
+Only the :class:`collector.sinks.base.Sink` protocol is used here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collector.sinks.base import Sink, SinkRecord, WriteResult
+
+Reopen = Callable[[], Sink]
+
+
+def rec(key: str, **record: Any) -> SinkRecord:
+    return SinkRecord(key=key, record={"id": key, **record}, url=f"https://example.test/{key}")
+
+
+def result(
+    written: int = 0, unchanged: int = 0, stale_keys: list[str] | None = None
+) -> WriteResult:
+    stale = list(stale_keys or [])
+    return WriteResult(written=written, unchanged=unchanged, stale=len(stale), stale_keys=stale)
+
+
+# JSON-shaped record content (what a parser produces); NaN and >64-bit ints are left out.
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+CONTENT = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+SMALL_CONTENT = st.sampled_from(["a", "b", "c"])
+KEYS = st.sampled_from(["k1", "k2", "k3"])
+
+
+class SinkConformance:
+    """Mixin: subclasses provide the ``sink`` and ``reopen`` fixtures."""
+
+    def test_implements_protocol(self, sink: Sink) -> None:
+        assert isinstance(sink, Sink)
+        assert isinstance(sink.location(), str)
+        assert sink.location()
+
+    def test_empty(self, sink: Sink) -> None:
+        assert sink.count() == 0
+        assert sink.get("nope") is None
+        assert sink.write([], token=1, batch_id="b0") == WriteResult()
+        assert sink.remove_batch("nope") == 0
+
+    def test_write_new_keys(self, sink: Sink) -> None:
+        got = sink.write([rec("a", v=1), rec("b", v=2)], token=1, batch_id="b1")
+        assert got == result(written=2)
+        assert sink.count() == 2
+        assert sink.get("a") == {"id": "a", "v": 1}
+        assert sink.get("b") == {"id": "b", "v": 2}
+        assert sink.get("c") is None
+
+    def test_same_content_again_is_unchanged(self, sink: Sink) -> None:
+        sink.write([rec("a", v=1), rec("b", v=2)], token=1, batch_id="b1")
+        for token in (1, 2):
+            again = sink.write([rec("a", v=1), rec("b", v=2)], token=token, batch_id=f"r{token}")
+            assert again == result(unchanged=2)
+            assert sink.count() == 2
+            assert sink.get("a") == {"id": "a", "v": 1}
+
+    def test_same_content_with_key_order_changed_is_unchanged(self, sink: Sink) -> None:
+        sink.write([SinkRecord("a", {"x": 1, "y": 2}, "u")], token=1, batch_id="b1")
+        again = sink.write([SinkRecord("a", {"y": 2, "x": 1}, "u")], token=1, batch_id="b2")
+        assert again == result(unchanged=1)
+
+    @pytest.mark.parametrize("newer", [0, 1, 10])
+    def test_changed_content_same_or_newer_token_is_written(self, sink: Sink, newer: int) -> None:
+        sink.write([rec("a", v=1), rec("b", v=1)], token=5, batch_id="b1")
+        got = sink.write([rec("a", v=2)], token=5 + newer, batch_id="b2")
+        assert got == result(written=1)
+        assert sink.get("a") == {"id": "a", "v": 2}
+        assert sink.get("b") == {"id": "b", "v": 1}
+        assert sink.count() == 2
+
+    def test_older_token_is_stale(self, sink: Sink) -> None:
+        sink.write([rec("a", v=1)], token=5, batch_id="b1")
+        got = sink.write([rec("a", v=2), rec("new", v=1)], token=4, batch_id="b0")
+        assert got == result(written=1, stale_keys=["a"])
+        assert sink.get("a") == {"id": "a", "v": 1}
+        assert sink.get("new") == {"id": "new", "v": 1}
+        assert sink.count() == 2
+
+    def test_older_token_with_same_content_is_not_written(self, sink: Sink) -> None:
+        sink.write([rec("a", v=1)], token=5, batch_id="b1")
+        got = sink.write([rec("a", v=1)], token=4, batch_id="b0")
+        assert got.written == 0
+        assert got.written + got.unchanged + got.stale == 1
+        assert sink.get("a") == {"id": "a", "v": 1}
+
+    def test_unchanged_write_still_fences_older_tokens(self, sink: Sink) -> None:
+        sink.write([rec("a", v=1)], token=1, batch_id="b1")  # first holder
+        assert sink.write([rec("a", v=1)], token=5, batch_id="b5") == result(unchanged=1)
+        # a worker that paused since token 3 comes back: the holder of token 5 owns the key
+        late = sink.write([rec("a", v=2)], token=3, batch_id="b3")
+        assert late == result(stale_keys=["a"])
+        assert sink.get("a") == {"id": "a", "v": 1}
+
+    def test_duplicates_within_one_write(self, sink: Sink) -> None:
+        got = sink.write([rec("a", v=1), rec("a", v=1), rec("b", v=1)], token=1, batch_id="b1")
+        assert got == result(written=2, unchanged=1)
+        assert sink.count() == 2
+        last_wins = sink.write([rec("a", v=2), rec("a", v=3)], token=1, batch_id="b2")
+        assert last_wins.written + last_wins.unchanged == 2
+        assert last_wins.stale == 0
+        assert sink.get("a") == {"id": "a", "v": 3}
+        assert sink.count() == 2
+
+    def test_durable_across_reopen(self, sink: Sink, reopen: Reopen) -> None:
+        sink.write([rec(f"k{i}", v=i) for i in range(10)], token=1, batch_id="b1")
+        sink.write([rec("k3", v="changed")], token=2, batch_id="b2")
+        sink.write([rec("k4", v="stale")], token=0, batch_id="b0")
+        again = reopen()
+        assert again.count() == 10
+        assert again.get("k3") == {"id": "k3", "v": "changed"}
+        assert again.get("k4") == {"id": "k4", "v": 4}
+        assert again.get("k9") == {"id": "k9", "v": 9}
+        # idempotence and fencing survive the reopen too
+        assert again.write([rec("k9", v=9)], token=2, batch_id="b3") == result(unchanged=1)
+        assert again.write([rec("k3", v="x")], token=1, batch_id="b4") == result(stale_keys=["k3"])
+        third = reopen()
+        assert third.count() == 10
+        assert third.get("k3") == {"id": "k3", "v": "changed"}
+
+    def test_remove_batch_removes_exactly_that_batch(self, sink: Sink, reopen: Reopen) -> None:
+        sink.write([rec("a", v=1), rec("b", v=1)], token=1, batch_id="keep")
+        sink.write([rec("c", v=1), rec("d", v=1)], token=2, batch_id="undo")
+        sink.write([rec("e", v=1)], token=3, batch_id="keep-too")
+        assert sink.remove_batch("undo") == 2
+        assert sink.count() == 3
+        assert sink.get("c") is None
+        assert sink.get("d") is None
+        assert [sink.get(k) for k in "abe"] == [{"id": k, "v": 1} for k in "abe"]
+        assert sink.remove_batch("undo") == 0
+        assert sink.remove_batch("never") == 0
+        again = reopen()
+        assert again.count() == 3
+        assert again.get("c") is None
+        assert again.get("a") == {"id": "a", "v": 1}
+
+    def test_remove_batch_only_counts_keys_it_still_holds(self, sink: Sink) -> None:
+        sink.write([rec("a", v=1), rec("b", v=1)], token=1, batch_id="b1")
+        sink.write([rec("a", v=2)], token=2, batch_id="b2")  # b2 now holds a
+        assert sink.remove_batch("b1") == 1  # only b
+        assert sink.get("a") == {"id": "a", "v": 2}
+        assert sink.get("b") is None
+        assert sink.count() == 1
+
+    def test_key_can_be_written_again_after_its_batch_was_removed(self, sink: Sink) -> None:
+        sink.write([rec("a", v=1)], token=5, batch_id="b5")
+        assert sink.remove_batch("b5") == 1
+        assert sink.write([rec("a", v=2)], token=6, batch_id="b6") == result(written=1)
+        assert sink.get("a") == {"id": "a", "v": 2}
+        assert sink.count() == 1
+
+    def test_count_is_distinct_keys(self, sink: Sink) -> None:
+        for token in range(1, 6):
+            sink.write(
+                [rec(f"k{i}", v=token) for i in range(token)], token=token, batch_id=str(token)
+            )
+        assert sink.count() == 5
+
+    def test_nested_and_unicode_content_round_trips(self, sink: Sink, reopen: Reopen) -> None:
+        content = {"name": "Ünïcödé ☃ 漢字", "nested": {"a": [1, 2.5, None, True]}, "e": ""}
+        sink.write([SinkRecord("k", content, "u")], token=1, batch_id="b1")
+        assert sink.get("k") == content
+        assert reopen().get("k") == content
+
+    # --- properties ---------------------------------------------------------------------------
+    def _check_last_highest_token_wins(
+        self, sink: Sink, reopen: Reopen, writes_strategy: st.SearchStrategy[Any]
+    ) -> None:
+        current = {"sink": sink}
+        expected: dict[str, Any] = {}  # every key of every example, prefixed per example
+
+        @settings(
+            max_examples=60,
+            deadline=None,
+            derandomize=True,
+            suppress_health_check=[HealthCheck.too_slow],
+        )
+        @given(writes=writes_strategy)
+        def run(writes: list[tuple[int, list[tuple[str, Any]]]]) -> None:
+            s = current["sink"]
+            prefix = uuid.uuid4().hex[:8]  # keys of this example only: examples don't interact
+            model: dict[str, tuple[int, Any]] = {}  # key -> (highest token seen, content)
+            before = s.count()
+            for n, (token, batch) in enumerate(writes):
+                want = WriteResult()
+                for key, content in batch:
+                    prev = model.get(key)
+                    if prev is not None and token < prev[0]:
+                        want.stale += 1
+                        want.stale_keys.append(f"{prefix}{key}")
+                    elif prev is not None and prev[1] == content:
+                        want.unchanged += 1
+                        model[key] = (token, content)
+                    else:
+                        want.written += 1
+                        model[key] = (token, content)
+                records = [SinkRecord(f"{prefix}{k}", {"c": c}, "u") for k, c in batch]
+                got = s.write(records, token=token, batch_id=f"{prefix}-{n}")
+                assert got == want
+            for key, (_, content) in model.items():
+                assert s.get(f"{prefix}{key}") == {"c": content}
+                expected[f"{prefix}{key}"] = {"c": content}
+            assert s.count() == before + len(model)
+
+        run()
+        again = reopen()
+        assert again.count() == len(expected)
+        for key, record in expected.items():
+            assert again.get(key) == record
+
+    def test_property_nondecreasing_tokens(self, sink: Sink, reopen: Reopen) -> None:
+        """Tokens that only grow (the common case): last write wins, with exact results."""
+        batches = st.lists(
+            st.tuples(st.integers(0, 2), st.lists(st.tuples(KEYS, CONTENT), max_size=4)),
+            max_size=8,
+        )
+
+        @st.composite
+        def rising(draw: st.DrawFn) -> list[tuple[int, list[tuple[str, Any]]]]:
+            token, out = 1, []
+            for step, batch in draw(batches):
+                token += step
+                out.append((token, batch))
+            return out
+
+        self._check_last_highest_token_wins(sink, reopen, rising())
+
+    def test_property_any_tokens_new_content(self, sink: Sink, reopen: Reopen) -> None:
+        """Any tokens, every write with new content: the highest token wins, the rest stale."""
+
+        @st.composite
+        def fresh_content(draw: st.DrawFn) -> list[tuple[int, list[tuple[str, Any]]]]:
+            out = []
+            for n, (token, keys) in enumerate(
+                draw(st.lists(st.tuples(st.integers(1, 5), st.lists(KEYS, max_size=4)), max_size=8))
+            ):
+                out.append((token, [(k, f"{n}.{i}") for i, k in enumerate(keys)]))
+            return out
+
+        self._check_last_highest_token_wins(sink, reopen, fresh_content())
+
+    def test_property_any_tokens(self, sink: Sink, reopen: Reopen) -> None:
+        """Any tokens: each key ends with the last write of the highest token."""
+        writes = st.lists(
+            st.tuples(st.integers(1, 5), st.lists(st.tuples(KEYS, SMALL_CONTENT), max_size=4)),
+            max_size=8,
+        )
+        self._check_last_highest_token_wins(sink, reopen, writes)
