@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Self
-from urllib.parse import urlsplit
 
 import httpx
 
@@ -163,8 +162,11 @@ class FetchEngine:
             max_keepalive_connections=self.connections_per_client,
         )
         self._lendable = asyncio.Queue()
+        # One TLS context for all clients: building one loads the CA bundle (~10 ms each).
+        tls = httpx.create_ssl_context()
         for _ in range(n_clients):
             client = httpx.AsyncClient(
+                verify=tls,
                 timeout=httpx.Timeout(self.http_timeout_s),
                 limits=pool,
                 headers=self.headers,
@@ -189,8 +191,9 @@ class FetchEngine:
         self._lendable = None
 
     async def _check_request(self, request: httpx.Request) -> None:
-        # Runs for the first request and for every redirect hop.
-        self.host_policy.check(str(request.url))
+        # Runs before the first request and before every redirect hop.
+        url = request.url
+        self.host_policy.check_request(url.scheme, url.host, str(url))
 
     # --- fetching --------------------------------------------------------------------------
     async def fetch_batch(
@@ -309,7 +312,7 @@ class FetchEngine:
             )
 
     def _domain_slot(self, url: str) -> tuple[str, asyncio.Semaphore]:
-        host = (urlsplit(url).hostname or "").lower()
+        host = _host_of(url)
         slot = self._domain_slots.get(host)
         if slot is None:
             slot = self._domain_slots[host] = asyncio.Semaphore(self.per_domain_concurrency)
@@ -323,7 +326,6 @@ class FetchEngine:
         Raises _TooLate, without sending anything, when the slot is only free after
         ``start_by``.
         """
-        self.host_policy.check(url)
         assert self._lendable is not None
         host, domain_slot = self._domain_slot(url)
         async with domain_slot:
@@ -394,6 +396,15 @@ class FetchEngine:
             raise RecoverableFetchError(
                 f"{type(exc).__name__}: {exc}", error_class="network_error"
             ) from exc
+
+
+def _host_of(url: str) -> str:
+    """The host of an absolute URL, cheaply (``urlsplit`` costs ~10 us a call on the hot path)."""
+    _, _, rest = url.partition("://")
+    netloc = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0].rpartition("@")[2]
+    if netloc.startswith("["):
+        return netloc[1:].split("]", 1)[0].lower()
+    return netloc.split(":", 1)[0].lower()
 
 
 def _status_error(response: httpx.Response, url: str) -> FetchError:

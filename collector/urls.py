@@ -68,7 +68,10 @@ class HostPolicy:
         reason = check_url_syntax(url)
         if reason is not None:
             return reason
-        host = (urlsplit(url).hostname or "").lower()
+        return self.host_refusal((urlsplit(url).hostname or "").lower())
+
+    def host_refusal(self, host: str) -> str | None:
+        """Why connecting to ``host`` (lower case, no port) is not allowed, or None. Cached."""
         if self.allowed_hosts and host not in self.allowed_hosts:
             return f"host {host!r} is not in the source's allowed_hosts"
         if self.allow_private_networks:
@@ -80,6 +83,15 @@ class HostPolicy:
     def check(self, url: str) -> None:
         """Raise PermanentFetchError(refused_url) when ``url`` must not be fetched."""
         reason = self.refusal(url)
+        if reason is not None:
+            raise PermanentFetchError(reason, error_class="refused_url")
+
+    def check_request(self, scheme: str, host: str, url: str) -> None:
+        """The per-request form of :meth:`check`, for parts the HTTP client already parsed."""
+        if scheme not in ALLOWED_SCHEMES:
+            reason: str | None = f"URL scheme {scheme!r} is not allowed (http, https): {url!r}"
+        else:
+            reason = self.host_refusal(host.lower())
         if reason is not None:
             raise PermanentFetchError(reason, error_class="refused_url")
 

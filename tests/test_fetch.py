@@ -1,0 +1,207 @@
+"""The fetch engine against the real local fault site: limits, deadlines, caps, retries."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from collector.demo.site import FaultSite
+from collector.fetch import FetchEngine, FetchResult
+from collector.frontier.base import ClaimedItem
+from collector.ratelimit import LimitsRateLimiter
+from collector.retry import RetryBudget, RetrySettings
+from collector.urls import HostPolicy
+
+FAST_RETRY = RetrySettings(base_s=0.01, cap_s=0.05, max_attempts=3, max_inline_delay_s=2)
+
+
+def engine(**options: object) -> FetchEngine:
+    defaults: dict[str, object] = {
+        "retry": FAST_RETRY,
+        "host_policy": HostPolicy(allow_private_networks=True),
+        "http_timeout_s": 2.0,
+        "request_deadline_s": 3.0,
+        "concurrency": 8,
+        "per_domain_concurrency": 8,
+    }
+    return FetchEngine(**{**defaults, **options})  # type: ignore[arg-type]
+
+
+def items(*urls: str) -> list[ClaimedItem]:
+    return [ClaimedItem(url, 0, None, 0.0) for url in urls]
+
+
+def budget() -> RetryBudget:
+    return RetryBudget(ratio=1.0, min_retries=100)
+
+
+async def fetch(e: FetchEngine, *urls: str, **kwargs: object) -> list[FetchResult]:
+    async with e:
+        return await e.fetch_batch(items(*urls), budget=budget(), **kwargs)  # type: ignore[arg-type]
+
+
+async def test_ok_body_and_order_preserved(site: FaultSite) -> None:
+    urls = [site.url(f"/items/{i}.json") for i in range(20)]
+    results = await fetch(engine(), *urls)
+    assert [r.url for r in results] == urls
+    assert all(r.status == "ok" and r.http_status == 200 for r in results)
+    assert b'"id": 3' in results[3].body or b'"id":3' in results[3].body
+
+
+async def test_permanent_errors_are_fetched_once(site: FaultSite) -> None:
+    (missing,) = await fetch(engine(), site.url("/missing/1.json"))
+    assert missing.status == "failed" and missing.decision is not None
+    assert missing.decision.action == "dead" and missing.decision.reason == "http_404"
+    assert missing.attempts == 1 and site.request_count("/missing/1.json") == 1
+
+
+async def test_recoverable_errors_are_retried_inline_then_succeed(site: FaultSite) -> None:
+    path = "/items/1.json?status=503&times=2"
+    (result,) = await fetch(engine(), site.url(path))
+    assert result.status == "ok" and result.attempts == 3
+    assert site.request_count(path) == 3
+
+
+async def test_exhausted_retries_are_dead(site: FaultSite) -> None:
+    path = "/items/1.json?status=500&times=-1"
+    (result,) = await fetch(engine(), site.url(path))
+    assert result.decision is not None
+    assert result.decision.reason == "retries_exhausted:http_500"
+    assert site.request_count(path) == FAST_RETRY.max_attempts
+
+
+async def test_retry_after_is_honoured_inline(site: FaultSite) -> None:
+    path = "/items/2.json?status=429&retry_after=1"
+    (result,) = await fetch(engine(), site.url(path))
+    assert result.status == "ok"
+    first, second = [r for r in site.requests if r.path == path]
+    assert second.at - first.at >= 0.95
+
+
+async def test_long_retry_after_is_deferred_to_the_frontier(site: FaultSite) -> None:
+    (result,) = await fetch(engine(), site.url("/items/3.json?status=429&retry_after=30"))
+    assert result.status == "failed" and result.decision is not None
+    assert result.decision.action == "later" and result.decision.delay_s >= 30
+
+
+async def test_deadline_really_cancels_a_slow_response(site: FaultSite) -> None:
+    e = engine(
+        http_timeout_s=5.0,
+        request_deadline_s=0.3,
+        retry=RetrySettings(max_attempts=1),
+    )
+    began = time.monotonic()
+    (result,) = await fetch(e, site.url("/items/4.json?delay=3"))
+    assert time.monotonic() - began < 1.5
+    assert result.error is not None and result.error.error_class == "timeout"
+
+
+async def test_oversized_body_is_refused_without_reading_it_all(site: FaultSite) -> None:
+    e = engine(max_response_bytes=100_000)
+    began = time.monotonic()
+    (result,) = await fetch(e, site.url("/items/5.json?bytes=500000000"))
+    assert time.monotonic() - began < 5
+    assert result.error is not None and result.error.error_class == "too_large"
+    assert result.decision is not None and result.decision.action == "dead"
+
+
+async def test_malformed_body_is_returned_for_the_parser(site: FaultSite) -> None:
+    (result,) = await fetch(engine(), site.url("/items/6.json?malformed=1"))
+    assert result.status == "ok" and result.body.endswith(b'"pri')
+
+
+async def test_redirect_is_followed_and_final_url_reported(site: FaultSite) -> None:
+    (result,) = await fetch(engine(), site.url("/items/7.json?redirect=/items/8.json"))
+    assert result.status == "ok" and result.final_url == site.url("/items/8.json")
+
+
+async def test_redirect_to_a_host_outside_allowed_hosts_is_refused(site: FaultSite) -> None:
+    policy = HostPolicy(allow_private_networks=True, allowed_hosts=["127.0.0.1"])
+    target = f"http://localhost:{site.base_url.rsplit(':', 1)[1]}/items/9.json"
+    (result,) = await fetch(
+        engine(host_policy=policy), site.url(f"/items/1.json?redirect={target}")
+    )
+    assert result.error is not None and result.error.error_class == "refused_url"
+    assert site.request_count("/items/9.json") == 0
+
+
+async def test_private_hosts_are_refused_before_any_request(site: FaultSite) -> None:
+    (result,) = await fetch(
+        engine(host_policy=HostPolicy(allow_private_networks=False)), site.url("/items/1.json")
+    )
+    assert result.error is not None and result.error.error_class == "refused_url"
+    assert site.request_count() == 0
+
+
+async def test_unreachable_port_is_a_recoverable_connect_error() -> None:
+    (result,) = await fetch(
+        engine(retry=RetrySettings(max_attempts=1)), "http://127.0.0.1:9/nothing.json"
+    )
+    assert result.error is not None and result.error.error_class == "connect_error"
+    assert result.error.permanent is False
+
+
+async def test_per_domain_concurrency_is_bounded(site: FaultSite) -> None:
+    # 12 requests of 0.3 s through 3 slots: at least 4 waves, never 4 in flight at once.
+    urls = [site.url(f"/items/{i}.json?delay=0.3") for i in range(12)]
+    began = time.monotonic()
+    results = await fetch(engine(concurrency=12, per_domain_concurrency=3), *urls)
+    elapsed = time.monotonic() - began
+    assert all(r.status == "ok" for r in results)
+    assert elapsed >= 4 * 0.3 - 0.05
+
+
+async def test_per_domain_rate_is_enforced(site: FaultSite) -> None:
+    urls = [site.url(f"/items/{i}.json") for i in range(25)]
+    began = time.monotonic()
+    results = await fetch(engine(rate_limiter=LimitsRateLimiter("10/second")), *urls)
+    assert all(r.status == "ok" for r in results)
+    assert time.monotonic() - began >= 2.0  # 10 now, 10 after 1 s, 5 after 2 s
+    arrivals = sorted(r.at for r in site.requests)
+    for start in arrivals:  # no 1-second window holds more than 10 requests
+        assert sum(1 for t in arrivals if start <= t < start + 0.95) <= 10
+
+
+async def test_retry_budget_defers_instead_of_retrying(site: FaultSite) -> None:
+    tight = RetryBudget(ratio=0.0, min_retries=1)
+    urls = [site.url(f"/items/{i}.json?status=503&times=1") for i in range(5)]
+    async with engine() as e:
+        results = await e.fetch_batch(items(*urls), budget=tight)
+    ok = [r for r in results if r.status == "ok"]
+    deferred = [r for r in results if r.decision and r.decision.reason == "retry_budget"]
+    assert len(ok) == 1 and len(deferred) == 4
+    assert all(r.decision is not None and r.decision.action == "later" for r in deferred)
+    assert tight.refused == 4
+
+
+async def test_batch_timeout_returns_results_instead_of_hanging(site: FaultSite) -> None:
+    # Eight 1 s requests through one slot cannot finish in a 3 s batch: the engine returns in
+    # time, with the unstarted ones skipped (unchanged) and none lost.
+    urls = [site.url(f"/items/{i}.json?delay=1") for i in range(8)]
+    e = engine(concurrency=1, per_domain_concurrency=1, request_deadline_s=1.5)
+    began = time.monotonic()
+    results = await fetch(e, *urls, batch_timeout_s=3.0)
+    assert time.monotonic() - began < 3.0
+    assert len(results) == 8
+    statuses = [r.status for r in results]
+    assert statuses.count("ok") >= 1 and "skipped" in statuses
+    assert all(r.attempts == 0 for r in results if r.status == "skipped")
+
+
+@pytest.mark.parametrize("scheme_url", ["ftp://127.0.0.1/x", "file:///etc/passwd"])
+async def test_non_http_schemes_are_refused(scheme_url: str) -> None:
+    (result,) = await fetch(engine(), scheme_url)
+    assert result.error is not None and result.error.error_class == "refused_url"
+
+
+async def test_many_concurrent_batches_share_one_engine(site: FaultSite) -> None:
+    async with engine(concurrency=16, per_domain_concurrency=16) as e:
+        batches = [
+            e.fetch_batch(items(*[site.url(f"/items/{b * 50 + i}.json") for i in range(50)]),
+                          budget=budget())
+            for b in range(4)
+        ]  # fmt: skip
+        results = await asyncio.gather(*batches)
+    assert sum(r.status == "ok" for batch in results for r in batch) == 200
