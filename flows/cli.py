@@ -133,11 +133,15 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
     from collector.config import SourceError, load_source
 
     try:
-        load_source(source)
+        loaded = load_source(source)
     except SourceError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return EXIT_INVALID, None
+    if loaded.suite_path is not None:
+        from collector.validation_worker import prewarm
+
+        prewarm(loaded.suite_path)  # GX imports on the other core while Prefect starts
     from flows.collect import progress_listeners, run_collect
 
     progress = _Progress(enabled=not args.json and sys.stderr.isatty())

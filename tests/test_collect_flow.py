@@ -256,3 +256,29 @@ async def test_artifacts_are_published(tmp_path: Path, site: FaultSite) -> None:
     assert set(by_type) >= {"progress", "table", "markdown"}
     assert "fetch/http_404" in str(by_type["markdown"].data)
     assert float(by_type["progress"].data) == 100.0
+
+
+async def test_secrets_never_reach_the_dead_letters(
+    tmp_path: Path, site: FaultSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DEMO_API_TOKEN", "s3cr3t-value-123")
+    source_path = write_source(
+        tmp_path,
+        seeds={"urls": [site.url("/missing/1.json?api_key=s3cr3t-value-123&page=2")]},
+        limits={"headers": {"Authorization": "Bearer ${env:DEMO_API_TOKEN}"}},
+    )
+    summary = await collect(source=str(source_path))
+    assert summary["dead_lettered"] == 1
+    source = load_source(source_path)
+    # The dead-letter database (with its WAL) and archive; the frontier keeps the real URL,
+    # because it has to fetch it.
+    for written in source.state_path.glob("deadletters*"):
+        if written.is_file():
+            assert b"s3cr3t-value-123" not in written.read_bytes(), written
+    store = SqliteDeadLetterStore(source.deadletter_path)
+    try:
+        (entry,) = store.list(source=source.name)
+    finally:
+        store.close()
+    assert "api_key=%5Bredacted%5D" in entry.url or "api_key=[redacted]" in entry.url
+    assert "page=2" in entry.url
