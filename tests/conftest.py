@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from collector.demo.site import FaultSite
+from tests.servers import RedisServer
 
 # Quiet and offline, for this process and every subprocess a test starts.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -31,3 +32,21 @@ def prefect_api() -> Iterator[str]:
 def site() -> Iterator[FaultSite]:
     with FaultSite() as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A real redis-server of our own on a free port, for the whole session."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """A clean Redis database for one test."""
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    client.close()
+    yield redis_server.url

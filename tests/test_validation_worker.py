@@ -1,0 +1,75 @@
+"""The GX validation worker process: same answers as in-process, and a safe fallback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collector import validation_worker
+from collector.validation import SuiteValidator
+from collector.validation_worker import ValidationWorker, prewarm
+
+SUITE = {
+    "name": "items",
+    "expectations": [
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "name"}},
+        {
+            "type": "expect_column_values_to_be_between",
+            "kwargs": {"column": "price", "min_value": 0, "max_value": 100},
+        },
+    ],
+}
+RECORDS = [
+    {"id": 1, "name": "a", "price": 5},
+    {"id": 2, "name": None, "price": 5},
+    {"id": 3, "name": "c", "price": -1},
+    {"id": 4, "name": "d", "price": 50},
+]
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(SUITE), encoding="utf-8")
+    return path
+
+
+def _shape(result: object) -> tuple[list[int], list[tuple[int, tuple[str, ...]]]]:
+    good = [r["id"] for r in result.good]  # type: ignore[attr-defined]
+    bad = [(b.index, tuple(f.expectation for f in b.failed)) for b in result.bad]  # type: ignore[attr-defined]
+    return good, bad
+
+
+async def test_worker_answers_like_the_in_process_validator(suite: Path) -> None:
+    prewarm(suite)
+    worker = ValidationWorker(suite)
+    try:
+        remote = await worker.validate(RECORDS)
+        assert worker._process is not None and worker._process.poll() is None
+    finally:
+        await worker.aclose()
+    assert validation_worker._prewarmed == {}  # the prewarmed process was adopted
+    assert _shape(remote) == _shape(SuiteValidator(suite).validate(RECORDS))
+    assert _shape(remote) == (
+        [1, 4],
+        [
+            (1, ("expect_column_values_to_not_be_null",)),
+            (2, ("expect_column_values_to_be_between",)),
+        ],
+    )
+
+
+async def test_a_dead_worker_falls_back_to_in_process_validation(suite: Path) -> None:
+    worker = ValidationWorker(suite)
+    try:
+        worker.start()
+        assert worker._process is not None
+        worker._process.kill()
+        worker._process.wait()
+        result = await worker.validate(RECORDS)
+    finally:
+        await worker.aclose()
+    assert worker._failed is True
+    assert _shape(result)[0] == [1, 4]
