@@ -35,6 +35,7 @@ _PREFECT_DEFAULTS = {
     "PREFECT_LOGGING_SERVER_LEVEL": "ERROR",
     "PREFECT_UI_ENABLED": "false",
     "GX_ANALYTICS_ENABLED": "false",
+    "DO_NOT_TRACK": "1",  # the client-side telemetry notice and calls (offline by design)
 }
 
 
@@ -117,7 +118,7 @@ class _Progress:
                 - ledger.already_dead
                 - ledger.refused_at_plan,
                 detail=f"stored {ledger.stored}  dead {ledger.dead_lettered}  "
-                f"retrying {ledger.retried}",
+                f"deferred {ledger.retried}",
             )
         elif event == "waiting" and self._progress is not None:
             self._progress.update(self._task, detail=f"waiting {data['seconds']:.1f}s for retries")

@@ -16,6 +16,7 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("PREFECT_UI_ENABLED", "false")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
 
 
 @pytest.fixture(scope="session")
