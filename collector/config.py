@@ -155,17 +155,46 @@ class JsonlSinkSettings(_Section):
     path: Path = Field(description="Folder for *.jsonl files, one JSON record a line.")
 
 
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def _check_backend_url(kind: str, backend: str, url: str | None) -> None:
+    if backend == "redis":
+        if not url:
+            raise ValueError(
+                f"{kind} type 'redis' needs url: redis://host:6379/0 (or ${{env:NAME}})"
+            )
+        if not url.startswith(_REDIS_SCHEMES) and not _ENV_REF.fullmatch(url):
+            raise ValueError(f"url must start with redis://, rediss:// or unix://, got {url!r}")
+    elif url is not None:
+        raise ValueError(f"url is only for type 'redis' (this {kind} is {backend!r})")
+
+
 class FrontierSettings(_Section):
-    type: Literal["sqlite"] = "sqlite"
+    type: Literal["sqlite", "redis"] = Field("sqlite", description="Backend of the frontier.")
     path: Path | None = Field(None, description="SQLite file; default <state_dir>/frontier.db.")
+    url: str | None = Field(
+        None, description="Redis URL for type 'redis'; may be ${env:NAME} to keep passwords out."
+    )
+
+    @model_validator(mode="after")
+    def _backend_fields(self) -> Self:
+        _check_backend_url("frontier", self.type, self.url)
+        return self
 
 
 class DeadLetterSettings(_Section):
-    type: Literal["sqlite"] = "sqlite"
+    type: Literal["sqlite", "redis"] = Field("sqlite", description="Backend of the store.")
     path: Path | None = Field(None, description="SQLite file; default <state_dir>/deadletters.db.")
+    url: str | None = Field(None, description="Redis URL for type 'redis' (or ${env:NAME}).")
     archive: Path | None = Field(
         None, description="Append-only JSONL archive; default <state_dir>/deadletters.jsonl."
     )
+
+    @model_validator(mode="after")
+    def _backend_fields(self) -> Self:
+        _check_backend_url("dead-letter store", self.type, self.url)
+        return self
 
 
 SinkSettings = JsonlSinkSettings  # a union on `type` once there are other sinks
@@ -255,26 +284,30 @@ class Source(_Section):
             for i in range(*self.seeds.range):
                 yield template.format(i=i)
 
+    def resolve_env(self, value: str, *, field: str) -> str:
+        """Replace ``${env:NAME}`` in ``value``; a missing variable is a ConfigError."""
+
+        def substitute(match: re.Match[str]) -> str:
+            var = match.group(1)
+            if var not in os.environ:
+                raise ConfigError(f"{field}: environment variable {var} is not set")
+            return os.environ[var]
+
+        return _ENV_REF.sub(substitute, value)
+
     def resolved_headers(self) -> dict[str, str]:
         """Headers with ``${env:NAME}`` replaced; a missing variable is a ConfigError."""
-        resolved: dict[str, str] = {}
-        for name, value in self.limits.headers.items():
-
-            def substitute(match: re.Match[str], header: str = name) -> str:
-                var = match.group(1)
-                if var not in os.environ:
-                    raise ConfigError(
-                        f"limits.headers.{header}: environment variable {var} is not set"
-                    )
-                return os.environ[var]
-
-            resolved[name] = _ENV_REF.sub(substitute, value)
-        return resolved
+        return {
+            name: self.resolve_env(value, field=f"limits.headers.{name}")
+            for name, value in self.limits.headers.items()
+        }
 
     def secret_values(self) -> list[str]:
         """Values that must never appear in logs, artifacts or dead letters."""
         values = []
-        for value in self.limits.headers.values():
+        for value in [*self.limits.headers.values(), self.frontier.url, self.deadletters.url]:
+            if not value:
+                continue
             for var in _ENV_REF.findall(value):
                 secret = os.environ.get(var)
                 if secret:

@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from collector.backends import open_deadletters, open_frontier, open_sink
 from collector.config import Source
-from collector.deadletter import DeadLetter, DeadLetterStore, SqliteDeadLetterStore
+from collector.deadletter import DeadLetter, DeadLetterStore
 from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
 from collector.fetch import FetchEngine, FetchResult
 from collector.frontier import (
@@ -35,13 +36,12 @@ from collector.frontier import (
     Offer,
     Outcome,
     RetryLater,
-    SqliteFrontier,
 )
 from collector.ledger import Ledger
 from collector.parse import RecordParser, dotted_get
 from collector.retry import RetryBudget
 from collector.scrub import Scrubber
-from collector.sinks import JsonlSink, Sink, SinkRecord
+from collector.sinks import Sink, SinkRecord
 from collector.urls import HostPolicy
 
 if TYPE_CHECKING:
@@ -85,11 +85,9 @@ class Collection:
         self.source = source
         self.run_id = run_id
         self.clock = clock
-        self.frontier = frontier or SqliteFrontier(source.frontier_path)
-        self.sink = sink or JsonlSink(source.sink_path, source=source.name)
-        self.deadletters = deadletters or SqliteDeadLetterStore(
-            source.deadletter_path, archive=source.deadletter_archive_path
-        )
+        self.frontier = frontier or open_frontier(source)
+        self.sink = sink or open_sink(source)
+        self.deadletters = deadletters or open_deadletters(source)
         self.ledger = Ledger()
         self.scrub = Scrubber(source.secret_values())
         self.parser = RecordParser(
