@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from collector.errors import BackendError
-
 if TYPE_CHECKING:
     from collector.config import Source
     from collector.deadletter.base import DeadLetterStore
@@ -51,18 +49,3 @@ def open_sink(source: Source) -> Sink:
     from collector.sinks.jsonl import JsonlSink
 
     return JsonlSink(source.sink_path, source=source.name)
-
-
-def open_all(source: Source) -> tuple[Frontier, Sink, DeadLetterStore]:
-    """All three, closing what was opened when a later one fails."""
-    frontier = open_frontier(source)
-    try:
-        sink = open_sink(source)
-        try:
-            return frontier, sink, open_deadletters(source)
-        except BackendError:
-            sink.close()
-            raise
-    except BackendError:
-        frontier.close()
-        raise

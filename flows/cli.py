@@ -139,6 +139,17 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return EXIT_INVALID, None
+    from collector.backends import open_deadletters, open_frontier
+
+    try:  # reach the stores before Prefect starts: one line if one is down, not a traceback
+        frontier = open_frontier(loaded)
+        try:
+            open_deadletters(loaded).close()
+        finally:
+            frontier.close()
+    except CollectorError as exc:
+        print(f"collector: {exc}", file=sys.stderr)
+        return EXIT_FAILED, None
     if loaded.suite_path is not None:
         from collector.validation_worker import prewarm
 

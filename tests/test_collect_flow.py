@@ -282,3 +282,45 @@ async def test_secrets_never_reach_the_dead_letters(
         store.close()
     assert "api_key=%5Bredacted%5D" in entry.url or "api_key=[redacted]" in entry.url
     assert "page=2" in entry.url
+
+
+async def test_dead_letters_can_live_in_redis(
+    tmp_path: Path, site: FaultSite, redis_url: str
+) -> None:
+    from collector.deadletter.redis import RedisDeadLetterStore
+
+    source_path = write_source(
+        tmp_path,
+        seeds={"urls": [site.url("/items/1.json"), site.url("/missing/2.json")]},
+        deadletters={"type": "redis", "url": redis_url},
+    )
+    summary = await collect(source=str(source_path))
+    assert summary["stored"] == 1 and summary["dead_lettered"] == 1 and summary["balanced"]
+    store = RedisDeadLetterStore(redis_url)
+    try:
+        (entry,) = store.list(source="test-items")
+    finally:
+        store.close()
+    assert entry.error_class == "http_404" and entry.url.endswith("/missing/2.json")
+
+
+def test_an_unreachable_redis_stops_the_run_at_once_with_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.servers import free_port
+
+    source_path = write_source(
+        tmp_path,
+        seeds={"urls": ["http://127.0.0.1:9/x.json"]},
+        deadletters={"type": "redis", "url": f"redis://:hunter2@127.0.0.1:{free_port()}/0"},
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", str(source_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    lines = [line for line in done.stderr.splitlines() if line.startswith("collector:")]
+    assert len(lines) == 1, done.stderr[-2000:]
+    assert "dead letters redis://" in lines[0] and "cannot connect" in lines[0]
+    assert "hunter2" not in done.stderr
