@@ -125,3 +125,33 @@ def test_sigkill_mid_run_then_rerun_loses_nothing_and_duplicates_nothing(
     rows = sink_lines(tmp_path / "out")
     assert duplicate_keys(rows) == []
     assert {row["id"] for row in rows} == set(range(total))
+
+
+def test_deadletters_list_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from collector.config import load_source
+    from collector.deadletter import DeadLetter, SqliteDeadLetterStore
+    from flows.cli import main
+
+    source_path = write_source(tmp_path, seeds={"urls": ["http://127.0.0.1:9/a.json"]})
+    source = load_source(source_path)
+    store = SqliteDeadLetterStore(source.deadletter_path, archive=source.deadletter_archive_path)
+    letters = [
+        DeadLetter(source.name, "http://h/a", "fetch", "http_404", "HTTP 404", 1, 1.0, 2.0),
+        DeadLetter(source.name, "http://h/b", "fetch", "retries_exhausted:http_500", "x", 3, 1, 2),
+        DeadLetter(source.name, "http://h/c", "parse", "parse_error", "bad json", 1, 1.0, 2.0),
+    ]
+    store.put(letters)
+    store.close()
+
+    assert main(["deadletters", "list", str(source_path), "--error-class", "http_500"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "http://h/b" in out[0]
+
+    assert main(["deadletters", "list", str(source_path), "--stage", "fetch", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert {entry["url"] for entry in listed} == {"http://h/a", "http://h/b"}
+
+    assert main(["deadletters", "show", str(source_path), letters[2].id]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["message"] == "bad json" and shown["stage"] == "parse"
+    assert main(["deadletters", "show", str(source_path), "nope"]) == 2
