@@ -324,3 +324,23 @@ def test_an_unreachable_redis_stops_the_run_at_once_with_one_line(tmp_path: Path
     assert len(lines) == 1, done.stderr[-2000:]
     assert "dead letters redis://" in lines[0] and "cannot connect" in lines[0]
     assert "hunter2" not in done.stderr
+
+
+async def test_the_whole_run_on_redis_backends_balances_and_reruns(
+    tmp_path: Path, site: FaultSite, redis_url: str
+) -> None:
+    source_path = write_demo_source(tmp_path, site.base_url)
+    text = source_path.read_text(encoding="utf-8")
+    source_path.write_text(
+        text
+        + f"frontier: {{type: redis, url: '{redis_url}'}}\n"
+        + f"deadletters: {{type: redis, url: '{redis_url}'}}\n",
+        encoding="utf-8",
+    )
+    first = await collect(source=str(source_path), batch_size=40)
+    assert _terminal(first) == EXPECTED and first["balanced"]
+    second = await collect(source=str(source_path), batch_size=40)
+    assert second["fresh_skipped"] == EXPECTED["stored"] and second["stored"] == 0
+    assert second["already_dead"] == EXPECTED["dead_lettered"] and second["balanced"]
+    rows = sink_lines(tmp_path / "out")
+    assert len(rows) == EXPECTED["stored"] and duplicate_keys(rows) == []

@@ -1,0 +1,489 @@
+"""Redis frontier: the conformance suite, a differential run against SQLite, and what only Redis
+has (several connections, an unreachable or restarting server, round trips per step)."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterator
+from itertools import pairwise
+from typing import Any
+
+import pytest
+import redis
+
+from collector.errors import BackendError
+from collector.frontier.base import (
+    Completed,
+    DeadLettered,
+    Frontier,
+    Lease,
+    Offer,
+    Outcome,
+    RetryLater,
+    StateCounts,
+)
+from collector.frontier.redis import RedisFrontier
+from collector.frontier.sqlite import SqliteFrontier
+from tests.servers import RedisServer, free_port
+
+from .conformance import FRESH, LEASE, QUEUE_TTL, SRC, T0, FrontierConformance, claim, offer, url
+
+
+class TestRedisFrontier(FrontierConformance):
+    @pytest.fixture
+    def frontier(self, redis_url: str) -> Iterator[Frontier]:
+        f = RedisFrontier(redis_url)
+        yield f
+        f.close()
+
+
+@pytest.fixture
+def frontier(redis_url: str) -> Iterator[RedisFrontier]:
+    f = RedisFrontier(redis_url)
+    yield f
+    f.close()
+
+
+# --- the same calls give the same results as SQLite --------------------------------------------
+def _differential(redis_url: str, seed: int, steps: int) -> None:
+    rng = random.Random(seed)
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    client.close()
+    ours, ref = RedisFrontier(redis_url), SqliteFrontier(":memory:")
+    pool = [url(i) for i in range(12)]
+    base_rank = {u: float(rng.choice([1, 2, 2, 3])) for u in pool}  # ties on purpose
+
+    def rank_for(u: str, age: float | None, fresh_s: float) -> float:
+        return base_rank[u] + (0.0 if age is None else age / 1_000.0)
+
+    now = T0
+    leases: list[Lease] = []
+    try:
+        for step in range(steps):
+            got: Any
+            want: Any
+            source = rng.choice(["a", "a", "b"])
+            op = rng.choice(
+                ["offer", "offer", "claim", "claim", "ack", "ack", "renew", "release", "requeue"]
+            )
+            if op == "offer":
+                picks = [rng.choice(pool) for _ in range(rng.randint(0, 6))]
+                offers = [Offer(u, FRESH) for u in picks]
+                kwargs: dict[str, Any] = dict(
+                    now=now,
+                    queue_ttl_s=rng.choice([40.0, 400.0, QUEUE_TTL]),
+                    rank_for=rank_for,
+                    run_id=rng.choice(["r1", "r2", "r3"]),
+                )
+                got, want = (
+                    ours.offer(source, offers, **kwargs),
+                    ref.offer(source, offers, **kwargs),
+                )
+            elif op == "claim":
+                limit, lease_s = rng.randint(0, 5), rng.choice([10.0, LEASE])
+                got = ours.claim(source, limit, now=now, lease_s=lease_s)
+                want = ref.claim(source, limit, now=now, lease_s=lease_s)
+                if got.items:
+                    leases.append(got)
+            elif op in ("ack", "renew", "release") and leases:
+                lease = rng.choice(leases)
+                if op == "ack":
+                    outcomes: list[Outcome] = []
+                    targets = [i.url for i in lease.items if rng.random() < 0.7]
+                    targets += rng.sample(pool, rng.randint(0, 1))  # not (or no longer) ours
+                    for u in targets:
+                        kind = rng.choice(["done", "retry", "dead"])
+                        if kind == "done":
+                            outcomes.append(
+                                Completed(u, now + rng.choice([0, 30, 300]), now, rng.random())
+                            )
+                        elif kind == "retry":
+                            nb = now + rng.choice([-5.0, 0.0, 7.5, 30.0])
+                            outcomes.append(
+                                RetryLater(u, nb, rng.uniform(-1, 5), rng.randint(1, 4), now, "e")
+                            )
+                        else:
+                            outcomes.append(DeadLettered(u, rng.randint(1, 4), "gone"))
+                    got, want = (
+                        ours.ack(lease, outcomes, now=now),
+                        ref.ack(lease, outcomes, now=now),
+                    )
+                elif op == "renew":
+                    lease_s = rng.choice([5.0, 60.0])
+                    got = ours.renew(lease, now=now, lease_s=lease_s)
+                    want = ref.renew(lease, now=now, lease_s=lease_s)
+                else:
+                    got, want = ours.release(lease, now=now), ref.release(lease, now=now)
+            elif op == "requeue":
+                picks = rng.sample(pool, rng.randint(1, 4))
+                got = ours.requeue(source, picks, now=now, queue_ttl_s=100.0)
+                want = ref.requeue(source, picks, now=now, queue_ttl_s=100.0)
+            else:
+                got = want = None
+            assert got == want, (seed, step, op)
+            for s in ("a", "b"):
+                assert ours.counts(s) == ref.counts(s), (seed, step, s)
+                assert ours.next_event_at(s, now=now) == ref.next_event_at(s, now=now), (seed, step)
+                for run in ("r1", "r2", "r3"):
+                    assert ours.run_counts(s, run) == ref.run_counts(s, run), (seed, step, run)
+            # time mostly moves on, sometimes a worker's clock is a little behind
+            now += rng.choice([0.0, 0.5, 3.0, 8.0, 20.0, 45.0, -2.0])
+    finally:
+        ours.close()
+        ref.close()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_same_results_as_sqlite(redis_url: str, seed: int) -> None:
+    _differential(redis_url, seed, 250)
+
+
+# --- several connections ---------------------------------------------------------------------
+URL_COUNT = 600
+
+
+def test_two_frontiers_in_two_threads_never_share_a_url(redis_url: str) -> None:
+    seed = RedisFrontier(redis_url)
+    offer(seed, [url(i) for i in range(URL_COUNT)], now=T0 - 1)
+    seed.close()
+    barrier = threading.Barrier(2)
+    results: dict[int, list[tuple[int, list[str]]]] = {}
+    errors: list[BaseException] = []
+
+    def run(n: int) -> None:
+        f = RedisFrontier(redis_url)
+        try:
+            barrier.wait()
+            claims: list[tuple[int, list[str]]] = []
+            while True:
+                lease = f.claim(SRC, 7, now=T0, lease_s=1e6)
+                claims.append((lease.token, [i.url for i in lease.items]))
+                if not lease.items:
+                    break
+                if len(claims) % 2:
+                    outcomes = [Completed(i.url, T0 + 1e6, T0) for i in lease.items]
+                    assert f.ack(lease, outcomes, now=T0).accepted == len(outcomes)
+            results[n] = claims
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            f.close()
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    claimed = [u for claims in results.values() for _, urls in claims for u in urls]
+    assert len(claimed) == len(set(claimed)) == URL_COUNT
+    tokens = [token for claims in results.values() for token, _ in claims]
+    assert len(tokens) == len(set(tokens)), "a fencing token was handed out twice"
+    for claims in results.values():
+        assert all(a < b for a, b in pairwise(token for token, _ in claims))
+    f = RedisFrontier(redis_url)
+    try:
+        total = f.counts(SRC)
+        assert (total.total, total.queued) == (URL_COUNT, 0)
+        assert claim(f, now=T0).token > max(tokens)
+    finally:
+        f.close()
+
+
+def test_one_frontier_shared_by_threads_claims_without_false_alarms(
+    frontier: RedisFrontier,
+) -> None:
+    """Concurrent claims of one object may finish out of order; that is not a lost counter."""
+    offer(frontier, [url(i) for i in range(400)], now=T0 - 1)
+    tokens: list[int] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for _ in range(50):
+                tokens.append(frontier.claim(SRC, 2, now=T0, lease_s=1e6).token)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert sorted(tokens) == list(range(1, 201))
+    assert frontier.counts(SRC) == StateCounts(leased=400)
+
+
+def test_concurrent_offers_queue_each_url_once(redis_url: str) -> None:
+    urls = [url(i) for i in range(2_000)]
+    barrier = threading.Barrier(3)
+    enqueued: list[int] = []
+    errors: list[BaseException] = []
+
+    def run(n: int) -> None:
+        f = RedisFrontier(redis_url)
+        try:
+            mine = urls[n * 100 :] + urls[: n * 100]  # overlapping chunks, different order
+            barrier.wait()
+            result = offer(f, mine, run_id=f"r{n}")
+            assert result.total == len(urls)
+            enqueued.append(result.enqueued)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            f.close()
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert sum(enqueued) == len(urls)
+    f = RedisFrontier(redis_url)
+    try:
+        assert f.counts(SRC) == StateCounts(queued=len(urls))
+        assert sum(f.run_counts(SRC, f"r{n}").queued for n in range(3)) == len(urls)
+    finally:
+        f.close()
+
+
+def test_offer_decides_again_when_a_record_changes_after_it_was_read(
+    frontier: RedisFrontier, redis_url: str
+) -> None:
+    """The optimistic path: between the read and the write another worker claims the URL."""
+    offer(frontier, [url(1)], queue_ttl_s=10)
+    assert claim(frontier, now=T0 + 20).expired == 1  # expired: a re-offer would queue it
+    other = RedisFrontier(redis_url)
+    real = frontier._run
+    interfered: list[Lease] = []
+
+    def run(what: str, name: str, source: str, args: Any) -> Any:
+        reply = real(what, name, source, args)
+        if name == "offer_read" and not interfered:
+            offer(other, [url(1)], now=T0 + 21)  # the other worker queues and claims it first
+            interfered.append(claim(other, now=T0 + 21))
+        return reply
+
+    frontier._run = run  # type: ignore[method-assign]
+    try:
+        result = offer(frontier, [url(1)], now=T0 + 22, run_id="late")
+    finally:
+        other.close()
+    assert [i.url for i in interfered[0].items] == [url(1)]
+    assert (result.enqueued, result.already_queued) == (0, 1)
+    assert frontier.counts(SRC) == StateCounts(leased=1)
+    assert frontier.run_counts(SRC, "late") == StateCounts(leased=1)
+    assert frontier.run_counts(SRC, "run-1") == StateCounts()
+
+
+# --- round trips -------------------------------------------------------------------------------
+def _count_commands(f: RedisFrontier) -> list[str]:
+    sent: list[str] = []
+    client = f._client
+    real: Callable[..., Any] = client.execute_command
+
+    def execute_command(*args: Any, **options: Any) -> Any:
+        sent.append(str(args[0]).upper())
+        return real(*args, **options)
+
+    client.execute_command = execute_command  # type: ignore[method-assign]
+    return sent
+
+
+def _evalsha_calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_claim_and_ack_of_500_are_one_round_trip_each(
+    frontier: RedisFrontier, redis_url: str
+) -> None:
+    offer(frontier, [url(i) for i in range(600)], now=T0 - 1)
+    watcher = redis.Redis.from_url(redis_url)
+    sent = _count_commands(frontier)
+    try:
+        before = _evalsha_calls(watcher)
+        lease = claim(frontier, 500)
+        assert len(lease.items) == 500
+        assert sent == ["EVALSHA"]
+        assert _evalsha_calls(watcher) == before + 1
+        outcomes: list[Outcome] = [Completed(i.url, T0 + 10, T0) for i in lease.items[:300]]
+        outcomes += [RetryLater(i.url, T0 + 5, 1.0, 1, T0, "x") for i in lease.items[300:450]]
+        outcomes += [DeadLettered(i.url, 3, "http_404") for i in lease.items[450:]]
+        assert frontier.ack(lease, outcomes, now=T0).accepted == 500
+        assert sent == ["EVALSHA", "EVALSHA"]
+        assert _evalsha_calls(watcher) == before + 2
+        assert frontier.counts(SRC) == StateCounts(queued=250, done=300, dead=50)
+    finally:
+        watcher.close()
+
+
+def test_offer_is_two_round_trips_per_chunk(frontier: RedisFrontier) -> None:
+    sent = _count_commands(frontier)
+    assert offer(frontier, [url(i) for i in range(1_200)]).enqueued == 1_200
+    assert sent == ["EVALSHA"] * 6  # three chunks of <= 500: read + apply each
+
+
+# --- failures ----------------------------------------------------------------------------------
+def test_unreachable_server_fails_at_construction() -> None:
+    where = f"redis://127.0.0.1:{free_port()}/0"
+    with pytest.raises(BackendError) as caught:
+        RedisFrontier(where)
+    message = str(caught.value)
+    assert message.startswith(f"frontier {where}: cannot connect: ")
+    assert "\n" not in message
+    assert isinstance(caught.value.__cause__, redis.exceptions.ConnectionError)
+
+
+def test_password_is_not_in_the_message() -> None:
+    port = free_port()
+    with pytest.raises(BackendError) as caught:
+        RedisFrontier(f"redis://user:s3cret-pw@127.0.0.1:{port}/2")
+    assert "s3cret-pw" not in str(caught.value)
+    assert f"redis://user:***@127.0.0.1:{port}/2" in str(caught.value)
+
+
+def test_invalid_url_is_a_backend_error() -> None:
+    with pytest.raises(BackendError, match="invalid Redis URL"):
+        RedisFrontier("http://127.0.0.1:1/0")
+
+
+def test_server_restart_mid_use_is_a_backend_error_or_recovers(
+    redis_server: RedisServer, redis_url: str
+) -> None:
+    f = RedisFrontier(redis_url)
+    try:
+        offer(f, [url(i) for i in range(10)])
+        lease = claim(f, 5)
+        redis_server.restart()  # no persistence: the data and the fencing counter are gone
+        # the counter started again at 1: a claim must not hand out an old token silently
+        with pytest.raises(BackendError) as caught:
+            claim(f, 5, now=T0 + 1)
+        message = str(caught.value)
+        assert message.startswith(f"frontier {redis_url}: claim failed: fencing token went back")
+        assert "\n" not in message
+        for step in (
+            lambda: f.ack(lease, [Completed(lease.items[0].url, T0 + 10, T0)], now=T0 + 1),
+            lambda: f.counts(SRC),
+            lambda: offer(f, [url(1)], now=T0 + 2),
+        ):
+            try:
+                step()  # reconnects and reloads its scripts, or says why not
+            except BackendError as exc:
+                assert str(exc).startswith(f"frontier {redis_url}: ")
+                assert "\n" not in str(exc)
+            except redis.exceptions.RedisError as exc:  # pragma: no cover - the failure we test
+                pytest.fail(f"raw redis error escaped: {exc!r}")
+        assert offer(f, [url(99)], now=T0 + 3).total == 1
+        assert f.counts(SRC).queued >= 1
+        # a new frontier object starts from what the store says
+        fresh = RedisFrontier(redis_url)
+        assert claim(fresh, now=T0 + 4).items
+        fresh.close()
+    finally:
+        f.close()
+        client = redis.Redis.from_url(redis_server.url)
+        client.flushdb()
+        client.close()
+
+
+def test_stopped_server_is_a_backend_error() -> None:
+    with RedisServer() as own:
+        f = RedisFrontier(own.url)
+        offer(f, [url(1)])
+        own.stop()
+        try:
+            for what, step in (
+                ("claim", lambda: claim(f)),
+                ("counts", lambda: f.counts(SRC)),
+                ("offer", lambda: offer(f, [url(2)])),
+            ):
+                with pytest.raises(BackendError) as caught:
+                    step()
+                assert str(caught.value).startswith(f"frontier {own.url}: {what} failed: ")
+                assert "\n" not in str(caught.value)
+                assert isinstance(caught.value.__cause__, redis.exceptions.ConnectionError)
+        finally:
+            f.close()
+
+
+# --- clients and keys --------------------------------------------------------------------------
+def test_a_given_client_is_used_and_left_open(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        f = RedisFrontier(client, prefix="other")
+        offer(f, [url(1)])
+        f.close()
+        assert client.ping()
+        assert client.exists("{other:src}:q") == 1
+        assert client.get("other:fencing_token") is None  # no claim yet
+        assert RedisFrontier(client).counts(SRC) == StateCounts()  # prefixes are apart
+    finally:
+        client.close()
+
+
+def test_keys_of_a_source_share_one_hash_tag(frontier: RedisFrontier, redis_url: str) -> None:
+    offer(frontier, [url(i) for i in range(20)], queue_ttl_s=100, run_id="r")
+    lease = claim(frontier, 10)
+    frontier.ack(lease, [RetryLater(lease.items[0].url, T0 + 50, 1.0, 1, T0, "x")], now=T0)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = sorted(k.decode() if isinstance(k, bytes) else k for k in client.keys("*"))
+    finally:
+        client.close()
+    assert "collector:fencing_token" in keys
+    assert all(k.startswith("{collector:src}:") for k in keys if k != "collector:fencing_token")
+
+
+def test_large_offer_spans_chunks_and_tags_every_url(frontier: RedisFrontier) -> None:
+    urls = [url(i) for i in range(1_234)]
+    assert offer(frontier, urls).enqueued == 1_234
+    again = frontier.offer(
+        SRC,
+        (Offer(u, FRESH) for u in urls),
+        now=T0 + 1,
+        queue_ttl_s=100,
+        rank_for=lambda u, age, fresh: 1.0,
+        run_id="r2",
+    )
+    assert again.already_queued == 1_234
+    assert frontier.run_counts(SRC, "r2").queued == 1_234
+    assert frontier.run_counts(SRC, "run-1") == StateCounts()
+
+
+def test_times_round_trip_exactly(frontier: RedisFrontier) -> None:
+    odd = T0 + 0.1 + 1e-7
+    offer(frontier, [url(1)], now=odd)
+    lease = claim(frontier, now=odd + 1 / 3, lease_s=1 / 7)
+    assert lease.items[0].enqueued_at == odd
+    assert lease.expires_at == odd + 1 / 3 + 1 / 7
+    first = odd + 2 / 3
+    frontier.ack(lease, [RetryLater(url(1), first, 1.0, 1, first, "x")], now=odd)
+    assert frontier.next_event_at(SRC, now=odd) == first
+    (item,) = claim(frontier, now=first).items
+    assert item.first_attempt_at == first
+
+
+def test_unusual_urls_and_errors_round_trip(frontier: RedisFrontier, redis_url: str) -> None:
+    """URLs and errors travel inside JSON both ways: quotes, escapes, non-ASCII, control chars."""
+    odd = [url('a"b'), url("c\\d"), url("é/ü?q=ß"), url("😀"), url("tab\there"), url("nl\nx")]
+    assert offer(frontier, odd).enqueued == len(odd)
+    lease = claim(frontier, 10)
+    assert sorted(i.url for i in lease.items) == sorted(odd)
+    error = 'boom "quoted" \\ 😀\nsecond line'
+    retries = [RetryLater(u, T0, 1.0, 1, T0, error) for u in odd]
+    assert frontier.ack(lease, retries, now=T0).accepted == len(odd)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert client.hget("{collector:src}:err", odd[3]) == error.encode()
+    finally:
+        client.close()
+    again = claim(frontier, 10, now=T0 + 1)
+    assert sorted(i.url for i in again.items) == sorted(odd)
+    done = [Completed(u, T0 + 100, T0 + 1) for u in odd]
+    assert frontier.ack(again, done, now=T0 + 1).accepted == len(odd)
+    assert offer(frontier, odd, now=T0 + 2).fresh_skipped == len(odd)
