@@ -34,22 +34,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _nginx import StaticSite
 
+from collector.demo.scenario import SUITE  # the demo's 4-expectation suite
+
 ROOT = Path(__file__).resolve().parents[1]
-SUITE = {
-    "name": "bench-items",
-    "expectations": [
-        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}},
-        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "name"}},
-        {
-            "type": "expect_column_values_to_be_between",
-            "kwargs": {"column": "price", "min_value": 0, "max_value": 100000},
-        },
-        {
-            "type": "expect_column_values_to_be_in_set",
-            "kwargs": {"column": "category", "value_set": ["books", "tools", "games", "food"]},
-        },
-    ],
-}
 
 
 async def raw_httpx(urls: list[str], *, clients: int, connections: int) -> float:
