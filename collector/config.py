@@ -44,6 +44,7 @@ __all__ = [
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 class SourceError(ConfigError):
@@ -121,6 +122,11 @@ class LimitsSettings(_Section):
     per_domain_rate: str | None = Field(
         None, description="Per-host request rate, e.g. '10/second' or '600/minute'."
     )
+    rate_storage: str = Field(
+        "memory://",
+        description="Where per_domain_rate is counted: memory:// (this worker) or a redis:// URL "
+        "(shared by every worker); may be ${env:NAME}.",
+    )
     max_response_bytes: int = Field(defaults.MAX_RESPONSE_BYTES, ge=1, description="Body cap.")
     follow_redirects: bool = Field(True, description="Follow 3xx (each hop is checked).")
     max_redirects: int = Field(defaults.MAX_REDIRECTS, ge=0, le=30, description="Hops followed.")
@@ -128,6 +134,17 @@ class LimitsSettings(_Section):
     headers: dict[str, str] = Field(
         default_factory=dict, description="Request headers; values may use ${env:NAME}."
     )
+
+    @field_validator("rate_storage")
+    @classmethod
+    def _storage_known(cls, value: str) -> str:
+        if (
+            value != "memory://"
+            and not value.startswith(_REDIS_SCHEMES)
+            and not _ENV_REF.fullmatch(value)
+        ):
+            raise ValueError(f"must be memory:// or a redis:// URL, got {value!r}")
+        return value
 
     @field_validator("per_domain_rate")
     @classmethod
@@ -153,9 +170,6 @@ class ValidationSettings(_Section):
 class JsonlSinkSettings(_Section):
     type: Literal["jsonl"] = "jsonl"
     path: Path = Field(description="Folder for *.jsonl files, one JSON record a line.")
-
-
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 def _check_backend_url(kind: str, backend: str, url: str | None) -> None:
@@ -305,7 +319,8 @@ class Source(_Section):
     def secret_values(self) -> list[str]:
         """Values that must never appear in logs, artifacts or dead letters."""
         values = []
-        for value in [*self.limits.headers.values(), self.frontier.url, self.deadletters.url]:
+        urls = [self.frontier.url, self.deadletters.url, self.limits.rate_storage]
+        for value in [*self.limits.headers.values(), *urls]:
             if not value:
                 continue
             for var in _ENV_REF.findall(value):

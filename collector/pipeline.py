@@ -119,8 +119,11 @@ class Collection:
             with contextlib.suppress(Exception):
                 backend.close()
 
-    def engine(self, *, rate_storage_uri: str = "memory://") -> FetchEngine:
-        return FetchEngine.for_source(self.source, rate_storage_uri=rate_storage_uri)
+    def engine(self) -> FetchEngine:
+        storage = self.source.resolve_env(
+            self.source.limits.rate_storage, field="limits.rate_storage"
+        )
+        return FetchEngine.for_source(self.source, rate_storage_uri=storage)
 
     @property
     def validator(self) -> ValidationWorker | None:

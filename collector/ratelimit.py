@@ -31,7 +31,9 @@ class LimitsRateLimiter:
         self.rate = rate
         self._item = parse(rate)
         uri = storage_uri if storage_uri.startswith("async+") else f"async+{storage_uri}"
-        self._limiter = MovingWindowRateLimiter(storage.storage_from_string(uri))
+        # redis-py is already a dependency; `limits` would otherwise want coredis for Redis.
+        options = {"implementation": "redispy"} if "redis" in uri.split("://", 1)[0] else {}
+        self._limiter = MovingWindowRateLimiter(storage.storage_from_string(uri, **options))
 
     async def acquire(self, key: str) -> None:
         while not await self._limiter.hit(self._item, "collector", key):
