@@ -134,6 +134,12 @@ class LimitsSettings(_Section):
     headers: dict[str, str] = Field(
         default_factory=dict, description="Request headers; values may use ${env:NAME}."
     )
+    shared_domain_concurrency: bool = Field(
+        False,
+        description="Also take slots of the Prefect global concurrency limit domain:<host> per "
+        "batch, so per_domain_concurrency is shared by every worker (one API call per host and "
+        "batch). The limit is created with per_domain_concurrency slots when missing.",
+    )
 
     @field_validator("rate_storage")
     @classmethod
@@ -211,6 +217,29 @@ class DeadLetterSettings(_Section):
         return self
 
 
+class LocksSettings(_Section):
+    """The Prefect global concurrency limit ``source:<name>`` that keeps runs from overlapping."""
+
+    source_lock: bool = Field(
+        True, description="Hold source:<name> (limit 1) for a whole `run` (plan to account)."
+    )
+    on_busy: Literal["wait", "skip"] = Field(
+        "wait",
+        description="When another run holds the lock: wait up to wait_s, then exit with code 3 "
+        "(wait); or end at once with exit code 0 and 'skipped' in the summary (skip).",
+    )
+    wait_s: float = Field(
+        defaults.LOCK_WAIT_S, ge=0, description="How long `wait` waits for the lock (seconds)."
+    )
+    lease_s: float = Field(
+        defaults.LOCK_LEASE_S,
+        ge=60,
+        le=86400,
+        description="Lease of the lock, renewed by Prefect every 3/4 of it; a run that died "
+        "holds the lock until its lease expires (Prefect's minimum is 60 s).",
+    )
+
+
 SinkSettings = JsonlSinkSettings  # a union on `type` once there are other sinks
 
 
@@ -229,6 +258,7 @@ class Source(_Section):
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
     frontier: FrontierSettings = Field(default_factory=FrontierSettings)
     deadletters: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
+    locks: LocksSettings = Field(default_factory=LocksSettings)
     allow_private_networks: bool = Field(
         False, description="Allow loopback/private hosts (local sites, the demo)."
     )

@@ -52,3 +52,9 @@ PROGRESS_EVERY_S = 2.0  # the UI progress artifact is updated at most this often
 BATCH_SIZE = 200  # items claimed, fetched and stored per Prefect task
 DRAIN_WAIT_S = 60.0  # a run waits this long for retry-later items and others' leases to return
 STATE_DIR = ".collector"  # frontier and dead letters live here, beside the source file
+
+# --- Locks (Prefect global concurrency limits) ---------------------------------------------
+LOCK_WAIT_S = 60.0  # a `run` waits this long for source:<name> before exiting with code 3
+LOCK_LEASE_S = 60.0  # lease of a held lock, renewed every 3/4 of it (Prefect's minimum: 60)
+DOMAIN_LOCK_WAIT_S = 600.0  # a batch waits this long for its domain:<host> slots
+WORK_IDLE_WAIT_S = 30.0  # `collector work` waits this long for items when the frontier is empty

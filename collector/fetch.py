@@ -24,7 +24,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Self
@@ -39,7 +39,7 @@ from collector.retry import RetryBudget, RetryDecision, RetrySettings, is_recove
 from collector.retry import parse_retry_after as _parse_retry_after
 from collector.urls import HostPolicy
 
-__all__ = ["FetchEngine", "FetchResult"]
+__all__ = ["FetchEngine", "FetchResult", "host_of"]
 
 # Shares of the batch timeout: attempts start no later than _START_BY of it (minus one request
 # deadline) and anything still running at _STOP_AT is cut off, so the batch returns its results
@@ -202,6 +202,7 @@ class FetchEngine:
         *,
         budget: RetryBudget,
         batch_timeout_s: float | None = None,
+        host_slots: Mapping[str, int] | None = None,
     ) -> list[FetchResult]:
         """Fetch every item; results are in the order of ``items``. Never raises for one URL.
 
@@ -209,6 +210,9 @@ class FetchEngine:
         ``_START_BY`` of it minus a request deadline (the first wave always starts), and at
         ``_STOP_AT`` of it whatever is still running is cancelled. An item that never started is
         ``skipped`` (back to the queue as it was); one cut off mid-attempt counts as a timeout.
+
+        With ``host_slots`` (host -> slots granted by the shared ``domain:<host>`` limits, see
+        collector.locks), at most that many of the batch's items of a host are in flight at once.
         """
         if self._lendable is None:
             raise RuntimeError("FetchEngine must be used inside 'async with'")
@@ -217,7 +221,16 @@ class FetchEngine:
         start_by = started + max(budget_s * _START_BY - self.request_deadline_s, budget_s / 2)
         stop_at = started + budget_s * _STOP_AT
         progress = [_Progress(item) for item in items]
-        tasks = [asyncio.create_task(self._fetch_item(p, budget, start_by)) for p in progress]
+        caps = {host: asyncio.Semaphore(n) for host, n in (host_slots or {}).items()}
+
+        async def fetch_one(p: _Progress) -> FetchResult:
+            cap = caps.get(_host_of(p.item.url)) if caps else None
+            if cap is None:
+                return await self._fetch_item(p, budget, start_by)
+            async with cap:
+                return await self._fetch_item(p, budget, start_by)
+
+        tasks = [asyncio.create_task(fetch_one(p)) for p in progress]
         if not tasks:
             return []
         timeout = None if math.isinf(stop_at) else max(stop_at - time.monotonic(), 0.0)
@@ -396,6 +409,11 @@ class FetchEngine:
             raise RecoverableFetchError(
                 f"{type(exc).__name__}: {exc}", error_class="network_error"
             ) from exc
+
+
+def host_of(url: str) -> str:
+    """The host key of the engine's per-host limits (also the one of ``domain:<host>`` locks)."""
+    return _host_of(url)
 
 
 def _host_of(url: str) -> str:

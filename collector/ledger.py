@@ -10,6 +10,13 @@ the end. The check is then made twice, against two independent sources: the equa
 and the frontier's own count of the run's items per state (done = stored + fresh_skipped, dead
 = dead_lettered minus seeds refused before reaching the frontier). An ack counted twice, an item
 dropped on the floor, or a lease never returned makes one of them fail, and the run with it.
+
+A third check covers what the run *claimed*: every claimed item was acked stored, acked dead,
+acked back to the queue (``returned``), refused as stale, or given back with its failed batch
+(``released``). Drain-only workers (``collector work``) plan nothing, so this is their whole
+ledger (:meth:`Ledger.close_claims`). When such workers help a run, the run's items they settled
+show in the frontier but not in the run's acks: the run counts them as ``stored_by_others`` /
+``dead_by_others`` (never negative), and each helper's own claim check covers them.
 """
 
 from __future__ import annotations
@@ -41,32 +48,62 @@ class Ledger:
     stale_acks: int = 0  # outcomes refused because our lease had passed to someone else
     stale_writes: int = 0  # sink writes refused by the fencing token
     leases_reclaimed: int = 0
+    claimed: int = 0  # items leased by this run's claims
+    returned: int = 0  # claimed items acked back to the queue (retry later, batch time)
+    released: int = 0  # claimed items of batches whose task failed, given back unchanged
+    stored_by_others: int = 0  # this run's items stored by other workers (`collector work`)
+    dead_by_others: int = 0  # this run's items dead-lettered by other workers
     requests: int = 0
     batches: int = 0
     problems: list[str] = field(default_factory=list)
 
     @property
     def terminal_sum(self) -> int:
-        return self.stored + self.fresh_skipped + self.expired + self.dead_lettered + self.queued
+        return (
+            self.stored
+            + self.stored_by_others
+            + self.fresh_skipped
+            + self.expired
+            + self.dead_lettered
+            + self.dead_by_others
+            + self.queued
+        )
+
+    def _claim_problems(self) -> list[str]:
+        acked_dead = self.dead_lettered - self.already_dead - self.refused_at_plan
+        settled = self.stored + acked_dead + self.returned + self.stale_acks + self.released
+        if self.claimed == settled:
+            return []
+        return [
+            f"claimed {self.claimed} != stored {self.stored} + dead {acked_dead} + returned "
+            f"{self.returned} + stale {self.stale_acks} + released {self.released} (= {settled})"
+        ]
+
+    def close_claims(self) -> None:
+        """The whole check of a drain-only worker: every item it claimed is accounted for."""
+        self.problems = self._claim_problems()
 
     def close(self, final: StateCounts) -> None:
         """Read the end state of the run's items and check conservation both ways."""
         self.expired = final.expired
         self.queued = final.queued + final.leased
-        problems = []
+        in_frontier_dead = self.dead_lettered - self.refused_at_plan
+        # Items of this run that drain-only workers settled (zero when none helped).
+        self.stored_by_others = max(0, final.done - self.stored - self.fresh_skipped)
+        self.dead_by_others = max(0, final.dead - in_frontier_dead)
+        problems = self._claim_problems()
         if self.discovered != self.terminal_sum:
             problems.append(
                 f"discovered {self.discovered} != stored {self.stored} + fresh_skipped "
                 f"{self.fresh_skipped} + expired {self.expired} + dead_lettered "
                 f"{self.dead_lettered} + queued {self.queued} (= {self.terminal_sum})"
             )
-        if final.done != self.stored + self.fresh_skipped:
+        if final.done != self.stored + self.stored_by_others + self.fresh_skipped:
             problems.append(
                 f"frontier has {final.done} of this run's items done, but the run stored "
                 f"{self.stored} and skipped {self.fresh_skipped} as fresh"
             )
-        in_frontier_dead = self.dead_lettered - self.refused_at_plan
-        if final.dead != in_frontier_dead:
+        if final.dead != in_frontier_dead + self.dead_by_others:
             problems.append(
                 f"frontier has {final.dead} of this run's items dead, but the run "
                 f"dead-lettered {in_frontier_dead} of them"

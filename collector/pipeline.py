@@ -183,6 +183,7 @@ class Collection:
             self.source.name, limit, now=self.clock(), lease_s=self.source.ttl.lease_s
         )
         self.ledger.leases_reclaimed += lease.reclaimed
+        self.ledger.claimed += len(lease.items)
         return lease
 
     def keep_alive(self, lease: Lease) -> asyncio.Task[None]:
@@ -200,18 +201,27 @@ class Collection:
 
         return asyncio.create_task(keep_renewing(), name=f"renew-lease-{lease.token}")
 
-    async def fetch(self, engine: FetchEngine, lease: Lease) -> list[FetchResult]:
-        """Fetch a leased batch (the caller holds the lease with :meth:`keep_alive`)."""
+    async def fetch(
+        self, engine: FetchEngine, lease: Lease, host_slots: dict[str, int] | None = None
+    ) -> list[FetchResult]:
+        """Fetch a leased batch (the caller holds the lease with :meth:`keep_alive`).
+
+        ``host_slots`` caps the batch's requests in flight per host (shared domain limits).
+        """
         began = time.monotonic()
         try:
             return await engine.fetch_batch(
-                lease.items, budget=self.budget, batch_timeout_s=self.source.ttl.batch_timeout_s
+                lease.items,
+                budget=self.budget,
+                batch_timeout_s=self.source.ttl.batch_timeout_s,
+                host_slots=host_slots,
             )
         finally:
             self.fetch_seconds += time.monotonic() - began
 
     def release(self, lease: Lease) -> int:
         """Give a batch back unchanged (its task failed for good)."""
+        self.ledger.released += len(lease.items)  # given back, or already taken by another
         return self.frontier.release(lease, now=self.clock())
 
     # --- settle --------------------------------------------------------------------------------
@@ -286,8 +296,10 @@ class Collection:
             elif isinstance(outcome, DeadLettered):
                 report.dead_lettered += 1
                 report.reasons[outcome.error] = report.reasons.get(outcome.error, 0) + 1
-            elif outcome.error != "batch_time":
-                report.retry_later += 1
+            else:
+                self.ledger.returned += 1
+                if outcome.error != "batch_time":
+                    report.retry_later += 1
         self.ledger.stored += report.stored
         self.ledger.dead_lettered += report.dead_lettered
         self.ledger.retried += report.retry_later
@@ -460,9 +472,15 @@ class Collection:
         at = self.frontier.next_event_at(self.source.name, now=now)
         return None if at is None else max(0.0, at - now)
 
-    def finish(self) -> Ledger:
-        """Close the books: read the end state and check conservation (see collector.ledger)."""
-        self.ledger.close(self.frontier.run_counts(self.source.name, self.run_id))
+    def finish(self, *, planned: bool = True) -> Ledger:
+        """Close the books: read the end state and check conservation (see collector.ledger).
+
+        A drain-only worker (``planned=False``) checks only what it claimed.
+        """
+        if planned:
+            self.ledger.close(self.frontier.run_counts(self.source.name, self.run_id))
+        else:
+            self.ledger.close_claims()
         return self.ledger
 
     def summary(self) -> dict[str, Any]:

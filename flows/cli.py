@@ -3,11 +3,14 @@
 ``collector schema``                 print the JSON schema of a source file
 ``collector validate SOURCE...``     check sources without running them (exit 2 when invalid)
 ``collector run SOURCE``             run the collect flow as a Prefect flow run
+``collector work SOURCE``            help drain a running source's shared frontier (no plan)
 ``collector demo``                   start the local demo site and collect it
 ``collector deadletters list|show``  look at what failed and why
 
 Prefect is imported only by the commands that run flows, so ``validate`` and ``schema`` answer
-at once. Exit codes: 0 ok, 1 the run did not balance or failed, 2 invalid input.
+at once. Exit codes: 0 ok (or skipped: the source was busy and ``on_busy`` is skip), 1 the run
+did not balance or failed, 2 invalid input, 3 the source was busy: another run held its lock
+for the whole wait.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 from collector import defaults
 from collector.errors import CollectorError, ConfigError
 
-EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_BUSY = 0, 1, 2, 3
 
 # Quiet, offline defaults for the embedded Prefect server; the user's own settings win.
 _PREFECT_DEFAULTS = {
@@ -154,6 +157,7 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
         from collector.validation_worker import prewarm
 
         prewarm(loaded.suite_path)  # GX imports on the other core while Prefect starts
+    from collector.locks import SourceBusy
     from flows.collect import progress_listeners, run_collect
 
     progress = _Progress(enabled=not args.json and sys.stderr.isatty())
@@ -164,7 +168,15 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
             batch_size=args.batch_size,
             max_items=args.max_items,
             drain_wait_s=args.drain_wait,
+            role=getattr(args, "role", "run"),
+            on_busy=getattr(args, "on_busy", None),
+            lock_wait_s=getattr(args, "lock_wait", None),
+            idle_wait_s=getattr(args, "idle_wait", 0.0),
         )
+    except SourceBusy as exc:
+        progress.stop()
+        print(f"collector: busy: {exc}", file=sys.stderr)
+        return EXIT_BUSY, None
     except ConfigError as exc:
         progress.stop()
         print(f"{source}: {exc}", file=sys.stderr)
@@ -176,6 +188,8 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
     finally:
         progress.stop()
         progress_listeners.remove(progress)
+    if summary.get("skipped"):
+        return EXIT_OK, summary
     return (EXIT_OK if summary["balanced"] else EXIT_FAILED), summary
 
 
@@ -183,6 +197,20 @@ def _print_summary(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = _console(stderr=False)
+    if summary.get("skipped"):
+        console.print(f"skipped: another run of {summary['source']} holds its source lock")
+        return
+    if summary.get("role") == "work":
+        verdict = "[green]balanced" if summary["balanced"] else "[red]NOT balanced"
+        console.print(
+            f"worker of {summary['source']}: claimed {summary['claimed']} = stored "
+            f"{summary['stored']} + dead {summary['dead_lettered']} + returned "
+            f"{summary['returned']} + stale {summary['stale_acks']} + released "
+            f"{summary['released']}: {verdict}"
+        )
+        for problem in summary["problems"]:
+            console.print(f"[red]  {problem}")
+        return
     table = Table(title=f"Ledger of {summary['source']}", show_header=True)
     table.add_column("terminal state")
     table.add_column("items", justify="right")
@@ -337,7 +365,26 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run the collect flow for a source")
     run.add_argument("source", metavar="SOURCE")
     run_options(run)
-    run.set_defaults(func=cmd_run)
+    run.add_argument(
+        "--on-busy", choices=["wait", "skip"], default=None,
+        help="when another run holds the source lock (default: the source's locks.on_busy)",
+    )  # fmt: skip
+    run.add_argument(
+        "--lock-wait", type=float, default=None, metavar="SECONDS",
+        help="how long 'wait' waits for the source lock, then exit 3 (default: locks.wait_s)",
+    )  # fmt: skip
+    run.set_defaults(func=cmd_run, role="run")
+
+    work = commands.add_parser(
+        "work", help="help drain a source's shared frontier (no plan, no source lock)"
+    )
+    work.add_argument("source", metavar="SOURCE")
+    run_options(work)
+    work.add_argument(
+        "--idle-wait", type=float, default=defaults.WORK_IDLE_WAIT_S, metavar="SECONDS",
+        help="how long to wait for items to appear when the frontier has none",
+    )  # fmt: skip
+    work.set_defaults(func=cmd_run, role="work")
 
     demo = commands.add_parser("demo", help="collect the bundled local demo site")
     demo.add_argument("--workdir", default=None, help="folder for the demo (default: a temp dir)")

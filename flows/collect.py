@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import (
@@ -34,12 +35,15 @@ from pydantic import Field
 from collector import defaults
 from collector.config import Source, load_source
 from collector.errors import CollectorError, ConfigError, PermanentFetchError
-from collector.fetch import FetchEngine, FetchResult
+from collector.fetch import FetchEngine, FetchResult, host_of
 from collector.frontier import Lease
+from collector.locks import host_slots
 from collector.pipeline import BatchReport, Collection
+from flows._locks import domain_slots, source_lock
 
 __all__ = ["collect", "progress_listeners"]
 
+Role = Literal["run", "work"]
 ProgressListener = Callable[[str, dict[str, Any]], None]
 progress_listeners: list[ProgressListener] = []
 """Callbacks ``(event, data)`` for a local progress display (the `collector run` command)."""
@@ -83,7 +87,7 @@ def _retry_unless_permanent(task: Any, task_run: TaskRun, state: State[Any]) -> 
 async def fetch_batch(run_key: str, batch: Batch) -> Batch:
     """Fetch one leased batch and return it with a result per URL."""
     context = _contexts[run_key]
-    batch.results = await context.collection.fetch(context.engine, batch.lease)
+    batch.results = await context.collection.fetch(context.engine, batch.lease, batch.host_slots)
     return batch
 
 
@@ -95,10 +99,11 @@ class Batch:
     bodies costs milliseconds per batch for nothing.
     """
 
-    __slots__ = ("lease", "results")
+    __slots__ = ("host_slots", "lease", "results")
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: Lease, host_slots: dict[str, int] | None = None) -> None:
         self.lease = lease
+        self.host_slots = host_slots  # slots granted by shared domain:<host> limits, if any
         self.results: list[FetchResult] = []
 
     def __repr__(self) -> str:
@@ -138,38 +143,92 @@ async def collect(
         float,
         Field(ge=0, description="How long to wait for retry-later items and others' leases."),
     ] = defaults.DRAIN_WAIT_S,
+    role: Annotated[
+        Role,
+        Field(
+            description="run: plan and drain under the source:<name> lock; work: only help "
+            "drain the shared frontier (no plan, no source lock, a ledger of what it claimed)."
+        ),
+    ] = "run",
+    on_busy: Annotated[
+        Literal["wait", "skip"] | None,
+        Field(description="When another run holds the source lock (default: locks.on_busy)."),
+    ] = None,
+    lock_wait_s: Annotated[
+        float | None,
+        Field(ge=0, description="How long `wait` waits for the lock (default: locks.wait_s)."),
+    ] = None,
+    idle_wait_s: Annotated[
+        float,
+        Field(ge=0, description="work: how long to wait for items when the frontier is empty."),
+    ] = 0.0,
 ) -> dict[str, Any]:
     """Collect one source: plan its URLs, fetch them in leased batches, store, account."""
     logger = get_run_logger()
     loaded = _resolve_source(source)
     run_id = str(flow_run.get_id() or uuid.uuid4())
-    fetch = fetch_batch.with_options(
-        name=f"fetch-batch[{loaded.name}]", timeout_seconds=loaded.ttl.batch_timeout_s
+    lock = (
+        source_lock(
+            loaded,
+            holder=run_id,
+            on_busy=on_busy or loaded.locks.on_busy,
+            wait_s=loaded.locks.wait_s if lock_wait_s is None else lock_wait_s,
+        )
+        if role == "run"
+        else contextlib.nullcontext(True)
     )
-    with Collection(loaded, run_id=run_id) as run:
-        ledger = run.plan()
-        to_fetch = ledger.discovered - ledger.fresh_skipped - ledger.dead_lettered
-        logger.info(
-            "planned %s: %d discovered, %d fresh, %d already dead, %d to fetch",
-            loaded.name, ledger.discovered, ledger.fresh_skipped, ledger.dead_lettered, to_fetch,
-        )  # fmt: skip
-        _tell("planned", discovered=ledger.discovered, to_fetch=to_fetch)
-        progress = await _ProgressArtifact.create(run, to_fetch)
-        async with run.engine() as engine:
-            _contexts[run_id] = _RunContext(run, engine)
-            try:
-                await _drain(run, fetch, run_id, batch_size, max_items, drain_wait_s, progress)
-                await progress.update(final=True)
-            finally:
-                _contexts.pop(run_id, None)
-                await run.aclose()
-        run.finish()
-        summary = run.summary()
+    async with lock as acquired:
+        if not acquired:
+            logger.warning("skipped: another run of %s holds its source lock", loaded.name)
+            return {"source": loaded.name, "run_id": run_id, "role": role, "skipped": "busy"}
+        fetch = fetch_batch.with_options(
+            name=f"fetch-batch[{loaded.name}]", timeout_seconds=loaded.ttl.batch_timeout_s
+        )
+        planned = role == "run"
+        with Collection(loaded, run_id=run_id) as run:
+            if planned:
+                ledger = run.plan()
+                to_fetch = ledger.discovered - ledger.fresh_skipped - ledger.dead_lettered
+                logger.info(
+                    "planned %s: %d discovered, %d fresh, %d already dead, %d to fetch",
+                    loaded.name, ledger.discovered, ledger.fresh_skipped, ledger.dead_lettered,
+                    to_fetch,
+                )  # fmt: skip
+            else:
+                to_fetch = run.frontier.counts(loaded.name).queued
+            _tell("planned", discovered=run.ledger.discovered, to_fetch=to_fetch)
+            progress = await _ProgressArtifact.create(run, to_fetch)
+            idle_s = 0.0 if planned else idle_wait_s
+            async with run.engine() as engine:
+                _contexts[run_id] = _RunContext(run, engine)
+                try:
+                    await _drain(
+                        run, fetch, run_id, batch_size, max_items, drain_wait_s, progress, idle_s
+                    )
+                    await progress.update(final=True)
+                finally:
+                    _contexts.pop(run_id, None)
+                    await run.aclose()
+            run.finish(planned=planned)
+            summary = {**run.summary(), "role": role}
     await _publish(summary)
     if not run.ledger.balanced:
         logger.error("ledger does not balance: %s", "; ".join(run.ledger.problems))
         run.ledger.raise_if_unbalanced()
     return summary
+
+
+@contextlib.asynccontextmanager
+async def _batch_slots(run: Collection, lease: Lease, run_id: str) -> AsyncIterator[Any]:
+    """The batch's shared ``domain:<host>`` slots when enabled, else no cap (None)."""
+    if not run.source.limits.shared_domain_concurrency:
+        yield None
+        return
+    wanted = host_slots(
+        (host_of(item.url) for item in lease.items), run.source.limits.per_domain_concurrency
+    )
+    async with domain_slots(run.source, wanted, holder=run_id) as granted:
+        yield granted
 
 
 async def _drain(
@@ -180,6 +239,7 @@ async def _drain(
     max_items: int | None,
     drain_wait_s: float,
     progress: _ProgressArtifact,
+    idle_wait_s: float = 0.0,
 ) -> None:
     """Claim, fetch and settle until nothing is due.
 
@@ -188,6 +248,7 @@ async def _drain(
     ones are fetched. Each keeps its lease alive until it is acked.
     """
     claimed = 0
+    idle_until = time.monotonic() + idle_wait_s
     waited = 0.0
     backlog: collections.deque[asyncio.Task[BatchReport]] = collections.deque()
 
@@ -218,6 +279,9 @@ async def _drain(
                     await backlog.popleft()
                     continue
                 pause = run.seconds_until_claimable()
+                if pause is None and not claimed and time.monotonic() < idle_until:
+                    await asyncio.sleep(0.25)  # a helper started before the run planned
+                    continue
                 if pause is None or waited + pause > drain_wait_s:
                     break
                 pause = max(pause, 0.05)
@@ -228,7 +292,8 @@ async def _drain(
             claimed += len(lease.items)
             renewer = run.keep_alive(lease)
             try:
-                results = (await fetch(run_id, Batch(lease))).results
+                async with _batch_slots(run, lease, run_id) as slots:
+                    results = (await fetch(run_id, Batch(lease, slots))).results
             except BaseException:
                 renewer.cancel()
                 run.release(lease)
@@ -315,13 +380,28 @@ async def _publish(summary: dict[str, Any]) -> None:
 
 
 def run_collect(
-    source: str, *, batch_size: int, max_items: int | None, drain_wait_s: float
+    source: str,
+    *,
+    batch_size: int,
+    max_items: int | None,
+    drain_wait_s: float,
+    role: Role = "run",
+    on_busy: Literal["wait", "skip"] | None = None,
+    lock_wait_s: float | None = None,
+    idle_wait_s: float = 0.0,
 ) -> dict[str, Any]:
-    """Run the flow in this process (the `collector run` command); returns the summary."""
+    """Run the flow in this process (`collector run` / `collector work`); returns the summary."""
     started = time.monotonic()
     summary = asyncio.run(
         collect(
-            source=source, batch_size=batch_size, max_items=max_items, drain_wait_s=drain_wait_s
+            source=source,
+            batch_size=batch_size,
+            max_items=max_items,
+            drain_wait_s=drain_wait_s,
+            role=role,
+            on_busy=on_busy,
+            lock_wait_s=lock_wait_s,
+            idle_wait_s=idle_wait_s,
         )
     )
     summary["wall_seconds"] = round(time.monotonic() - started, 3)

@@ -108,6 +108,9 @@ def test_sigkill_mid_run_then_rerun_loses_nothing_and_duplicates_nothing(
         victim.wait()
     stored_before = len(sink_lines(tmp_path / "out"))
     assert 0 < stored_before < total
+    # The dead run still holds source:test-items: the test server runs no repossessor to end
+    # its lease, so free it as an operator would (`prefect gcl update ... --active-slots 0`).
+    _release_dead_holder(prefect_api, "source:test-items")
 
     done = subprocess.run(
         [*COLLECTOR, "run", str(source), "--json", "--drain-wait", "30"],
@@ -125,6 +128,14 @@ def test_sigkill_mid_run_then_rerun_loses_nothing_and_duplicates_nothing(
     rows = sink_lines(tmp_path / "out")
     assert duplicate_keys(rows) == []
     assert {row["id"] for row in rows} == set(range(total))
+
+
+def _release_dead_holder(api_url: str, limit: str) -> None:
+    update = subprocess.run(
+        [sys.executable, "-m", "prefect", "gcl", "update", limit, "--active-slots", "0"],
+        capture_output=True, text=True, env=_env(api_url), timeout=120,
+    )  # fmt: skip
+    assert update.returncode == 0, update.stdout + update.stderr
 
 
 def test_deadletters_list_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

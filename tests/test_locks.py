@@ -1,0 +1,135 @@
+"""Cross-worker locks on a real Prefect server: the source lock and shared per-domain slots."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from collector.fetch import FetchEngine
+from collector.frontier import ClaimedItem
+from collector.locks import domain_lock_name, host_slots, source_lock_name
+from collector.retry import RetryBudget, RetrySettings
+from collector.urls import HostPolicy
+from flows._locks import ensure_limit
+from flows.collect import collect
+from tests.helpers import sink_lines, write_source
+from tests.worker_site import WorkerSite
+
+COLLECTOR = [sys.executable, "-m", "flows.cli"]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env(api_url: str) -> dict[str, str]:
+    return {**os.environ, "PREFECT_API_URL": api_url, "PYTHONPATH": str(ROOT)}
+
+
+async def _active_slots(name: str) -> int:
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        return (await client.read_global_concurrency_limit_by_name(name)).active_slots
+
+
+def test_host_slots_count_the_batch_items_per_host_capped() -> None:
+    hosts = ["a.example"] * 5 + ["b.example"] * 2
+    assert host_slots(hosts, per_domain_concurrency=3) == {"a.example": 3, "b.example": 2}
+    assert domain_lock_name("a.example") == "domain:a.example"
+    assert source_lock_name("shop") == "source:shop"
+
+
+async def test_the_engine_uses_at_most_the_granted_slots_of_a_host() -> None:
+    with WorkerSite() as site:
+        site.set_delay(0.05)
+        items = [ClaimedItem(site.url(f"/items/{i}.json"), 0, None, 0.0) for i in range(24)]
+        engine = FetchEngine(
+            retry=RetrySettings(),
+            host_policy=HostPolicy(allow_private_networks=True),
+            concurrency=16,
+            per_domain_concurrency=16,
+        )
+        async with engine:
+            results = await engine.fetch_batch(
+                items, budget=RetryBudget(ratio=0.2, min_retries=20), host_slots={"127.0.0.1": 2}
+            )
+        assert [r.status for r in results] == ["ok"] * 24
+        assert site.max_in_flight == 2
+
+
+async def test_a_run_holds_the_source_lock_and_a_second_one_waits_skips_or_exits_3(
+    tmp_path: Path, prefect_api: str
+) -> None:
+    from prefect.concurrency.asyncio import concurrency
+
+    name = "locks-busy"
+    with WorkerSite() as site:
+        source = write_source(
+            tmp_path,
+            name=name,
+            seeds={"template": site.url("/items/{i}.json"), "range": [0, 20]},
+            locks={"wait_s": 1},
+        )
+        await ensure_limit(source_lock_name(name), 1)
+        async with concurrency(source_lock_name(name), occupy=1, strict=True, lease_duration=60):
+            runs = {
+                option: subprocess.Popen(
+                    [*COLLECTOR, "run", str(source), "--json", *option.split()],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=_env(prefect_api),
+                )
+                for option in ("--lock-wait 1", "--on-busy skip", "--lock-wait 240")
+            }
+            busy = runs["--lock-wait 1"].communicate(timeout=300)
+            skipped = runs["--on-busy skip"].communicate(timeout=300)
+            waiting = runs["--lock-wait 240"]
+            # the patient one has not started while we hold the lock; it goes on when we let go
+            assert waiting.poll() is None, "the waiting run ended while the lock was held"
+            assert site.fetches() == [] and sink_lines(tmp_path / "out") == []
+        out, err = waiting.communicate(timeout=300)
+        assert runs["--lock-wait 1"].returncode == 3, busy[1][-2000:]
+        assert "source:locks-busy" in busy[1] and "busy" in busy[1]
+        assert runs["--on-busy skip"].returncode == 0, skipped[1][-2000:]
+        assert json.loads(skipped[0].strip().splitlines()[-1])["skipped"] == "busy"
+        assert waiting.returncode == 0, err[-2000:]
+        summary = json.loads(out.strip().splitlines()[-1])
+        assert summary["balanced"] and summary["stored"] == 20
+        assert len(site.fetches()) == 20
+    assert await _active_slots(source_lock_name(name)) == 0  # released at the end
+
+
+async def test_shared_domain_slots_cap_every_batch_at_the_limits_size(
+    tmp_path: Path, prefect_api: str
+) -> None:
+    with WorkerSite() as site:
+        site.set_delay(0.05)
+        source = write_source(
+            tmp_path,
+            name="locks-domain",
+            seeds={"template": site.url("/items/{i}.json"), "range": [0, 60]},
+            limits={"concurrency": 16, "per_domain_concurrency": 16,
+                    "shared_domain_concurrency": True},
+        )  # fmt: skip
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+
+        async with get_client() as client:  # a limit smaller than the per-worker cap
+            await client.create_global_concurrency_limit(
+                GlobalConcurrencyLimitCreate(name=domain_lock_name("127.0.0.1"), limit=3)
+            )
+        summary = await collect(source=str(source), batch_size=30)
+        assert summary["balanced"] and summary["stored"] == 60
+        assert site.max_in_flight == 3
+    assert await _active_slots(domain_lock_name("127.0.0.1")) == 0
+
+
+@pytest.fixture(autouse=True)
+def _forget_limit_sizes() -> None:
+    from flows import _locks
+
+    _locks._limits_seen.clear()
