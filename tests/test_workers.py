@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -152,3 +153,83 @@ def test_three_workers_store_20000_urls_exactly_once_and_never_hold_one_twice(
     assert planner["stored"] + helped == total
     # what the helpers stored before the run closed its books, and what they still held then
     assert planner["stored_by_others"] + planner["queued"] == helped
+
+
+FAST_TTL = {"http_timeout_s": 1, "request_deadline_s": 1, "batch_timeout_s": 2, "lease_s": 3}
+
+
+def _fetched_by(fetches: list[tuple[int, str]], worker: str) -> set[int]:
+    return {item for item, who in fetches if who == worker}
+
+
+def _refetched(fetches: list[tuple[int, str]]) -> dict[int, list[str]]:
+    """Items fetched more than once, with who fetched them, in order."""
+    order: dict[int, list[str]] = {}
+    for item, who in fetches:
+        order.setdefault(item, []).append(who)
+    return {item: who for item, who in order.items() if len(who) > 1}
+
+
+def test_sigkill_a_worker_mid_batch_its_items_come_back_after_the_lease_once(
+    tmp_path: Path, prefect_api: str, redis_url: str
+) -> None:
+    total = 1500
+    with WorkerSite() as site:
+        site.set_delay(0.02)
+        source = _source("workers-sigkill", site, redis_url, total, ttl=FAST_TTL)
+        run = Worker(tmp_path, "run", "w0", prefect_api, source, batch=20)
+        victim = Worker(tmp_path, "work", "w1", prefect_api, source, batch=20)
+        try:
+            _wait_until(lambda: len(_fetched_by(site.fetches(), "w1")) >= 100, "w1 to fetch")
+        finally:
+            victim.kill()
+        code, summary, err = run.finish()
+        fetches = site.fetches()
+
+    assert code == 0, err[-2000:]
+    assert summary is not None and summary["balanced"], summary
+    assert summary["discovered"] == total and summary["queued"] == 0
+    assert summary["leases_reclaimed"] > 0  # the victim's leased items came back after expiry
+    refetched = _refetched(fetches)
+    assert all(who == ["w1", "w0"] for who in refetched.values()), refetched
+    assert set(dict(fetches)) == set(range(total))
+    # Stored once: the run's sink has no duplicates; together with what the victim stored
+    # before it died, every item; an item in both is one the victim wrote but never acked,
+    # which the run fetched again after the victim's lease expired.
+    mine = Counter(int(row["_collector"]["key"]) for row in run.rows())
+    theirs = {int(row["_collector"]["key"]) for row in victim.rows()}
+    assert max(mine.values()) == 1
+    assert set(mine) | theirs == set(range(total))
+    assert set(mine) & theirs <= set(refetched)
+
+
+def test_sigstop_a_worker_past_its_lease_its_late_acks_are_refused_and_counted(
+    tmp_path: Path, prefect_api: str, redis_url: str
+) -> None:
+    total = 1500
+    with WorkerSite() as site:
+        site.set_delay(0.02)
+        source = _source("workers-sigstop", site, redis_url, total, ttl=FAST_TTL)
+        run = Worker(tmp_path, "run", "w0", prefect_api, source, batch=20)
+        paused = Worker(tmp_path, "work", "w1", prefect_api, source, batch=20)
+        try:
+            _wait_until(lambda: len(_fetched_by(site.fetches(), "w1")) >= 60, "w1 to fetch")
+            paused.process.send_signal(signal.SIGSTOP)
+            stopped_with = _fetched_by(site.fetches(), "w1")
+            # its lease expires; the run takes its items and fetches them again
+            _wait_until(
+                lambda: stopped_with & _fetched_by(site.fetches(), "w0"), "w0 to take w1's items"
+            )
+        finally:
+            paused.process.send_signal(signal.SIGCONT)
+        results = [run.finish(), paused.finish()]
+        fetches = site.fetches()
+
+    for code, summary, err in results:
+        assert code == 0, err[-2000:]
+        assert summary is not None and summary["balanced"], summary
+    late = results[1][1]
+    assert late is not None and late["stale_acks"] > 0, late  # refused by the frontier's fence
+    assert set(dict(fetches)) == set(range(total))
+    mine = Counter(int(row["_collector"]["key"]) for row in run.rows())
+    assert max(mine.values()) == 1
