@@ -32,7 +32,6 @@ not always read back as it was written. Cast with ``record::jsonb`` to use jsonb
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -44,12 +43,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from collector.errors import BackendError
 from collector.scrub import Scrubber
 from collector.sinks._encode import digest, dumps
+from collector.sinks._names import DEFAULT_TABLE, check_table_name
 from collector.sinks.base import SinkRecord, WriteResult
 
 __all__ = ["DEFAULT_TABLE", "PostgresSink", "check_table_name", "describe_dsn"]
 
-DEFAULT_TABLE = "collector_records"
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")  # leaves room for the index name
 _COLUMNS = {"source", "key", "record", "token", "batch_id", "url", "digest", "stored_at"}
 _DDL_LOCK = 0x636F6C6C  # pg_advisory_xact_lock key: one DDL at a time across workers
 _RACE_ROUNDS = 20  # statements per write for keys inserted by others under our feet
@@ -57,17 +55,6 @@ _DEADLOCK_RETRIES = 5
 _CONNECT_TIMEOUT_S = 5
 
 T = TypeVar("T")
-
-
-def check_table_name(name: str) -> tuple[str, ...]:
-    """``table`` or ``schema.table``, each an unquoted SQL identifier; else ValueError."""
-    parts = tuple(name.split("."))
-    if len(parts) > 2 or not all(_IDENTIFIER.fullmatch(part) for part in parts):
-        raise ValueError(
-            f"{name!r} is not a table name (letters, digits and '_', not starting with a digit, "
-            "at most 48 characters; optionally schema.table)"
-        )
-    return parts
 
 
 def describe_dsn(dsn: str) -> str:
@@ -138,7 +125,7 @@ class PostgresSink:
                 self._conn = psycopg.connect(self._conninfo, autocommit=True)
             except psycopg.Error as exc:
                 raise BackendError(
-                    f"sink {self._where}: cannot connect: {_one_line(exc, self._scrub)}"
+                    f"sink {self.location()}: cannot connect: {_one_line(exc, self._scrub)}"
                 ) from exc
         return self._conn
 
