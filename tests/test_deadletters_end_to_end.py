@@ -96,6 +96,48 @@ def reasons(source_path: Path) -> dict[str, str]:
         store.close()
 
 
+async def assert_published(report: dict[str, Any]) -> None:
+    """The triage run's artifacts and its ``collector.triage.completed`` event are in the API."""
+    import asyncio
+    import time
+    import uuid
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFilter
+
+    async with get_client() as client:
+        artifacts = await client.read_artifacts(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[uuid.UUID(report["run_id"])]))
+        )
+        by_key = {a.key: a for a in artifacts}
+        assert "Balance: quarantined 9 = repaired 2" in str(by_key["collector-hostile-triage"].data)
+        assert "collector-hostile-triage-expectations" in by_key
+        deadline = time.monotonic() + 60  # events are persisted asynchronously by the server
+        found: list[Any] = []
+        while not found and time.monotonic() < deadline:
+            page = await client.read_events(
+                EventFilter(
+                    event=EventNameFilter(name=["collector.triage.completed"]),
+                    occurred=EventOccurredFilter(since=report_started(report)),
+                ),
+                limit=50,
+            )
+            found = [e for e in page.events if e.payload.get("run_id") == report["run_id"]]
+            if not found:
+                await asyncio.sleep(0.5)
+    assert found, "no collector.triage.completed event for the run"
+    (event,) = found
+    assert event.resource.id == "collector.source.hostile"
+    assert (event.payload["reenqueued"], event.payload["balance"]["balanced"]) == (1, True)
+
+
+def report_started(report: dict[str, Any]) -> Any:
+    import datetime
+
+    return datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
+
+
 async def test_bad_inputs_end_as_dead_letters_or_repaired_records(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -166,6 +208,8 @@ async def test_bad_inputs_end_as_dead_letters_or_repaired_records(
             "quarantined": 9, "repaired": 2, "reenqueued": 1, "escalated": 5, "discarded": 1,
             "open": 0, "other": 0, "balanced": True,
         }  # fmt: skip
+
+    await assert_published(again)
 
     # a reviewer settles an escalated entry: it stays counted as escalated
     source = load_source(path)
