@@ -96,46 +96,51 @@ def reasons(source_path: Path) -> dict[str, str]:
         store.close()
 
 
+async def wait_for_event(name: str, run_id: str) -> Any:
+    """The one event ``name`` whose payload names ``run_id`` (the server persists events
+    asynchronously, so look until it is there, for up to a minute)."""
+    import asyncio
+    import datetime
+    import time
+
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFilter
+
+    since = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
+    deadline = time.monotonic() + 60
+    found: list[Any] = []
+    async with get_client() as client:
+        while not found and time.monotonic() < deadline:
+            page = await client.read_events(
+                EventFilter(
+                    event=EventNameFilter(name=[name]), occurred=EventOccurredFilter(since=since)
+                ),
+                limit=50,
+            )
+            found = [e for e in page.events if e.payload.get("run_id") == run_id]
+            if not found:
+                await asyncio.sleep(0.5)
+    assert len(found) == 1, f"{len(found)} {name} events for run {run_id}"
+    return found[0]
+
+
 async def assert_published(report: dict[str, Any]) -> None:
     """The triage run's artifacts and its ``collector.triage.completed`` event are in the API."""
-    import asyncio
-    import time
     import uuid
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-    from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFilter
 
     async with get_client() as client:
         artifacts = await client.read_artifacts(
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[uuid.UUID(report["run_id"])]))
         )
-        by_key = {a.key: a for a in artifacts}
-        assert "Balance: quarantined 9 = repaired 2" in str(by_key["collector-hostile-triage"].data)
-        assert "collector-hostile-triage-expectations" in by_key
-        deadline = time.monotonic() + 60  # events are persisted asynchronously by the server
-        found: list[Any] = []
-        while not found and time.monotonic() < deadline:
-            page = await client.read_events(
-                EventFilter(
-                    event=EventNameFilter(name=["collector.triage.completed"]),
-                    occurred=EventOccurredFilter(since=report_started(report)),
-                ),
-                limit=50,
-            )
-            found = [e for e in page.events if e.payload.get("run_id") == report["run_id"]]
-            if not found:
-                await asyncio.sleep(0.5)
-    assert found, "no collector.triage.completed event for the run"
-    (event,) = found
+    by_key = {a.key: a for a in artifacts}
+    assert "Balance: quarantined 9 = repaired 2" in str(by_key["collector-hostile-triage"].data)
+    assert "collector-hostile-triage-expectations" in by_key
+    event = await wait_for_event("collector.triage.completed", report["run_id"])
     assert event.resource.id == "collector.source.hostile"
     assert (event.payload["reenqueued"], event.payload["balance"]["balanced"]) == (1, True)
-
-
-def report_started(report: dict[str, Any]) -> Any:
-    import datetime
-
-    return datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
 
 
 async def test_bad_inputs_end_as_dead_letters_or_repaired_records(
@@ -165,6 +170,10 @@ async def test_bad_inputs_end_as_dead_letters_or_repaired_records(
         rows = {row["id"]: row for row in sink_lines(tmp_path / "out")}
         assert sorted(rows) == [0, 1, 2, 3, 4, 105]
         assert rows[105]["name"] == json.loads(PAGES["/unicode.json"][1])["name"]  # exact
+
+        quarantined = await wait_for_event("collector.deadletter.quarantined", first["run_id"])
+        assert quarantined.payload["source_path"] == str(path.resolve())
+        assert (quarantined.payload["items"], quarantined.payload["records"]) == (9, 5)
 
         # --- triage 1 ------------------------------------------------------------------------
         report = await triage(source=str(path))
