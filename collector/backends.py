@@ -51,10 +51,15 @@ def open_deadletters(source: Source) -> DeadLetterStore:
         return RedisDeadLetterStore(
             _redis_url(source, settings, field="deadletters"),
             archive=source.deadletter_archive_path,
+            archive_max_bytes=settings.archive_max_bytes,
         )
     from collector.deadletter.sqlite import SqliteDeadLetterStore
 
-    return SqliteDeadLetterStore(source.deadletter_path, archive=source.deadletter_archive_path)
+    return SqliteDeadLetterStore(
+        source.deadletter_path,
+        archive=source.deadletter_archive_path,
+        archive_max_bytes=settings.archive_max_bytes,
+    )
 
 
 def open_sink(source: Source) -> Sink:

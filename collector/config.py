@@ -35,6 +35,7 @@ from pydantic import (
 from collector import defaults
 from collector.errors import ConfigError
 from collector.priority import PrioritySettings
+from collector.repair import RepairRules
 from collector.retry import RetrySettings
 from collector.sinks._names import DEFAULT_TABLE, check_table_name
 from collector.ttl import TTLSettings, alignment_problems
@@ -272,6 +273,11 @@ class DeadLetterSettings(_Section):
     archive: Path | None = Field(
         None, description="Append-only JSONL archive; default <state_dir>/deadletters.jsonl."
     )
+    archive_max_bytes: int = Field(
+        defaults.DEADLETTER_ARCHIVE_BYTES,
+        ge=1024,
+        description="The archive is rotated to <name>.NNNNN.jsonl past this size (bytes).",
+    )
 
     @model_validator(mode="after")
     def _backend_fields(self) -> Self:
@@ -311,6 +317,10 @@ class Source(_Section):
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
     frontier: FrontierSettings = Field(default_factory=FrontierSettings)
     deadletters: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
+    repair: RepairRules = Field(
+        default_factory=RepairRules,
+        description="Fixes triage may apply to quarantined records (collector.repair).",
+    )
     allow_private_networks: bool = Field(
         False, description="Allow loopback/private hosts (local sites, the demo)."
     )
@@ -349,6 +359,11 @@ class Source(_Section):
     @property
     def deadletter_archive_path(self) -> Path:
         return self.path(self.deadletters.archive or self.state_dir / "deadletters.jsonl")
+
+    @property
+    def ledger_path(self) -> Path:
+        """The durable ledger of compensations (collector.ledger.LedgerBook)."""
+        return self.state_path / "ledger.jsonl"
 
     @property
     def sink_path(self) -> Path:

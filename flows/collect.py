@@ -165,6 +165,7 @@ async def collect(
                 await run.aclose()
         run.finish()
         summary = run.summary()
+        summary["source_path"] = str(Path(source).expanduser().resolve())  # for triggered triage
     await _publish(summary)
     if not run.ledger.balanced:
         logger.error("ledger does not balance: %s", "; ".join(run.ledger.problems))
@@ -310,6 +311,7 @@ async def _publish(summary: dict[str, Any]) -> None:
                 "records": summary["records_quarantined"],
                 "reasons": summary["deadletter_reasons"],
                 "run_id": summary["run_id"],
+                "source_path": summary["source_path"],  # what the triage flow is given
             },
         )
 
