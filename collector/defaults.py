@@ -53,6 +53,13 @@ BATCH_SIZE = 200  # items claimed, fetched and stored per Prefect task
 DRAIN_WAIT_S = 60.0  # a run waits this long for retry-later items and others' leases to return
 STATE_DIR = ".collector"  # frontier and dead letters live here, beside the source file
 
+# --- Dead letters and triage ---------------------------------------------------------------
+DEADLETTER_ARCHIVE_BYTES = 64 * 1024 * 1024  # the JSONL archive is rotated past this size
+TRIAGE_CLAIM_S = 300.0  # a triage run holds an entry this long; a crashed run's claims expire
+TRIAGE_LIMIT = 10_000  # open entries one triage run looks at
+TRIAGE_MAX_REQUEUES = 3  # a recoverable fetch failure is re-enqueued at most this often, then
+#                          escalated; the n-th waits retry.ceiling(n) after its last failure
+
 # --- Locks (Prefect global concurrency limits) ---------------------------------------------
 LOCK_WAIT_S = 60.0  # a `run` waits this long for source:<name> before exiting with code 3
 LOCK_LEASE_S = 60.0  # lease of a held lock, renewed every 3/4 of it (Prefect's minimum: 60)

@@ -492,6 +492,8 @@ class Collection:
             "requests": self.budget.requests,
             "retries": self.budget.retries,
             "retry_budget_refused": self.budget.refused,
+            # sink writes and frontier acks refused by a fencing token (a newer lease holds them)
+            "fence_refused": self.ledger.stale_writes + self.ledger.stale_acks,
             "seconds": round(elapsed, 3),
             "pages_per_second": round(self.pages_ok / elapsed, 1),
             "timings_s": {

@@ -211,6 +211,7 @@ async def collect(
                     await run.aclose()
             run.finish(planned=planned)
             summary = {**run.summary(), "role": role}
+            summary["source_path"] = str(Path(source).expanduser().resolve())  # for triage
     await _publish(summary)
     if not run.ledger.balanced:
         logger.error("ledger does not balance: %s", "; ".join(run.ledger.problems))
@@ -375,6 +376,7 @@ async def _publish(summary: dict[str, Any]) -> None:
                 "records": summary["records_quarantined"],
                 "reasons": summary["deadletter_reasons"],
                 "run_id": summary["run_id"],
+                "source_path": summary["source_path"],  # what the triage flow is given
             },
         )
 

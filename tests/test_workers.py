@@ -1,8 +1,11 @@
-"""Several worker processes on one Redis frontier: nothing lost, nothing held twice.
+"""Several worker processes on one Redis frontier and one Postgres sink: nothing lost, nothing
+stored twice, nothing held by two workers.
 
 Each worker is a real ``collector`` subprocess (``run`` plans and drains under the source lock,
-``work`` only helps drain) against the session's Prefect server, a throwaway redis-server and a
-local HTTP server that logs which worker fetched which item (the ``X-Collector-Worker`` header).
+``work`` only helps drain) against the session's Prefect server, a throwaway redis-server, a
+throwaway Postgres and a local HTTP server that logs which worker fetched which item (the
+``X-Collector-Worker`` header). A trigger on the records table logs every content write, so
+"stored exactly once" is read from the database, not from the workers' own counts.
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+import yaml
 
-from tests.helpers import sink_lines, write_source
+from collector.sinks.postgres import PostgresSink
+from tests.helpers import write_source
 from tests.worker_site import WORKER_HEADER, WorkerSite
 
 COLLECTOR = [sys.executable, "-m", "flows.cli"]
@@ -29,7 +35,7 @@ pytestmark = pytest.mark.slow
 
 
 class Worker:
-    """One ``collector run|work`` subprocess with its own source copy (its own JSONL sink)."""
+    """One ``collector run|work`` subprocess (its own folder; its worker id in a header)."""
 
     def __init__(
         self,
@@ -46,6 +52,9 @@ class Worker:
         self.folder = folder / name
         self.folder.mkdir(parents=True)
         path = write_source(self.folder, **source)
+        text = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text["sink"] = source["sink"]  # replace the default JSONL sink, not merge into it
+        path.write_text(yaml.safe_dump(text, sort_keys=False), encoding="utf-8")
         options = ["--json", "--batch-size", str(batch), *args]
         if role == "work":
             options += ["--idle-wait", "120"]
@@ -69,21 +78,21 @@ class Worker:
         summary = json.loads(lines[-1]) if lines else None
         return self.process.returncode, summary, err
 
-    def rows(self) -> list[dict[str, Any]]:
-        return sink_lines(self.folder / "out")
-
     def kill(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
 
 
-def _source(name: str, site: WorkerSite, redis_url: str, total: int, **extra: Any) -> dict:
+def _source(
+    name: str, site: WorkerSite, redis_url: str, dsn: str, total: int, **extra: Any
+) -> dict[str, Any]:
     source: dict[str, Any] = {
         "name": name,
         "seeds": {"template": site.url("/items/{i}.json"), "range": [0, total]},
         "frontier": {"type": "redis", "url": redis_url},
         "deadletters": {"type": "redis", "url": redis_url},
+        "sink": {"type": "postgres", "dsn": dsn, "table": "records"},
         "limits": {
             "concurrency": 16,
             "per_domain_concurrency": 16,
@@ -106,16 +115,54 @@ def _wait_until(condition: Any, what: str, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
-def _stored_keys(workers: list[Worker]) -> Counter[int]:
-    return Counter(int(row["_collector"]["key"]) for w in workers for row in w.rows())
+_AUDIT = """
+CREATE TABLE content_writes (key text, token bigint, batch_id text);
+CREATE FUNCTION log_content_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' OR OLD.digest IS DISTINCT FROM NEW.digest THEN
+        INSERT INTO content_writes VALUES (NEW.key, NEW.token, NEW.batch_id);
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER log_content_write BEFORE INSERT OR UPDATE ON records
+    FOR EACH ROW EXECUTE FUNCTION log_content_write();
+"""
+
+
+def _audited_sink(dsn: str, source: str) -> None:
+    """Create the records table (as the sink does) and log every content write to it."""
+    PostgresSink(dsn, source=source, table="records").close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(_AUDIT)
+
+
+def _stored(dsn: str) -> tuple[Counter[int], Counter[int], dict[int, str]]:
+    """(rows per key, content writes per key, batch id of each stored row)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT key, batch_id FROM records").fetchall()
+        writes = conn.execute("SELECT key FROM content_writes").fetchall()
+    return (
+        Counter(int(key) for key, _ in rows),
+        Counter(int(key) for (key,) in writes),
+        {int(key): batch for key, batch in rows},
+    )
+
+
+def _assert_stored_exactly_once(dsn: str, total: int) -> dict[int, str]:
+    rows, writes, batches = _stored(dsn)
+    assert set(rows) == set(range(total)) and max(rows.values()) == 1
+    assert set(writes) == set(range(total))
+    assert [key for key, n in writes.items() if n > 1] == []  # one content write per key
+    return batches
 
 
 def test_three_workers_store_20000_urls_exactly_once_and_never_hold_one_twice(
-    tmp_path: Path, prefect_api: str, redis_url: str
+    tmp_path: Path, prefect_api: str, redis_url: str, postgres_dsn: str
 ) -> None:
     total = 20_000
+    _audited_sink(postgres_dsn, "workers-three")
     with WorkerSite() as site:
-        source = _source("workers-three", site, redis_url, total)
+        source = _source("workers-three", site, redis_url, postgres_dsn, total)
         workers = [Worker(tmp_path, "run", "w0", prefect_api, source, batch=250)]
         workers += [
             Worker(tmp_path, "work", f"w{i}", prefect_api, source, batch=250) for i in (1, 2)
@@ -139,12 +186,11 @@ def test_three_workers_store_20000_urls_exactly_once_and_never_hold_one_twice(
     assert set(by_worker) <= {"w0", "w1", "w2"}
     assert sum(1 for n in by_worker.values() if n) >= 2, by_worker  # the helpers did help
 
-    # The sinks: every key stored exactly once, by the worker the server saw fetching it.
-    stored = _stored_keys(workers)
-    assert set(stored) == set(range(total)) and max(stored.values()) == 1
+    # The sink: every key written exactly once, by the worker the server saw fetching it.
+    batches = _assert_stored_exactly_once(postgres_dsn, total)
+    run_of = {s["run_id"]: w.name for w, (_, s, _) in zip(workers, results, strict=True) if s}
     fetched_by = dict(fetches)
-    for w in workers:
-        assert all(fetched_by[int(row["_collector"]["key"])] == w.name for row in w.rows())
+    assert all(run_of[batch.split(":")[0]] == fetched_by[key] for key, batch in batches.items())
 
     # The ledgers: each worker's stored = what it fetched; the run counts the helpers' share.
     for w, (_, summary, _) in zip(workers, results, strict=True):
@@ -171,12 +217,13 @@ def _refetched(fetches: list[tuple[int, str]]) -> dict[int, list[str]]:
 
 
 def test_sigkill_a_worker_mid_batch_its_items_come_back_after_the_lease_once(
-    tmp_path: Path, prefect_api: str, redis_url: str
+    tmp_path: Path, prefect_api: str, redis_url: str, postgres_dsn: str
 ) -> None:
     total = 1500
+    _audited_sink(postgres_dsn, "workers-sigkill")
     with WorkerSite() as site:
         site.set_delay(0.02)
-        source = _source("workers-sigkill", site, redis_url, total, ttl=FAST_TTL)
+        source = _source("workers-sigkill", site, redis_url, postgres_dsn, total, ttl=FAST_TTL)
         run = Worker(tmp_path, "run", "w0", prefect_api, source, batch=20)
         victim = Worker(tmp_path, "work", "w1", prefect_api, source, batch=20)
         try:
@@ -193,33 +240,39 @@ def test_sigkill_a_worker_mid_batch_its_items_come_back_after_the_lease_once(
     refetched = _refetched(fetches)
     assert all(who == ["w1", "w0"] for who in refetched.values()), refetched
     assert set(dict(fetches)) == set(range(total))
-    # Stored once: the run's sink has no duplicates; together with what the victim stored
-    # before it died, every item; an item in both is one the victim wrote but never acked,
-    # which the run fetched again after the victim's lease expired.
-    mine = Counter(int(row["_collector"]["key"]) for row in run.rows())
-    theirs = {int(row["_collector"]["key"]) for row in victim.rows()}
-    assert max(mine.values()) == 1
-    assert set(mine) | theirs == set(range(total))
-    assert set(mine) & theirs <= set(refetched)
+    # Stored once: items the victim wrote but never acked were fetched again after its lease
+    # expired, and the refetch found the same content (no second content write).
+    _assert_stored_exactly_once(postgres_dsn, total)
+    assert summary["stored"] + summary["stored_by_others"] == total
 
 
-def test_sigstop_a_worker_past_its_lease_its_late_acks_are_refused_and_counted(
-    tmp_path: Path, prefect_api: str, redis_url: str
+def _keys_in_sink(dsn: str) -> set[int]:
+    with psycopg.connect(dsn) as conn:
+        return {int(key) for (key,) in conn.execute("SELECT key FROM records").fetchall()}
+
+
+def test_sigstop_a_worker_past_its_lease_its_late_writes_are_refused_and_counted(
+    tmp_path: Path, prefect_api: str, redis_url: str, postgres_dsn: str
 ) -> None:
     total = 1500
+    _audited_sink(postgres_dsn, "workers-sigstop")
     with WorkerSite() as site:
         site.set_delay(0.02)
-        source = _source("workers-sigstop", site, redis_url, total, ttl=FAST_TTL)
+        source = _source("workers-sigstop", site, redis_url, postgres_dsn, total, ttl=FAST_TTL)
         run = Worker(tmp_path, "run", "w0", prefect_api, source, batch=20)
         paused = Worker(tmp_path, "work", "w1", prefect_api, source, batch=20)
         try:
             _wait_until(lambda: len(_fetched_by(site.fetches(), "w1")) >= 60, "w1 to fetch")
-            paused.process.send_signal(signal.SIGSTOP)
-            stopped_with = _fetched_by(site.fetches(), "w1")
-            # its lease expires; the run takes its items and fetches them again
-            _wait_until(
-                lambda: stopped_with & _fetched_by(site.fetches(), "w0"), "w0 to take w1's items"
-            )
+            for _ in range(10):  # stop it while it holds fetched items it has not stored yet
+                paused.process.send_signal(signal.SIGSTOP)
+                held = _fetched_by(site.fetches(), "w1") - _keys_in_sink(postgres_dsn)
+                if held:
+                    break
+                paused.process.send_signal(signal.SIGCONT)
+                time.sleep(0.2)
+            assert held, "could not catch w1 holding unstored items"
+            # its lease expires; the run takes those items and stores them under newer tokens
+            _wait_until(lambda: held & _keys_in_sink(postgres_dsn), "w0 to store w1's items")
         finally:
             paused.process.send_signal(signal.SIGCONT)
         results = [run.finish(), paused.finish()]
@@ -228,8 +281,16 @@ def test_sigstop_a_worker_past_its_lease_its_late_acks_are_refused_and_counted(
     for code, summary, err in results:
         assert code == 0, err[-2000:]
         assert summary is not None and summary["balanced"], summary
-    late = results[1][1]
-    assert late is not None and late["stale_acks"] > 0, late  # refused by the frontier's fence
+    first, late = results[0][1], results[1][1]
+    assert first is not None and late is not None
+    # The late worker's outcomes for items it no longer held were refused by the fences (the
+    # frontier's for acks, the sink's for record writes) and its summary counts them.
+    assert late["stale_acks"] > 0, late
+    assert late["fence_refused"] == late["stale_writes"] + late["stale_acks"]
+    print(f"late worker: fence_refused {late['fence_refused']} "
+          f"(sink {late['stale_writes']}, frontier {late['stale_acks']})")  # fmt: skip
     assert set(dict(fetches)) == set(range(total))
-    mine = Counter(int(row["_collector"]["key"]) for row in run.rows())
-    assert max(mine.values()) == 1
+    batches = _assert_stored_exactly_once(postgres_dsn, total)
+    # what it held when stopped is stored by the run that took it over, not by the late writer
+    taken = {key for key in held if batches[key].split(":")[0] == first["run_id"]}
+    assert taken == held & set(batches) and taken
