@@ -1,0 +1,33 @@
+"""The ledger of a drain-only worker, and of a run that other workers helped."""
+
+from __future__ import annotations
+
+from collector.frontier.base import StateCounts
+from collector.ledger import Ledger
+
+
+def test_a_worker_balances_over_what_it_claimed() -> None:
+    ledger = Ledger(claimed=10, stored=5, dead_lettered=1, returned=2, stale_acks=1, released=1)
+    ledger.close_claims()
+    assert ledger.balanced
+
+
+def test_a_worker_that_lost_an_item_does_not_balance() -> None:
+    ledger = Ledger(claimed=10, stored=5, dead_lettered=1, returned=2, stale_acks=1)
+    ledger.close_claims()
+    assert not ledger.balanced
+    assert "claimed 10" in ledger.problems[0] and "(= 9)" in ledger.problems[0]
+
+
+def test_a_run_counts_what_helpers_settled_of_its_items() -> None:
+    ledger = Ledger(discovered=10, fresh_skipped=1, claimed=4, stored=3, returned=1)
+    ledger.close(StateCounts(queued=1, leased=1, done=7, dead=1))
+    assert ledger.balanced, ledger.problems
+    assert (ledger.stored_by_others, ledger.dead_by_others, ledger.queued) == (3, 1, 2)
+
+
+def test_a_run_that_counted_more_than_the_frontier_holds_does_not_balance() -> None:
+    ledger = Ledger(discovered=10, claimed=10, stored=10)
+    ledger.close(StateCounts(done=9, queued=1))
+    assert ledger.stored_by_others == 0
+    assert not ledger.balanced
