@@ -207,6 +207,12 @@ def main() -> int:
     args = parser.parse_args()
 
     os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="collector-bench-prefect-"))
+    for name, value in (
+        ("PREFECT_SERVER_ANALYTICS_ENABLED", "false"), ("DO_NOT_TRACK", "1"),
+        ("PREFECT_LOGGING_LEVEL", "WARNING"), ("PREFECT_SERVER_LOGGING_LEVEL", "ERROR"),
+        ("PREFECT_UI_ENABLED", "false"), ("GX_ANALYTICS_ENABLED", "false"),
+    ):  # fmt: skip
+        os.environ.setdefault(name, value)
     from prefect.server.api.server import SubprocessASGIServer
 
     api = SubprocessASGIServer()
