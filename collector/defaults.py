@@ -64,4 +64,5 @@ TRIAGE_MAX_REQUEUES = 3  # a recoverable fetch failure is re-enqueued at most th
 LOCK_WAIT_S = 60.0  # a `run` waits this long for source:<name> before exiting with code 3
 LOCK_LEASE_S = 60.0  # lease of a held lock, renewed every 3/4 of it (Prefect's minimum: 60)
 DOMAIN_LOCK_WAIT_S = 600.0  # a batch waits this long for its domain:<host> slots
+DRAIN_POLL_S = 1.0  # while draining waits for others' leases, the frontier is looked at this often
 WORK_IDLE_WAIT_S = 30.0  # `collector work` waits this long for items when the frontier is empty

@@ -285,7 +285,9 @@ async def _drain(
                     continue
                 if pause is None or waited + pause > drain_wait_s:
                     break
-                pause = max(pause, 0.05)
+                # Look again at least every DRAIN_POLL_S: other workers may ack their leases
+                # long before those leases would expire.
+                pause = min(max(pause, 0.05), defaults.DRAIN_POLL_S)
                 _tell("waiting", seconds=pause)
                 await asyncio.sleep(pause)
                 waited += pause
