@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from collector import defaults
+from collector.backlog import BacklogSettings
 from collector.errors import ConfigError
 from collector.priority import PrioritySettings
 from collector.retry import RetrySettings
@@ -29,6 +30,7 @@ from collector.ttl import TTLSettings, alignment_problems
 from collector.urls import check_url_syntax
 
 __all__ = [
+    "BacklogSettings",
     "DeadLetterSettings",
     "FrontierSettings",
     "JsonlSinkSettings",
@@ -229,6 +231,7 @@ class Source(_Section):
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
     frontier: FrontierSettings = Field(default_factory=FrontierSettings)
     deadletters: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
+    backlog: BacklogSettings = Field(default_factory=BacklogSettings)
     allow_private_networks: bool = Field(
         False, description="Allow loopback/private hosts (local sites, the demo)."
     )

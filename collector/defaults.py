@@ -52,3 +52,13 @@ PROGRESS_EVERY_S = 2.0  # the UI progress artifact is updated at most this often
 BATCH_SIZE = 200  # items claimed, fetched and stored per Prefect task
 DRAIN_WAIT_S = 60.0  # a run waits this long for retry-later items and others' leases to return
 STATE_DIR = ".collector"  # frontier and dead letters live here, beside the source file
+
+# --- Backlog watermark ---------------------------------------------------------------------
+# ratio = depth / capacity; a level is entered at its threshold and left only below its clear
+# threshold (hysteresis), so a depth hovering around a threshold raises one event, not many.
+BACKLOG_WARNING = 0.60  # ok -> warning at or above this ratio
+BACKLOG_WARNING_CLEAR = 0.50  # warning -> ok (recovered) below this ratio
+BACKLOG_CRITICAL = 0.80  # -> critical at or above this ratio
+BACKLOG_CRITICAL_CLEAR = 0.70  # critical -> warning below this ratio
+BACKLOG_SAMPLES = 48  # trend samples kept per source (a Prefect Variable holds at most 5000 chars)
+BACKLOG_MAX_SAMPLES = 100  # upper bound of `backlog.samples`, so the state fits in one Variable
