@@ -15,10 +15,10 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 from prefect.variables import Variable
 
+from collector.backends import open_frontier
 from collector.config import load_source
 from collector.errors import CollectorError
 from collector.frontier.base import Offer
-from collector.frontier.sqlite import SqliteFrontier
 from flows.backlog import backlog_monitor, state_variable
 from tests.helpers import write_source
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("prefect_api")
 def _fill(source_path: Path, queued: int, done: int) -> None:
     """Put ``queued`` items in the queue and ``done`` finished ones in the source's frontier."""
     source = load_source(source_path)
-    frontier = SqliteFrontier(source.frontier_path)
+    frontier = open_frontier(source)  # the source's own backend: SQLite or Redis
     try:
         now = time.time()
         offers = [Offer(f"http://site.example/{i}", 60.0) for i in range(queued + done)]
@@ -138,3 +138,28 @@ async def test_default_capacity_is_the_whole_source_and_bad_source_fails_after_o
         await backlog_monitor(sources=[str(missing), str(good)])
     state = await Variable.aget(state_variable(name))  # the good one was still sampled
     assert state["level"] == "ok" and [row[1:] for row in state["samples"]] == [[2, 10]]
+
+
+async def test_redis_frontier_source_is_watched_the_same_way(
+    tmp_path: Path, redis_url: str
+) -> None:
+    name = f"backlog-{uuid.uuid4().hex[:8]}"
+    path = write_source(
+        tmp_path,
+        name=name,
+        seeds={"urls": ["http://site.example/0"]},
+        frontier={"type": "redis", "url": redis_url},
+        backlog={"capacity": 4},
+    )
+    _fill(path, queued=4, done=1)
+    [result] = await backlog_monitor(sources=[str(path)])
+    assert result == {
+        "source": name,
+        "depth": 4,
+        "capacity": 4,
+        "ratio": 1.0,
+        "level": "critical",
+        "event": "collector.backlog.critical",
+    }
+    [event] = await _events(f"collector.source.{name}", expected=1)
+    assert event.event == "collector.backlog.critical" and event.payload["depth"] == 4
