@@ -1,6 +1,6 @@
-"""The documented trigger, end to end on a real Prefect server: the YAML given in the README for
-the on-source-changed deployment is valid Prefect trigger configuration, and an emitted
-``collector.source.changed`` event creates a run of that deployment for the event's source."""
+"""The deployments the README documents: the on-source-changed YAML is valid Prefect trigger
+configuration and, on a real Prefect server, an emitted ``collector.source.changed`` event creates
+a run of that deployment for the event's source; the backlog-monitor YAML fits the flow."""
 
 from __future__ import annotations
 
@@ -71,3 +71,17 @@ async def test_event_creates_a_run_of_the_triggered_deployment(tmp_path: Path) -
                 deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
             )
     assert [run.parameters for run in runs] == [{"source": path}]
+
+
+def test_documented_backlog_monitor_deployment_fits_the_flow() -> None:
+    from flows.backlog import backlog_monitor
+
+    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    [block] = [b for b in blocks if "name: backlog-monitor" in b]
+    [deployment] = yaml.safe_load(block)["deployments"]
+    assert deployment["entrypoint"] == "flows/backlog.py:backlog_monitor"
+    assert backlog_monitor.validate_parameters(deployment["parameters"]) == {
+        "sources": ["/srv/sources/items.yaml"]
+    }
+    with pytest.raises(Exception, match="sources"):
+        backlog_monitor.validate_parameters({"sources": []})
