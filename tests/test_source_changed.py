@@ -13,7 +13,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
 from prefect.variables import Variable
 
-from collector.config import load_source
+from collector.config import SourceError, load_source
 from collector.errors import ConfigError
 from collector.fingerprint import fingerprint
 from flows.collect import collect
@@ -96,3 +96,10 @@ async def test_missing_collect_deployment_fails_and_keeps_the_old_fingerprint(
         await source_changed(source=str(path), deployment="collect/no-such-deployment")
     # Nothing was started, so nothing is remembered: the next event tries again.
     assert await Variable.aget(fingerprint_variable(name), default=None) is None
+
+
+async def test_invalid_source_fails_with_the_problem_and_starts_nothing(tmp_path: Path) -> None:
+    path = _source(tmp_path, f"bad-{uuid.uuid4().hex[:8]}", weight=5)
+    path.write_text(path.read_text().replace("weight: 5", "weight: 50"))
+    with pytest.raises(SourceError, match=r"source\.yaml: priority\.weight: .*less than or equal"):
+        await source_changed(source=str(path), deployment="collect/no-such-deployment")
