@@ -95,7 +95,7 @@ def test_events_exactly_on_level_changes(ratios: list[float]) -> None:
     st.floats(0.01, 0.3),
     st.lists(st.floats(0.0, 1.5), max_size=40),
 )
-def test_configured_thresholds_no_event_without_crossing(
+def test_no_event_repeats_for_any_valid_band(
     warning: float, gap: float, critical_gap: float, ratios: list[float]
 ) -> None:
     """For any valid band, two consecutive events never have the same name (no repeats)."""
