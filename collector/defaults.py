@@ -59,3 +59,13 @@ TRIAGE_CLAIM_S = 300.0  # a triage run holds an entry this long; a crashed run's
 TRIAGE_LIMIT = 10_000  # open entries one triage run looks at
 TRIAGE_MAX_REQUEUES = 3  # a recoverable fetch failure is re-enqueued at most this often, then
 #                          escalated; the n-th waits retry.ceiling(n) after its last failure
+
+# --- Backlog watermark ---------------------------------------------------------------------
+# ratio = depth / capacity; a level is entered at its threshold and left only below its clear
+# threshold (hysteresis), so a depth hovering around a threshold raises one event, not many.
+BACKLOG_WARNING = 0.60  # ok -> warning at or above this ratio
+BACKLOG_WARNING_CLEAR = 0.50  # warning -> ok (recovered) below this ratio
+BACKLOG_CRITICAL = 0.80  # -> critical at or above this ratio
+BACKLOG_CRITICAL_CLEAR = 0.70  # critical -> warning below this ratio
+BACKLOG_SAMPLES = 48  # trend samples kept per source (a Prefect Variable holds at most 5000 chars)
+BACKLOG_MAX_SAMPLES = 100  # upper bound of `backlog.samples`, so the state fits in one Variable
