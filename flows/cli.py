@@ -206,6 +206,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
         f"{summary['records_quarantined']}   {summary['pages_per_second']} pages/s   "
         f"{summary['requests']} requests, {summary['retries']} retries"
     )
+    if summary.get("stale_writes"):
+        console.print(
+            f"fencing:      {summary['stale_writes']} record writes refused (a newer lease "
+            "holder had written them)"
+        )
     for problem in summary["problems"]:
         console.print(f"[red]  {problem}")
     console.print(f"records:      {summary['sink']}")
