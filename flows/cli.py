@@ -76,7 +76,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             status = EXIT_INVALID
             continue
         urls = sum(1 for _ in source.iter_seed_urls())
-        print(f"{path}: ok ({source.name}: {urls} seed URLs, sink {source.sink_path})")
+        print(f"{path}: ok ({source.name}: {urls} seed URLs, sink {source.sink_label})")
     return status
 
 
@@ -144,14 +144,18 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return EXIT_INVALID, None
-    from collector.backends import open_deadletters, open_frontier
+    from collector.backends import open_deadletters, open_frontier, open_sink
 
     try:  # reach the stores before Prefect starts: one line if one is down, not a traceback
         frontier = open_frontier(loaded)
         try:
             open_deadletters(loaded).close()
+            open_sink(loaded).close()
         finally:
             frontier.close()
+    except ConfigError as exc:  # a missing variable or Secret / RedisDatabase block
+        print(f"{source}: {exc}", file=sys.stderr)
+        return EXIT_INVALID, None
     except CollectorError as exc:
         print(f"collector: {exc}", file=sys.stderr)
         return EXIT_FAILED, None
