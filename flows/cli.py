@@ -468,6 +468,7 @@ def cmd_compensate(args: argparse.Namespace) -> int:
               f" {already.reason})", file=sys.stderr)  # fmt: skip
         return EXIT_FAILED
     sink = open_sink(source)
+    where = sink.location()
     try:
         done = compensate(
             sink,
@@ -479,7 +480,7 @@ def cmd_compensate(args: argparse.Namespace) -> int:
         )
     finally:
         sink.close()
-    print(f"compensated batch {args.batch}: {done.removed} records removed from {source.sink_path}"
+    print(f"compensated batch {args.batch}: {done.removed} records removed from {where}"
           f" (recorded in {source.ledger_path})")  # fmt: skip
     return EXIT_OK if done.removed else EXIT_FAILED
 

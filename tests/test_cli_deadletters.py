@@ -158,3 +158,22 @@ def test_compensate_removes_exactly_one_batch_and_records_it(
     assert "already compensated" in capsys.readouterr().err
     assert main(["compensate", path, "--batch", "never"]) == 1  # nothing to undo: said so
     assert sorted(r["id"] for r in sink_lines(source.sink_path)) == [0, 1, 2, 7]
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_triage_command_runs_the_flow(source: Source, capsys: pytest.CaptureFixture[str]) -> None:
+    gone, busy = (
+        letter(source, "http://h/gone", "http_404", 10),
+        letter(source, "http://h/busy", "timeout", 10),
+    )
+    put(source, [gone, busy])
+    path = str(source.base_dir / "source.yaml")
+    assert main(["triage", path, "--dry-run", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (report["dry_run"], report["escalated"], report["reenqueued"]) == (True, 1, 1)
+    assert entries(source)["http://h/gone"].status == "open"  # a dry run changes nothing
+    assert main(["triage", path]) == 0
+    out = capsys.readouterr().out
+    assert "escalated 2" in out  # the timeout's URL is not dead in the frontier: a person looks
+    assert "balance: quarantined 2 = repaired 0 + re-enqueued 0 + escalated 2" in out
+    assert {e.status for e in entries(source).values()} == {"review"}
