@@ -54,7 +54,7 @@ __all__ = ["DEFAULT_TABLE", "PostgresSink", "check_table_name", "describe_dsn"]
 
 _COLUMNS = {"source", "key", "record", "token", "batch_id", "url", "digest", "stored_at"}
 _DDL_LOCK = 0x636F6C6C  # pg_advisory_xact_lock key: one DDL at a time across workers
-_RACE_ROUNDS = 20  # statements per write for keys inserted by others under our feet
+_RACE_ROUNDS = 20  # statements per write for keys others inserted or changed under our feet
 _DEADLOCK_RETRIES = 5
 _CONNECT_TIMEOUT_S = 5
 
@@ -111,7 +111,11 @@ class PostgresSink:
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
         self._write_sql = self._build_write_sql()
-        self._run("open", self._prepare_table)
+        try:
+            self._run("open", self._prepare_table)
+        except BackendError:
+            self.close()
+            raise
 
     # --- plumbing ------------------------------------------------------------------------------
     def location(self) -> str:
