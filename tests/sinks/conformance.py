@@ -171,6 +171,17 @@ class SinkConformance:
         assert sink.get("b") is None
         assert sink.count() == 1
 
+    def test_remove_batch_that_overwrote_a_key_removes_the_key(self, sink: Sink) -> None:
+        """Compensation deletes what the batch holds; the version it replaced is not restored
+        (the same on every backend: the item is fetched and written again)."""
+        sink.write([rec("a", v=1), rec("b", v=1)], token=1, batch_id="b1")
+        sink.write([rec("a", v=2)], token=2, batch_id="b2")
+        assert sink.remove_batch("b2") == 1
+        assert sink.get("a") is None
+        assert sink.get("b") == {"id": "b", "v": 1}
+        assert sink.count() == 1
+        assert sink.remove_batch("b1") == 1
+
     def test_key_can_be_written_again_after_its_batch_was_removed(self, sink: Sink) -> None:
         sink.write([rec("a", v=1)], token=5, batch_id="b5")
         assert sink.remove_batch("b5") == 1

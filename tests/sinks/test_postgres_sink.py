@@ -222,7 +222,7 @@ _WRITER = textwrap.dedent(
 def test_concurrent_writers_never_let_a_lower_token_win(tmp_path: Path, postgres_dsn: str) -> None:
     script = tmp_path / "writer.py"
     script.write_text(_WRITER, encoding="utf-8")
-    batches = 60
+    batches = 100
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), postgres_dsn, str(worker), str(batches)],
