@@ -94,15 +94,21 @@ class World:
             )
         return done.stdout
 
-    def get(self, path: str) -> Any:
-        response = self.http.get(self.api + path)
-        response.raise_for_status()
-        return response.json()
-
-    def post(self, path: str, body: Any) -> Any:
-        response = self.http.post(self.api + path, json=body)
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """One API call; like Prefect's own client, retry while the server says it is busy."""
+        for attempt in range(10):
+            response = self.http.request(method, self.api + path, json=body)
+            if response.status_code not in (429, 503):
+                break
+            time.sleep(0.5 * (attempt + 1))
         response.raise_for_status()
         return response.json() if response.content else None
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+    def post(self, path: str, body: Any) -> Any:
+        return self.request("POST", path, body)
 
     def deployment(self, name: str) -> dict[str, Any]:
         result: dict[str, Any] = self.get(f"/deployments/name/collect/{name}")
@@ -339,3 +345,152 @@ def test_runs_started_by_cli_rest_python_and_event_complete(world: World) -> Non
     for source in (by_cli, by_rest, by_python, by_event):
         assert world.stored_ids(source) == {0, 1, 2, 3}, source
     assert world.flow_run(event_run)["parameters"]["source"] == str(by_event)
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+
+def test_ui_lists_collect_deployments_and_a_custom_run_from_its_form_completes(
+    world: World, tmp_path: Path
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "Debian's chromium is missing: `./bootstrap test` installs it"
+    source = world.source("by-ui")
+    deployment = world.deployment("collect-normal")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),  # a fresh --user-data-dir
+            executable_path=CHROMIUM,
+            args=CHROMIUM_FLAGS,
+            headless=True,
+            viewport={"width": 1400, "height": 1000},
+        )
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(60_000)
+            page.goto(f"{world.ui}/deployments")
+            for name in ("collect-critical", "collect-high", "collect-normal", "collect-low"):
+                page.get_by_text(name, exact=True).first.wait_for()
+
+            page.goto(f"{world.ui}/deployments/deployment/{deployment['id']}/run")
+            page.get_by_text("Parameters", exact=True).wait_for()
+            page.locator("textarea").first.fill(str(source))  # the `source` parameter
+            page.get_by_role("button", name="Submit").click()
+            page.wait_for_url(f"**/deployments/deployment/{deployment['id']}**")
+            page.screenshot(path=str(world.folder / "ui-run.png"))
+        finally:
+            browser.close()
+    run_id = world.wait_for(
+        "the run started from the UI",
+        lambda: [
+            r["id"]
+            for r in world.runs_of(deployment["id"])
+            if r["parameters"].get("source") == str(source)
+        ],
+    )[0]
+    run = world.wait_final(run_id)
+    assert run["deployment_id"] == deployment["id"]
+    assert run["parameters"]["source"] == str(source)
+    assert run["state_type"] == "COMPLETED", (run["state"], world.logs())
+    assert world.stored_ids(source) == {0, 1, 2, 3}
+
+
+def _create_run(world: World, deployment: str, source: str) -> str:
+    run_id: str = world.post(
+        f"/deployments/{world.deployment(deployment)['id']}/create_flow_run",
+        {"parameters": {"source": source}},
+    )["id"]
+    return run_id
+
+
+def test_critical_run_queued_after_low_runs_starts_first(world: World) -> None:
+    bootstrap = str(ROOT / "infra" / "bootstrap")
+    assert "updated  work pool collector concurrency 1" in world.cli(
+        bootstrap, "--notify-url", world.webhook.url, "--pool-limit", "1"
+    )
+    lows: list[str] = []
+    try:
+        blocker = _create_run(world, "collect-normal", str(world.source("blocker", delay_s=3)))
+        world.wait_for(
+            "the blocking run to start", lambda: world.flow_run(blocker)["state_type"] == "RUNNING"
+        )
+        lows = [_create_run(world, "collect-low", str(world.source(f"low-{i}"))) for i in range(3)]
+        critical = _create_run(world, "collect-critical", str(world.source("critical")))
+        assert world.wait_final(critical)["state_type"] == "COMPLETED", world.logs()
+        assert world.wait_final(blocker)["state_type"] == "COMPLETED"
+        critical_start = world.flow_run(critical)["start_time"]
+        for low in lows:  # still waiting, or started only after the critical run
+            started = world.flow_run(low)["start_time"]
+            assert started is None or started > critical_start, (low, started, critical_start)
+    finally:
+        for low in lows:
+            if world.flow_run(low)["state_type"] == "SCHEDULED":
+                world.request("DELETE", f"/flow_runs/{low}")
+        world.cli(bootstrap, "--notify-url", world.webhook.url, "--pool-limit", "4")
+
+
+def test_scheduled_run_outlasting_its_interval_never_overlaps(world: World) -> None:
+    high = world.deployment("collect-high")
+    slow = world.source("overlap", items=2, delay_s=5)
+    created = world.post(
+        f"/deployments/{high['id']}/schedules",
+        [{"schedule": {"interval": 2}, "active": True, "parameters": {"source": str(slow)}}],
+    )
+    most_running = 0
+    try:
+
+        def observe() -> bool:
+            nonlocal most_running
+            runs = [r for r in world.runs_of(high["id"]) if r["auto_scheduled"]]
+            states = [r["state_type"] for r in runs]
+            most_running = max(most_running, states.count("RUNNING"))
+            return "COMPLETED" in states and states.count("CANCELLED") >= 2
+
+        world.wait_for("a scheduled run to complete while later ticks are cancelled", observe)
+    finally:
+        for schedule in created:
+            world.request("DELETE", f"/deployments/{high['id']}/schedules/{schedule['id']}")
+    assert most_running == 1
+    cancelled = [
+        r
+        for r in world.runs_of(high["id"])
+        if r["auto_scheduled"] and r["state_type"] == "CANCELLED"
+    ]
+    for run in cancelled:  # refused by the deployment's limit before they ever ran
+        assert run["run_count"] == 0
+        assert run["state"]["message"] == "Deployment concurrency limit reached."
+
+
+def test_automations_pause_low_queue_on_critical_backlog_and_notify_failed_runs(
+    world: World,
+) -> None:
+    failing = _create_run(world, "collect-critical", str(world.folder / "no-such-source.yaml"))
+
+    def low_paused() -> bool:
+        queue = world.get("/work_pools/collector/queues/low")
+        return bool(queue["is_paused"])
+
+    backlog = {"source": "busy", "depth": 900, "capacity": 1000, "ratio": 0.9, "level": "critical"}
+    world.cli(PREFECT, "event", "emit", "collector.backlog.critical",
+              "--resource-id", "collector.source.busy", "--payload", json.dumps(backlog))  # fmt: skip
+    world.wait_for("the low queue to be paused", low_paused)
+    world.wait_for(
+        "the backlog notification",
+        lambda: any("busy" in json.dumps(body) for body in world.webhook.received),
+    )
+    world.cli(PREFECT, "event", "emit", "collector.backlog.recovered",
+              "--resource-id", "collector.source.busy",
+              "--payload", json.dumps({**backlog, "depth": 10, "level": "ok"}))  # fmt: skip
+    world.wait_for("the low queue to be resumed", lambda: not low_paused())
+
+    assert world.wait_final(failing)["state_type"] == "FAILED"
+    name = world.flow_run(failing)["name"]
+    world.wait_for(
+        "the failed-run notification",
+        lambda: any(name in json.dumps(body) for body in world.webhook.received),
+    )
