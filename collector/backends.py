@@ -1,8 +1,10 @@
-"""Open the backends a source names: embedded SQLite/JSONL by default, Redis when configured.
+"""Open the backends a source names: embedded SQLite/JSONL by default, Redis or Postgres when
+configured.
 
 The one place that maps settings to backend classes, so the pipeline (and the flows) never
-branch on backend types. Redis backends are imported only when used; an unreachable server
-fails here, at the start of a run, with one line naming it (BackendError), not deep inside it.
+branch on backend types. Redis and Postgres backends are imported only when used; an unreachable
+server fails here, at the start of a run, with one line naming it (BackendError), not deep
+inside it. Secrets (``${env:}``, ``${secret:}``, RedisDatabase blocks) are resolved here too.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collector.config import Source
+    from collector.config import DeadLetterSettings, FrontierSettings, Source
     from collector.deadletter.base import DeadLetterStore
     from collector.frontier.base import Frontier
     from collector.sinks.base import Sink
@@ -18,13 +20,24 @@ if TYPE_CHECKING:
 __all__ = ["open_deadletters", "open_frontier", "open_sink"]
 
 
+def _redis_url(
+    source: Source, settings: FrontierSettings | DeadLetterSettings, *, field: str
+) -> str:
+    """The Redis URL of a backend: from its RedisDatabase block, or its (resolved) url."""
+    if settings.block is not None:
+        from collector.secrets import redis_url_from_block
+
+        return redis_url_from_block(settings.block, field=f"{field}.block")
+    assert settings.url is not None
+    return source.resolve(settings.url, field=f"{field}.url")
+
+
 def open_frontier(source: Source) -> Frontier:
     settings = source.frontier
     if settings.type == "redis":
         from collector.frontier.redis import RedisFrontier
 
-        assert settings.url is not None
-        return RedisFrontier(source.resolve_env(settings.url, field="frontier.url"))
+        return RedisFrontier(_redis_url(source, settings, field="frontier"))
     from collector.frontier.sqlite import SqliteFrontier
 
     return SqliteFrontier(source.frontier_path)
@@ -35,17 +48,28 @@ def open_deadletters(source: Source) -> DeadLetterStore:
     if settings.type == "redis":
         from collector.deadletter.redis import RedisDeadLetterStore
 
-        assert settings.url is not None
         return RedisDeadLetterStore(
-            source.resolve_env(settings.url, field="deadletters.url"),
+            _redis_url(source, settings, field="deadletters"),
             archive=source.deadletter_archive_path,
+            archive_max_bytes=settings.archive_max_bytes,
         )
     from collector.deadletter.sqlite import SqliteDeadLetterStore
 
-    return SqliteDeadLetterStore(source.deadletter_path, archive=source.deadletter_archive_path)
+    return SqliteDeadLetterStore(
+        source.deadletter_path,
+        archive=source.deadletter_archive_path,
+        archive_max_bytes=settings.archive_max_bytes,
+    )
 
 
 def open_sink(source: Source) -> Sink:
+    settings = source.sink
+    if settings.type == "postgres":
+        from collector.sinks.postgres import PostgresSink
+
+        return PostgresSink(
+            source.resolve(settings.dsn, field="sink.dsn"), source=source.name, table=settings.table
+        )
     from collector.sinks.jsonl import JsonlSink
 
     return JsonlSink(source.sink_path, source=source.name)

@@ -6,8 +6,10 @@ file and the field (``items.yaml: ttl.lease_s: must be greater than batch_timeou
 Relative paths inside the file are relative to the file's folder, so a source directory can be
 moved or checked in as a whole.
 
-Secrets never live in the file: header values may say ``${env:NAME}``, resolved when the run
-starts (and scrubbed from everything Collector writes).
+Secrets never live in the file: header values, backend URLs and the Postgres DSN may say
+``${env:NAME}`` (an environment variable) or ``${secret:NAME}`` (a Prefect Secret block), resolved
+when the run starts (and scrubbed from everything Collector writes); loading a source never
+reaches a server.
 """
 
 from __future__ import annotations
@@ -16,23 +18,37 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from collector import defaults
+from collector.backlog import BacklogSettings
 from collector.errors import ConfigError
 from collector.priority import PrioritySettings
+from collector.repair import RepairRules
 from collector.retry import RetrySettings
+from collector.sinks._names import DEFAULT_TABLE, check_table_name
 from collector.ttl import TTLSettings, alignment_problems
 from collector.urls import check_url_syntax
 
 __all__ = [
+    "BacklogSettings",
     "DeadLetterSettings",
     "FrontierSettings",
     "JsonlSinkSettings",
     "LimitsSettings",
+    "PostgresSinkSettings",
     "RecordSettings",
     "SeedSettings",
     "Source",
@@ -44,6 +60,8 @@ __all__ = [
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+_SECRET_REF = re.compile(r"\$\{secret:([A-Za-z0-9][A-Za-z0-9_.-]*)\}")
+_REF = re.compile(r"\$\{(env|secret):([A-Za-z0-9_.-]+)\}")
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
@@ -138,11 +156,7 @@ class LimitsSettings(_Section):
     @field_validator("rate_storage")
     @classmethod
     def _storage_known(cls, value: str) -> str:
-        if (
-            value != "memory://"
-            and not value.startswith(_REDIS_SCHEMES)
-            and not _ENV_REF.fullmatch(value)
-        ):
+        if value != "memory://" and not value.startswith(_REDIS_SCHEMES) and not _is_ref(value):
             raise ValueError(f"must be memory:// or a redis:// URL, got {value!r}")
         return value
 
@@ -167,51 +181,127 @@ class ValidationSettings(_Section):
     suite: Path | None = Field(None, description="Path to a GX expectation suite JSON file.")
 
 
+def _is_ref(value: str) -> bool:
+    """True for a value that is one whole ``${env:NAME}`` or ``${secret:NAME}``."""
+    return bool(_ENV_REF.fullmatch(value) or _SECRET_REF.fullmatch(value))
+
+
 class JsonlSinkSettings(_Section):
     type: Literal["jsonl"] = "jsonl"
     path: Path = Field(description="Folder for *.jsonl files, one JSON record a line.")
 
 
-def _check_backend_url(kind: str, backend: str, url: str | None) -> None:
+class PostgresSinkSettings(_Section):
+    """Records in a Postgres table that every worker shares (see collector.sinks.postgres)."""
+
+    type: Literal["postgres"]
+    dsn: str = Field(
+        description="libpq connection string: postgresql://user@host:5432/dbname or "
+        "'host=... dbname=...'; may be or contain ${env:NAME} / ${secret:BLOCK_NAME} (a Prefect "
+        "Secret block) to keep the password out of the file."
+    )
+    table: str = Field(
+        DEFAULT_TABLE,
+        description="Table (or schema.table) of the records, created when missing; one table "
+        "can hold many sources (keyed by source and record key).",
+    )
+
+    @field_validator("dsn")
+    @classmethod
+    def _dsn_shape(cls, value: str) -> str:
+        if not (
+            value.startswith(("postgresql://", "postgres://")) or "=" in value or _REF.search(value)
+        ):
+            raise ValueError(
+                "must be a postgresql:// URL, 'key=value' pairs, or ${env:NAME} / "
+                "${secret:BLOCK_NAME}"
+            )
+        return value
+
+    @field_validator("table")
+    @classmethod
+    def _table_is_identifier(cls, value: str) -> str:
+        check_table_name(value)
+        return value
+
+
+def _check_backend_url(kind: str, backend: str, url: str | None, block: str | None) -> None:
     if backend == "redis":
+        if url and block:
+            raise ValueError(f"{kind} type 'redis' takes url or block, not both")
+        if block is not None:
+            if not block.strip():
+                raise ValueError("block must name a RedisDatabase block")
+            return
         if not url:
             raise ValueError(
-                f"{kind} type 'redis' needs url: redis://host:6379/0 (or ${{env:NAME}})"
+                f"{kind} type 'redis' needs url: redis://host:6379/0 (or ${{env:NAME}}), or "
+                "block: the name of a prefect-redis RedisDatabase block"
             )
-        if not url.startswith(_REDIS_SCHEMES) and not _ENV_REF.fullmatch(url):
+        if not url.startswith(_REDIS_SCHEMES) and not _is_ref(url):
             raise ValueError(f"url must start with redis://, rediss:// or unix://, got {url!r}")
-    elif url is not None:
-        raise ValueError(f"url is only for type 'redis' (this {kind} is {backend!r})")
+    elif url is not None or block is not None:
+        field = "url" if url is not None else "block"
+        raise ValueError(f"{field} is only for type 'redis' (this {kind} is {backend!r})")
 
 
 class FrontierSettings(_Section):
     type: Literal["sqlite", "redis"] = Field("sqlite", description="Backend of the frontier.")
     path: Path | None = Field(None, description="SQLite file; default <state_dir>/frontier.db.")
     url: str | None = Field(
-        None, description="Redis URL for type 'redis'; may be ${env:NAME} to keep passwords out."
+        None,
+        description="Redis URL for type 'redis'; may be ${env:NAME} or ${secret:BLOCK_NAME} to "
+        "keep passwords out.",
+    )
+    block: str | None = Field(
+        None, description="Instead of url: the name of a prefect-redis RedisDatabase block."
     )
 
     @model_validator(mode="after")
     def _backend_fields(self) -> Self:
-        _check_backend_url("frontier", self.type, self.url)
+        _check_backend_url("frontier", self.type, self.url, self.block)
         return self
 
 
 class DeadLetterSettings(_Section):
     type: Literal["sqlite", "redis"] = Field("sqlite", description="Backend of the store.")
     path: Path | None = Field(None, description="SQLite file; default <state_dir>/deadletters.db.")
-    url: str | None = Field(None, description="Redis URL for type 'redis' (or ${env:NAME}).")
+    url: str | None = Field(
+        None, description="Redis URL for type 'redis' (or ${env:NAME} / ${secret:BLOCK_NAME})."
+    )
+    block: str | None = Field(
+        None, description="Instead of url: the name of a prefect-redis RedisDatabase block."
+    )
     archive: Path | None = Field(
         None, description="Append-only JSONL archive; default <state_dir>/deadletters.jsonl."
+    )
+    archive_max_bytes: int = Field(
+        defaults.DEADLETTER_ARCHIVE_BYTES,
+        ge=1024,
+        description="The archive is rotated to <name>.NNNNN.jsonl past this size (bytes).",
     )
 
     @model_validator(mode="after")
     def _backend_fields(self) -> Self:
-        _check_backend_url("dead-letter store", self.type, self.url)
+        _check_backend_url("dead-letter store", self.type, self.url, self.block)
         return self
 
 
-SinkSettings = JsonlSinkSettings  # a union on `type` once there are other sinks
+def _sink_type(value: Any) -> str:
+    """The sink's tag; ``type`` may be left out for the JSONL default."""
+    if isinstance(value, dict):
+        return str(value.get("type", "jsonl"))
+    return str(getattr(value, "type", "jsonl"))
+
+
+SinkSettings = Annotated[
+    Annotated[JsonlSinkSettings, Tag("jsonl")] | Annotated[PostgresSinkSettings, Tag("postgres")],
+    Discriminator(
+        _sink_type,
+        custom_error_type="sink_type",
+        custom_error_message="type must be 'jsonl' or 'postgres'",
+    ),
+]
 
 
 class Source(_Section):
@@ -229,6 +319,11 @@ class Source(_Section):
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
     frontier: FrontierSettings = Field(default_factory=FrontierSettings)
     deadletters: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
+    repair: RepairRules = Field(
+        default_factory=RepairRules,
+        description="Fixes triage may apply to quarantined records (collector.repair).",
+    )
+    backlog: BacklogSettings = Field(default_factory=BacklogSettings)
     allow_private_networks: bool = Field(
         False, description="Allow loopback/private hosts (local sites, the demo)."
     )
@@ -269,8 +364,23 @@ class Source(_Section):
         return self.path(self.deadletters.archive or self.state_dir / "deadletters.jsonl")
 
     @property
+    def ledger_path(self) -> Path:
+        """The durable ledger of compensations (collector.ledger.LedgerBook)."""
+        return self.state_path / "ledger.jsonl"
+
+    @property
     def sink_path(self) -> Path:
+        """The JSONL sink's folder (a ConfigError for other sinks: they have no folder)."""
+        if not isinstance(self.sink, JsonlSinkSettings):
+            raise ConfigError(f"sink: type {self.sink.type!r} has no path")
         return self.path(self.sink.path)
+
+    @property
+    def sink_label(self) -> str:
+        """Where records go, for messages, without resolving any secret."""
+        if isinstance(self.sink, PostgresSinkSettings):
+            return f"postgres table {self.sink.table}"
+        return str(self.sink_path)
 
     @property
     def suite_path(self) -> Path | None:
@@ -298,19 +408,31 @@ class Source(_Section):
             for i in range(*self.seeds.range):
                 yield template.format(i=i)
 
-    def resolve_env(self, value: str, *, field: str) -> str:
-        """Replace ``${env:NAME}`` in ``value``; a missing variable is a ConfigError."""
+    def resolve(self, value: str, *, field: str) -> str:
+        """Replace ``${env:NAME}`` and ``${secret:NAME}`` in ``value``.
+
+        A missing variable or Secret block is a ConfigError naming ``field``. Secret blocks are
+        loaded here, at the start of a run, never when a source is only loaded or validated.
+        """
 
         def substitute(match: re.Match[str]) -> str:
-            var = match.group(1)
-            if var not in os.environ:
-                raise ConfigError(f"{field}: environment variable {var} is not set")
-            return os.environ[var]
+            kind, name = match.groups()
+            if kind == "secret":
+                from collector.secrets import load_secret
 
-        return _ENV_REF.sub(substitute, value)
+                return load_secret(name, field=field)
+            if name not in os.environ:
+                raise ConfigError(f"{field}: environment variable {name} is not set")
+            return os.environ[name]
+
+        return _REF.sub(substitute, value)
+
+    def resolve_env(self, value: str, *, field: str) -> str:
+        """The older name of :meth:`resolve`, kept for its callers."""
+        return self.resolve(value, field=field)
 
     def resolved_headers(self) -> dict[str, str]:
-        """Headers with ``${env:NAME}`` replaced; a missing variable is a ConfigError."""
+        """Headers with ``${env:NAME}`` / ``${secret:NAME}`` replaced (see :meth:`resolve`)."""
         return {
             name: self.resolve_env(value, field=f"limits.headers.{name}")
             for name, value in self.limits.headers.items()
@@ -318,15 +440,23 @@ class Source(_Section):
 
     def secret_values(self) -> list[str]:
         """Values that must never appear in logs, artifacts or dead letters."""
+        from collector.secrets import known_secret
+
         values = []
         urls = [self.frontier.url, self.deadletters.url, self.limits.rate_storage]
+        if isinstance(self.sink, PostgresSinkSettings):
+            urls.append(self.sink.dsn)
         for value in [*self.limits.headers.values(), *urls]:
             if not value:
                 continue
-            for var in _ENV_REF.findall(value):
-                secret = os.environ.get(var)
+            for kind, name in _REF.findall(value):
+                secret = os.environ.get(name) if kind == "env" else known_secret("secret", name)
                 if secret:
                     values.append(secret)
+        for block in (self.frontier.block, self.deadletters.block):
+            password = known_secret("redis", block) if block else None
+            if password:
+                values.append(password)
         return values
 
 
@@ -335,7 +465,7 @@ def _format_location(loc: tuple[int | str, ...]) -> str:
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        elif item in {"jsonl"}:  # discriminator tags add noise to the path
+        elif item in {"jsonl", "postgres"}:  # discriminator tags add noise to the path
             continue
         else:
             parts.append(("." if parts else "") + item)

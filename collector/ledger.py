@@ -10,17 +10,25 @@ the end. The check is then made twice, against two independent sources: the equa
 and the frontier's own count of the run's items per state (done = stored + fresh_skipped, dead
 = dead_lettered minus seeds refused before reaching the frontier). An ack counted twice, an item
 dropped on the floor, or a lease never returned makes one of them fail, and the run with it.
+
+Compensation (a written batch found bad afterwards) is recorded in the source's
+:class:`LedgerBook` (``<state_dir>/ledger.jsonl``): which batch, how many records it removed,
+why and when.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from collector.errors import ConservationError
 from collector.frontier.base import StateCounts
 
-__all__ = ["Ledger"]
+__all__ = ["Compensation", "Ledger", "LedgerBook", "compensate"]
 
 
 @dataclass(slots=True)
@@ -90,3 +98,61 @@ class Ledger:
         data = asdict(self)
         data["balanced"] = self.balanced
         return data
+
+
+@dataclass(frozen=True, slots=True)
+class Compensation:
+    """One batch's writes undone: which batch, how many records went, why, when, by whom."""
+
+    source: str
+    batch_id: str
+    removed: int
+    reason: str
+    at: float
+    by: str = ""
+
+
+class LedgerBook:
+    """The source's durable ledger of compensations: an append-only JSONL file.
+
+    A run's :class:`Ledger` lives in memory and in the run's artifacts; undoing a batch happens
+    later (an operator, or triage), so it is recorded here, beside the frontier, where
+    ``collector compensate`` and the next reader find it.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def record(self, entry: Compensation) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps({"event": "compensated", **asdict(entry)}, ensure_ascii=False)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def compensations(self, source: str | None = None) -> list[Compensation]:
+        if not self.path.exists():
+            return []
+        found = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            if row.pop("event", None) == "compensated" and source in (None, row["source"]):
+                found.append(Compensation(**row))
+        return found
+
+    def compensated(self, source: str, batch_id: str) -> Compensation | None:
+        for entry in self.compensations(source):
+            if entry.batch_id == batch_id and entry.removed:
+                return entry
+        return None
+
+
+def compensate(
+    sink: Any, book: LedgerBook, *, source: str, batch_id: str, reason: str, by: str = ""
+) -> Compensation:
+    """Undo exactly one batch's writes in ``sink`` (``Sink.remove_batch``) and record it."""
+    removed = sink.remove_batch(batch_id)
+    entry = Compensation(source, batch_id, removed, reason, time.time(), by)
+    book.record(entry)
+    return entry

@@ -5,6 +5,9 @@
 ``collector run SOURCE``             run the collect flow as a Prefect flow run
 ``collector demo``                   start the local demo site and collect it
 ``collector deadletters list|show``  look at what failed and why
+``collector deadletters retry|discard``  fetch again, or resolve with a reason that is kept
+``collector triage SOURCE``          run the triage flow (repair, replay, re-enqueue, escalate)
+``collector compensate SOURCE --batch ID``  undo exactly one batch's writes (recorded)
 ``collector blocks register``        register Collector's Prefect block types (UI-editable)
 ``collector blocks save NAME FILE``  store a source file as a ``CollectorSource`` block
 
@@ -17,8 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -73,7 +78,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             status = EXIT_INVALID
             continue
         urls = sum(1 for _ in source.iter_seed_urls())
-        print(f"{path}: ok ({source.name}: {urls} seed URLs, sink {source.sink_path})")
+        print(f"{path}: ok ({source.name}: {urls} seed URLs, sink {source.sink_label})")
     return status
 
 
@@ -141,14 +146,18 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return EXIT_INVALID, None
-    from collector.backends import open_deadletters, open_frontier
+    from collector.backends import open_deadletters, open_frontier, open_sink
 
     try:  # reach the stores before Prefect starts: one line if one is down, not a traceback
         frontier = open_frontier(loaded)
         try:
             open_deadletters(loaded).close()
+            open_sink(loaded).close()
         finally:
             frontier.close()
+    except ConfigError as exc:  # a missing variable or Secret / RedisDatabase block
+        print(f"{source}: {exc}", file=sys.stderr)
+        return EXIT_INVALID, None
     except CollectorError as exc:
         print(f"collector: {exc}", file=sys.stderr)
         return EXIT_FAILED, None
@@ -199,6 +208,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
         f"{summary['records_quarantined']}   {summary['pages_per_second']} pages/s   "
         f"{summary['requests']} requests, {summary['retries']} retries"
     )
+    if summary.get("stale_writes"):
+        console.print(
+            f"fencing:      {summary['stale_writes']} record writes refused (a newer lease "
+            "holder had written them)"
+        )
     for problem in summary["problems"]:
         console.print(f"[red]  {problem}")
     console.print(f"records:      {summary['sink']}")
@@ -277,14 +291,61 @@ def _show_dead_letters(source_path: Path, console: Any) -> None:
 
 
 # --- dead letters -------------------------------------------------------------------------------
+_AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
+_AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_age(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``2h``, ``3d``, ``1w`` -> seconds (argparse type)."""
+    match = _AGE.fullmatch(text.strip().lower())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an age like 90s, 15m, 2h, 3d or 1w")
+    return float(match.group(1)) * _AGE_UNITS[match.group(2)]
+
+
 def _store_for(source_path: str) -> tuple[Any, Any]:
+    """The source and its dead-letter store (whichever backend the source names)."""
+    from collector.backends import open_deadletters
     from collector.config import load_source
-    from collector.deadletter import SqliteDeadLetterStore
 
     source = load_source(source_path)
-    return source, SqliteDeadLetterStore(
-        source.deadletter_path, archive=source.deadletter_archive_path
+    return source, open_deadletters(source)
+
+
+def _selected(source: Any, store: Any, args: argparse.Namespace) -> list[Any]:
+    """The entries named by id, or those matching the filters (at least one is required)."""
+    if args.ids:
+        entries = []
+        for entry_id in args.ids:
+            entry = store.get(entry_id)
+            if entry is None or entry.source != source.name:
+                raise ConfigError(f"no dead letter with id {entry_id!r} in {source.name}")
+            entries.append(entry)
+        return entries
+    if not (args.stage or args.error_class or args.older_than is not None or args.all):
+        raise ConfigError("name entries by id, or select them with --stage, --error-class,"
+                          " --older-than or --all")  # fmt: skip
+    return list(
+        store.list(
+            source=source.name,
+            stage=args.stage,
+            error_class=args.error_class,
+            status="open",
+            limit=args.limit,
+            first_seen_before=None if args.older_than is None else time.time() - args.older_than,
+        )
     )
+
+
+def _discard_reason(args: argparse.Namespace) -> str | None:
+    if args.reason:
+        return str(args.reason).strip() or None
+    if not sys.stdin.isatty():
+        return None
+    try:
+        return input("Reason for discarding (kept with each entry): ").strip() or None
+    except EOFError:
+        return None
 
 
 def cmd_deadletters(args: argparse.Namespace) -> int:
@@ -297,6 +358,9 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
                 error_class=args.error_class,
                 status=None if args.status == "all" else args.status,
                 limit=args.limit,
+                first_seen_before=None
+                if args.older_than is None
+                else time.time() - args.older_than,
             )
             if args.json:
                 print(json.dumps([e.to_dict() for e in entries], default=str))
@@ -304,12 +368,16 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
                 where = f"{entry.stage:8} {entry.error_class:28}"
                 print(f"{entry.id}  {entry.status:8} {where} {entry.url}")
             return EXIT_OK
-        entry = store.get(args.id)
-        if entry is None:
-            print(f"no dead letter with id {args.id!r}", file=sys.stderr)
-            return EXIT_INVALID
-        print(json.dumps(entry.to_dict(), indent=2, default=str))
-        return EXIT_OK
+        if args.action == "show":
+            entry = store.get(args.id)
+            if entry is None:
+                print(f"no dead letter with id {args.id!r}", file=sys.stderr)
+                return EXIT_INVALID
+            print(json.dumps(entry.to_dict(), indent=2, default=str))
+            return EXIT_OK
+        if args.action == "discard":
+            return _discard(source, store, args)
+        return _retry(source, store, args)
     finally:
         store.close()
 
@@ -338,6 +406,111 @@ def cmd_blocks(args: argparse.Namespace) -> int:
     block.save(args.name, overwrite=True, _sync=True)  # type: ignore[call-arg]
     print(f"saved collector-source/{args.name}: run it with source=block:{args.name}")
     return EXIT_OK
+
+
+def _discard(source: Any, store: Any, args: argparse.Namespace) -> int:
+    from collector.triage import resolution
+
+    entries = _selected(source, store, args)
+    reason = _discard_reason(args)
+    if reason is None:
+        print("collector: discard needs a reason (--reason TEXT, or answer the prompt)",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_INVALID
+    done = sum(store.resolve(e.id, resolution("discarded", reason)) for e in entries)
+    print(f"discarded {done} of {len(entries)} dead letters ({len(entries) - done} were not open)")
+    return EXIT_OK
+
+
+def _retry(source: Any, store: Any, args: argparse.Namespace) -> int:
+    """Fetch the entries' URLs again: back to the frontier's queue, entries resolved once."""
+    from collector.backends import open_frontier
+    from collector.triage import resolution
+
+    entries = _selected(source, store, args)
+    frontier = open_frontier(source)
+    requeued = refused = 0
+    try:
+        for entry in entries:
+            if entry.status == "resolved":
+                continue
+            if not frontier.requeue(
+                source.name, [entry.url], now=time.time(), queue_ttl_s=source.ttl.queue_ttl_s
+            ):
+                refused += 1
+                print(f"{entry.id}: the frontier does not hold {entry.url} as dead or expired;"
+                      " not re-enqueued", file=sys.stderr)  # fmt: skip
+                continue
+            if store.resolve(entry.id, resolution("reenqueued", "operator retry"), requeued=True):
+                requeued += 1
+    finally:
+        frontier.close()
+    print(f"re-enqueued {requeued} of {len(entries)} dead letters; the next run fetches them")
+    return EXIT_OK if not refused else EXIT_FAILED
+
+
+# --- triage and compensation --------------------------------------------------------------------
+def cmd_triage(args: argparse.Namespace) -> int:
+    _prefect_environment()
+    from collector.config import SourceError, load_source
+
+    try:
+        load_source(args.source)
+    except SourceError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return EXIT_INVALID
+    from flows.triage import run_triage
+
+    try:
+        report = run_triage(args.source, limit=args.limit, dry_run=args.dry_run)
+    except CollectorError as exc:
+        print(f"collector: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print(json.dumps(report, default=str))
+    else:
+        names = ("seen", "repaired", "reenqueued", "escalated", "discarded", "open", "skipped")
+        counts = ", ".join(f"{name} {report[name]}" for name in names)
+        print(f"triage of {report['source']}: {counts}")
+        balance = report["balance"]
+        print(
+            f"balance: quarantined {balance['quarantined']} = repaired {balance['repaired']}"
+            f" + re-enqueued {balance['reenqueued']} + escalated {balance['escalated']}"
+            f" + discarded {balance['discarded']} + open {balance['open']}"
+            + (f" + other {balance['other']}" if balance["other"] else "")
+        )
+    return EXIT_OK if report["balance"]["balanced"] else EXIT_FAILED
+
+
+def cmd_compensate(args: argparse.Namespace) -> int:
+    from collector.backends import open_sink
+    from collector.config import load_source
+    from collector.ledger import LedgerBook, compensate
+
+    source = load_source(args.source)
+    book = LedgerBook(source.ledger_path)
+    already = book.compensated(source.name, args.batch)
+    if already is not None:
+        print(f"batch {args.batch} was already compensated ({already.removed} records removed:"
+              f" {already.reason})", file=sys.stderr)  # fmt: skip
+        return EXIT_FAILED
+    sink = open_sink(source)
+    where = sink.location()
+    try:
+        done = compensate(
+            sink,
+            book,
+            source=source.name,
+            batch_id=args.batch,
+            reason=args.reason,
+            by=os.environ.get("USER", ""),
+        )
+    finally:
+        sink.close()
+    print(f"compensated batch {args.batch}: {done.removed} records removed from {where}"
+          f" (recorded in {source.ledger_path})")  # fmt: skip
+    return EXIT_OK if done.removed else EXIT_FAILED
 
 
 # --- parser -------------------------------------------------------------------------------------
@@ -381,9 +554,27 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--status", default="open", choices=["open", "review", "resolved", "all"])
     listing.add_argument("--limit", type=int, default=100)
     listing.add_argument("--json", action="store_true")
+    listing.add_argument(
+        "--older-than", type=parse_age, default=None, metavar="AGE",
+        help="first seen longer ago than AGE (90s, 15m, 2h, 3d, 1w)",
+    )  # fmt: skip
     show = letter_actions.add_parser("show")
     show.add_argument("source", metavar="SOURCE")
     show.add_argument("id")
+    for name, helptext in (
+        ("retry", "fetch the entries' URLs again (back to the frontier's queue)"),
+        ("discard", "resolve entries as discarded, with a reason that is kept"),
+    ):
+        act = letter_actions.add_parser(name, help=helptext)
+        act.add_argument("source", metavar="SOURCE")
+        act.add_argument("ids", nargs="*", metavar="ID")
+        act.add_argument("--stage", default=None)
+        act.add_argument("--error-class", default=None)
+        act.add_argument("--older-than", type=parse_age, default=None, metavar="AGE")
+        act.add_argument("--all", action="store_true", help="every open entry of the source")
+        act.add_argument("--limit", type=int, default=10_000)
+        if name == "discard":
+            act.add_argument("--reason", default=None, help="required when not interactive")
     letters.set_defaults(func=cmd_deadletters)
 
     blocks = commands.add_parser("blocks", help="Prefect block types for sources and backends")
@@ -393,6 +584,18 @@ def build_parser() -> argparse.ArgumentParser:
     save.add_argument("name", help="block name (run it with source=block:NAME)")
     save.add_argument("file", metavar="SOURCE")
     blocks.set_defaults(func=cmd_blocks)
+    triage = commands.add_parser("triage", help="run the triage flow over open dead letters")
+    triage.add_argument("source", metavar="SOURCE")
+    triage.add_argument("--limit", type=int, default=defaults.TRIAGE_LIMIT, metavar="N")
+    triage.add_argument("--dry-run", action="store_true", help="decide and report only")
+    triage.add_argument("--json", action="store_true", help="the report as JSON on stdout")
+    triage.set_defaults(func=cmd_triage)
+
+    comp = commands.add_parser("compensate", help="undo exactly one batch's writes in the sink")
+    comp.add_argument("source", metavar="SOURCE")
+    comp.add_argument("--batch", required=True, metavar="ID", help="batch id (run:token)")
+    comp.add_argument("--reason", default="operator request", help="kept in the ledger")
+    comp.set_defaults(func=cmd_compensate)
     return parser
 
 

@@ -123,6 +123,15 @@ def _resolve_source(source: str) -> Source:
     return parse_source(block.as_document(), label=f"block {name}", base_dir=block.base_path)
 
 
+def _source_reference(source: str) -> str:
+    """How other flows can name this source again: a block name as given, a path made absolute."""
+    from blocks.source import block_name_of
+
+    if block_name_of(source) is not None:
+        return source
+    return str(Path(source).expanduser().resolve())
+
+
 def _dead_letter_markdown(summary: dict[str, Any]) -> str:
     reasons = summary["deadletter_reasons"]
     lines = [f"# Dead letters of `{summary['source']}`", ""]
@@ -181,6 +190,7 @@ async def collect(
                 await run.aclose()
         run.finish()
         summary = run.summary()
+        summary["source_path"] = _source_reference(source)  # for triggered triage
     await _publish(summary)
     if not run.ledger.balanced:
         logger.error("ledger does not balance: %s", "; ".join(run.ledger.problems))
@@ -326,6 +336,7 @@ async def _publish(summary: dict[str, Any]) -> None:
                 "records": summary["records_quarantined"],
                 "reasons": summary["deadletter_reasons"],
                 "run_id": summary["run_id"],
+                "source_path": summary["source_path"],  # what the triage flow is given
             },
         )
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real Prefect API (the Prefect test harness) and the local fault site."""
+"""Shared fixtures: a real Prefect API (the Prefect test harness), the local fault site, and
+throwaway Redis and Postgres servers."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from collector.demo.site import FaultSite
-from tests.servers import RedisServer
+from tests.servers import PostgresServer, RedisServer
 
 # Quiet and offline, for this process and every subprocess a test starts.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -51,3 +52,19 @@ def redis_url(redis_server: RedisServer) -> Iterator[str]:
     client.flushdb()
     client.close()
     yield redis_server.url
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real Postgres cluster of our own (initdb in a temp dir, free port), for the session."""
+    with PostgresServer() as server:
+        server.create_database("collector_tests")
+        yield server
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: PostgresServer) -> Iterator[str]:
+    """A DSN onto a new empty schema (search_path) of the test database; dropped afterwards."""
+    dsn = postgres_server.create_schema("collector_tests")
+    yield dsn
+    postgres_server.drop_schema(dsn)

@@ -157,14 +157,17 @@ class World:
             tails.append(f"--- {log.name}\n" + log.read_text(errors="replace")[-3000:])
         return "\n".join(tails)
 
-    def source(self, name: str, *, items: int = 4, delay_s: float = 0.0) -> Path:
-        """A small source over the demo site (its own folder, so runs never share state)."""
+    def source(self, name: str, *, items: int = 4, delay_s: float = 0.0, missing: int = 0) -> Path:
+        """A small source over the demo site (its own folder, so runs never share state);
+        ``missing`` URLs answer 404 and end as dead letters."""
         folder = self.folder / "sources" / name
         folder.mkdir(parents=True, exist_ok=True)
         knob = f"?delay={delay_s}" if delay_s else ""
+        urls = [f"{self.site.base_url}/items/{i}.json{knob}" for i in range(items)]
+        urls += [f"{self.site.base_url}/missing/{i}.json" for i in range(missing)]
         document = {
             "name": name,
-            "seeds": {"urls": [f"{self.site.base_url}/items/{i}.json{knob}" for i in range(items)]},
+            "seeds": {"urls": urls},
             "record": {"key": "id"},
             "sink": {"type": "jsonl", "path": "out"},
             "ttl": {"default_fresh_s": 1, "http_timeout_s": 20, "request_deadline_s": 25},
@@ -254,7 +257,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 "--pool-limit", "4",
             )  # fmt: skip
             world.cli(PREFECT, "--no-prompt", "deploy", "--prefect-file",
-                      str(_deployable_prefect_file(folder)), "--all", timeout=300)  # fmt: skip
+                      str(ROOT / "deployments" / "prefect.yaml"), "--all", timeout=300)  # fmt: skip
             _start(world, "worker", PREFECT, "worker", "start", "--pool", "collector",
                    "--type", "process")  # fmt: skip
             world.wait_for(
@@ -270,20 +273,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             for process in reversed(world.processes):
                 _stop(process)
             webhook.close()
-
-
-def _deployable_prefect_file(folder: Path) -> Path:
-    """deployments/prefect.yaml, minus deployments whose flow files are not in this checkout.
-
-    (flows/triage.py and flows/backlog.py come from other branches; the real file names them.)
-    """
-    config = yaml.safe_load((ROOT / "deployments" / "prefect.yaml").read_text(encoding="utf-8"))
-    config["deployments"] = [
-        d for d in config["deployments"] if (ROOT / d["entrypoint"].split(":")[0]).is_file()
-    ]
-    path = folder / "prefect.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    return path
 
 
 # --- tests --------------------------------------------------------------------------------------
@@ -310,9 +299,10 @@ def test_runs_started_by_cli_rest_python_and_event_complete(world: World) -> Non
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    by_cli, by_rest, by_python, by_event = (
-        world.source(name) for name in ("by-cli", "by-rest", "by-python", "by-event")
+    by_rest, by_python, by_event = (
+        world.source(name) for name in ("by-rest", "by-python", "by-event")
     )
+    by_cli = world.source("by-cli", missing=1)  # its dead letter starts the triage deployment
     # The REST run names a CollectorSource block instead of a path.
     world.cli(str(BIN / "collector"), "blocks", "save", "by-rest", str(by_rest))
 
@@ -348,6 +338,12 @@ def test_runs_started_by_cli_rest_python_and_event_complete(world: World) -> Non
     for source in (by_cli, by_rest, by_python, by_event):
         assert world.stored_ids(source) == {0, 1, 2, 3}, source
     assert world.flow_run(event_run)["parameters"]["source"] == str(by_event)
+
+    # by-cli quarantined one item: its `collector.deadletter.quarantined` event started triage.
+    triage = world.get("/deployments/name/triage/triage-on-quarantine")
+    triage_run = world.wait_for("the triage run", lambda: world.runs_of(triage["id"]))[0]
+    assert triage_run["parameters"]["source"] == str(by_cli.resolve())
+    assert world.wait_final(triage_run["id"])["state_type"] == "COMPLETED", world.logs()
 
 
 CHROMIUM = "/usr/bin/chromium"

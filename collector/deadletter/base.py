@@ -4,10 +4,21 @@ An entry's ``id`` is derived from (source, url, stage, error class, record key),
 failure seen again (a rerun, a replay) updates one entry (``attempts``, ``last_seen``) instead of
 adding a second: every dead letter exists once and is resolved once. Payloads are scrubbed of
 secrets before they are stored. Every backend passes ``tests/deadletter/conformance.py``.
+
+Two kinds of ownership sit on top of the statuses (open -> review -> resolved):
+
+* a *triage claim* (:meth:`DeadLetterStore.claim_for_triage`): an owner and an expiry on an open
+  entry, taken by one conditional write, so two triage runs that overlap never work on the
+  same entry (the loser gets False and skips it); a claim whose owner vanished expires;
+* the *manual-review queue*: :meth:`~DeadLetterStore.escalate` moves an open entry to
+  ``review`` and queues one review message for it; reviewers :meth:`take_for_review` messages
+  no one else holds, :meth:`claim_stale_reviews` takes over messages held too long by someone
+  who vanished, and :meth:`finish_review` resolves the entry once and drops the message.
 """
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -40,6 +51,7 @@ class DeadLetter:
     flow_run_id: str | None = None
     status: Status = "open"
     resolution: str | None = None
+    requeues: int = 0  # times triage sent the item back to the frontier (kept by the store)
     id: str = ""
 
     def __post_init__(self) -> None:
@@ -68,7 +80,10 @@ class DeadLetterStore(Protocol):
         error_class: str | None = None,
         status: str | None = "open",
         limit: int = 100,
-    ) -> list[DeadLetter]: ...
+        first_seen_before: float | None = None,
+    ) -> list[DeadLetter]:
+        """Newest ``last_seen`` first; ``first_seen_before`` keeps entries first seen earlier."""
+        ...
 
     def counts(self, source: str | None = None) -> dict[str, int]:
         """Entries per status (open, review, resolved)."""
@@ -78,8 +93,53 @@ class DeadLetterStore(Protocol):
         """Open entries per ``stage/error_class``."""
         ...
 
-    def resolve(self, entry_id: str, resolution: str) -> bool:
-        """Mark an open entry resolved; False if it was not open (resolve happens once)."""
+    def resolve(self, entry_id: str, resolution: str, *, requeued: bool = False) -> bool:
+        """Mark an open entry resolved; False if it was not open (resolve happens once).
+
+        ``requeued`` says the item went back to the frontier: the entry's ``requeues`` count
+        grows by one (triage's backoff and its limit read it when the item fails again).
+        """
+        ...
+
+    # --- triage claims -------------------------------------------------------------------
+    def claim_for_triage(self, entry_id: str, owner: str, *, now: float, lease_s: float) -> bool:
+        """Take an open entry for triage until ``now + lease_s``, in one conditional write.
+
+        True when the entry is open and unclaimed, claimed by ``owner`` already, or its claim
+        expired before ``now``; False otherwise (another triage run holds it, or it is not open).
+        """
+        ...
+
+    def release_claim(self, entry_id: str, owner: str) -> bool:
+        """Drop ``owner``'s triage claim (the entry stays as it is); False if not held."""
+        ...
+
+    # --- manual-review queue --------------------------------------------------------------
+    def escalate(self, entry_id: str, reason: str) -> bool:
+        """Move an open entry to manual review (status ``review``); True exactly once."""
+        ...
+
+    def take_for_review(
+        self, reviewer: str, *, count: int = 1, block_ms: int = 0
+    ) -> builtins.list[tuple[str, DeadLetter]]:
+        """Up to ``count`` escalated entries no other reviewer holds, as (message id, entry).
+
+        ``block_ms`` waits that long for work when there is none; 0 returns at once.
+        """
+        ...
+
+    def claim_stale_reviews(
+        self, reviewer: str, *, idle_ms: int, count: int = 100
+    ) -> builtins.list[tuple[str, DeadLetter]]:
+        """Take over reviews held longer than ``idle_ms`` by a reviewer who vanished."""
+        ...
+
+    def finish_review(self, message_id: str, entry_id: str, resolution: str) -> bool:
+        """Resolve the reviewed entry (once) and drop its message (always).
+
+        False when the entry was already resolved or the message is no longer its current
+        review; ValueError when the message is about another entry.
+        """
         ...
 
     def close(self) -> None: ...

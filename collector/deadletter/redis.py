@@ -48,6 +48,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from collector import defaults
 from collector.deadletter.base import DeadLetter
 from collector.deadletter.sqlite import JsonlArchive, _dumps
 from collector.errors import BackendError
@@ -147,7 +148,7 @@ for i = 4, #ARGV, 19 do
     end
     if cur[4] == 'resolved' then  -- seen again after its resolution: open again
       redis.call('HSET', key, 'status', 'open')
-      redis.call('HDEL', key, 'resolution')
+      redis.call('HDEL', key, 'resolution', 'claimed_by', 'claim_expires')
       move(id, src, cur[2], cur[3], 'resolved', 'open')
     end
   end
@@ -269,12 +270,15 @@ end
 return out
 """
 
-# ARGV[3] maxlen, ARGV[4] id, ARGV[5] resolution, ARGV[6] event data. Returns 1 if resolved now.
+# ARGV[3] maxlen, ARGV[4] id, ARGV[5] resolution, ARGV[6] event data, ARGV[7] '1' when the
+# item was requeued (the entry's requeues count grows). Returns 1 if resolved now.
 _RESOLVE = """
 local key = P .. ARGV[4]
 local cur = redis.call('HMGET', key, 'source', 'stage', 'error_class', 'status', 'review_msg')
 if not cur[1] or cur[4] == 'resolved' then return 0 end
 redis.call('HSET', key, 'status', 'resolved', 'resolution', ARGV[5])
+redis.call('HDEL', key, 'claimed_by', 'claim_expires')
+if ARGV[7] == '1' then redis.call('HINCRBY', key, 'requeues', 1) end
 move(ARGV[4], cur[1], cur[2], cur[3], cur[4], 'resolved')
 forget_review(key, cur[5])  -- a pending review of it is moot: nobody should get it any more
 event(ARGV[3], 'resolved', ARGV[4], ARGV[6])
@@ -289,6 +293,7 @@ local cur = redis.call('HMGET', key, 'source', 'stage', 'error_class', 'status')
 if not cur[1] or cur[4] ~= 'open' then return false end
 local msg = redis.call('XADD', P .. 'review', '*', 'entry', ARGV[4], 'reason', ARGV[5])
 redis.call('HSET', key, 'status', 'review', 'review_msg', msg, 'review_reason', ARGV[5])
+redis.call('HDEL', key, 'claimed_by', 'claim_expires')
 move(ARGV[4], cur[1], cur[2], cur[3], 'open', 'review')
 event(ARGV[3], 'escalated', ARGV[4], ARGV[6])
 return msg
@@ -337,6 +342,24 @@ for i = 3, #ARGV, 2 do
   end
 end
 return out
+"""
+
+# ARGV[3] id, ARGV[4] owner, ARGV[5] now, ARGV[6] expiry. Returns 1 if the claim is taken.
+_CLAIM = """
+local key = P .. ARGV[3]
+local cur = redis.call('HMGET', key, 'status', 'claimed_by', 'claim_expires')
+if cur[1] ~= 'open' then return 0 end
+if cur[2] and cur[2] ~= ARGV[4] and tonumber(cur[3]) > tonumber(ARGV[5]) then return 0 end
+redis.call('HSET', key, 'claimed_by', ARGV[4], 'claim_expires', ARGV[6])
+return 1
+"""
+
+# ARGV[3] id, ARGV[4] owner. Returns 1 if the owner's claim was dropped.
+_RELEASE = """
+local key = P .. ARGV[3]
+if redis.call('HGET', key, 'claimed_by') ~= ARGV[4] then return 0 end
+redis.call('HDEL', key, 'claimed_by', 'claim_expires')
+return 1
 """
 
 _PING = "return 1"
@@ -388,6 +411,7 @@ def _from_hash(h: dict[str, str]) -> DeadLetter:
         flow_run_id=h.get("flow_run_id"),
         status=h["status"],  # type: ignore[arg-type]  # stored from a Status
         resolution=h.get("resolution"),
+        requeues=int(h.get("requeues", 0)),
     )
 
 
@@ -431,6 +455,7 @@ class RedisDeadLetterStore:
         archive: str | Path | None = None,
         events_maxlen: int = 1_000_000,
         socket_timeout: float | None = 10.0,
+        archive_max_bytes: int = defaults.DEADLETTER_ARCHIVE_BYTES,
     ) -> None:
         if events_maxlen < 1:
             raise ValueError("events_maxlen must be at least 1")
@@ -455,7 +480,7 @@ class RedisDeadLetterStore:
         self.events_key = self._base + "events"
         self.review_key = self._base + "review"
         self._meta_key = self._base + "meta"
-        self.archive = JsonlArchive(archive) if archive else None
+        self.archive = JsonlArchive(archive, max_bytes=archive_max_bytes) if archive else None
         self._scripts = {
             name: self._client.register_script(_PRELUDE + body)
             for name, body in (
@@ -468,6 +493,8 @@ class RedisDeadLetterStore:
                 ("escalate", _ESCALATE),
                 ("finish", _FINISH),
                 ("load_reviews", _LOAD_REVIEWS),
+                ("claim", _CLAIM),
+                ("release", _RELEASE),
                 ("ping", _PING),
             )
         }
@@ -606,14 +633,22 @@ class RedisDeadLetterStore:
         error_class: str | None = None,
         status: str | None = "open",
         limit: int = 100,
+        first_seen_before: float | None = None,
     ) -> builtins.list[DeadLetter]:
-        """Newest ``last_seen`` first, like the SQLite store; reads indexes, not every entry."""
-        args: builtins.list[Any] = [int(limit)]
+        """Newest ``last_seen`` first, like the SQLite store; reads indexes, not every entry.
+
+        ``first_seen_before`` is applied here, after the script (no index on first_seen: the
+        age filter is an operator's query, not a hot path).
+        """
+        args: builtins.list[Any] = [-1 if first_seen_before is not None else int(limit)]
         for value in (source, stage, error_class, status):
             args += ["0", ""] if value is None else ["1", value]
         args.append(_CANDIDATES_MAX)
         found = self._run("list", "list failed", *args)
-        return [_from_hash(_pairs(flat)) for flat in found if flat]
+        entries = [_from_hash(_pairs(flat)) for flat in found if flat]
+        if first_seen_before is not None:
+            entries = [e for e in entries if e.first_seen < first_seen_before][: max(limit, 0)]
+        return entries
 
     def counts(self, source: str | None = None) -> dict[str, int]:
         args = ["0", ""] if source is None else ["1", source]
@@ -630,14 +665,14 @@ class RedisDeadLetterStore:
                     total[reason] = total.get(reason, 0) + int(n)
         return dict(sorted(total.items(), key=lambda item: (-item[1], item[0])))
 
-    def resolve(self, entry_id: str, resolution: str) -> bool:
+    def resolve(self, entry_id: str, resolution: str, *, requeued: bool = False) -> bool:
         """Resolve an entry that is not resolved yet (open or in review); True exactly once."""
         if not _usable_id(entry_id):
             return False
         row = {"id": entry_id, "resolution": resolution}
         data = self._event("resolved", row)
         done = bool(self._run("resolve", "resolve failed", self.events_maxlen, entry_id,
-                              resolution, data))  # fmt: skip
+                              resolution, data, "1" if requeued else "0"))  # fmt: skip
         if done:
             self._archive("resolved", [row])
         return done
@@ -645,6 +680,23 @@ class RedisDeadLetterStore:
     def close(self) -> None:
         if self._owns_client:
             self._client.close()
+
+    # --- triage claims -------------------------------------------------------------------
+
+    def claim_for_triage(self, entry_id: str, owner: str, *, now: float, lease_s: float) -> bool:
+        """Take an open entry for triage until ``now + lease_s`` (one atomic script)."""
+        if not owner:
+            raise ValueError("owner must be a non-empty name")
+        if not _usable_id(entry_id):
+            return False
+        expires = _float(now + lease_s, "claim expiry", entry_id)
+        now_s = _float(now, "now", entry_id)
+        return bool(self._run("claim", "claim failed", entry_id, owner, now_s, expires))
+
+    def release_claim(self, entry_id: str, owner: str) -> bool:
+        if not _usable_id(entry_id):
+            return False
+        return bool(self._run("release", "release failed", entry_id, owner))
 
     # --- manual review queue -------------------------------------------------------------
 

@@ -15,8 +15,6 @@ fencing can be checked from the files alone.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import time
@@ -28,6 +26,8 @@ from typing import IO, Any
 import orjson
 
 from collector.errors import BackendError
+from collector.sinks._encode import digest as _digest
+from collector.sinks._encode import dumps as _dumps
 from collector.sinks.base import SinkRecord, WriteResult
 
 __all__ = ["JsonlSink"]
@@ -43,18 +43,6 @@ class _Entry:
     segment: int
     offset: int
     batch: str
-
-
-def _dumps(value: Any, *, sort_keys: bool = False) -> bytes:
-    """orjson, falling back to the stdlib for what orjson refuses (integers beyond 64 bits)."""
-    try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None)
-    except orjson.JSONEncodeError:
-        return json.dumps(value, sort_keys=sort_keys, default=str, separators=(",", ":")).encode()
-
-
-def _digest(record: dict[str, Any]) -> bytes:
-    return hashlib.blake2b(_dumps(record, sort_keys=True), digest_size=16).digest()
 
 
 class JsonlSink:

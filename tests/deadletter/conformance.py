@@ -7,7 +7,11 @@ fixture that yields a fresh, empty store. Only the
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
+
+import pytest
 
 from collector.deadletter.base import DeadLetter, DeadLetterStore, dead_letter_id
 
@@ -259,3 +263,189 @@ class DeadLetterConformance:
             assert got is not None
             assert got.payload == entry.payload
             assert type(got.payload) is type(entry.payload)
+
+    def test_first_seen_before_filter(self, store: DeadLetterStore) -> None:
+        old, new = (
+            letter("https://example.test/old"),
+            letter("https://example.test/new", seen=T0 + 100),
+        )
+        store.put([old, new])
+        assert ids(store.list(first_seen_before=T0 + 50)) == {old.id}
+        assert ids(store.list(first_seen_before=T0)) == set()
+        assert ids(store.list(first_seen_before=T0 + 101)) == {old.id, new.id}
+        assert len(store.list(first_seen_before=T0 + 101, limit=1)) == 1
+
+    # --- requeues ---------------------------------------------------------------------------
+
+    def test_requeued_resolution_counts_and_survives_reopening(
+        self, store: DeadLetterStore
+    ) -> None:
+        entry = letter()
+        store.put([entry])
+        assert store.resolve(entry.id, "reenqueued: timeout", requeued=True)
+        store.put([letter(seen=T0 + 10)])  # failed again
+        got = store.get(entry.id)
+        assert got is not None
+        assert (got.status, got.requeues) == ("open", 1)
+        assert store.resolve(entry.id, "reenqueued: again", requeued=True)
+        assert store.resolve(entry.id, "reenqueued: lost race", requeued=True) is False
+        store.put([letter(seen=T0 + 20)])
+        assert store.resolve(entry.id, "discarded: enough")
+        got = store.get(entry.id)
+        assert got is not None
+        assert got.requeues == 2
+
+    # --- triage claims ----------------------------------------------------------------------
+
+    def test_triage_claim_is_exclusive_until_it_expires(self, store: DeadLetterStore) -> None:
+        entry = letter()
+        store.put([entry])
+        assert store.claim_for_triage(entry.id, "run-a", now=T0, lease_s=60)
+        assert store.claim_for_triage(entry.id, "run-b", now=T0 + 1, lease_s=60) is False
+        assert store.claim_for_triage(entry.id, "run-a", now=T0 + 2, lease_s=60)  # renew
+        assert store.claim_for_triage(entry.id, "run-b", now=T0 + 61, lease_s=60) is False
+        assert store.claim_for_triage(entry.id, "run-b", now=T0 + 62, lease_s=60)  # a's expired
+        assert store.release_claim(entry.id, "run-a") is False  # no longer a's
+        assert store.release_claim(entry.id, "run-b")
+        assert store.claim_for_triage(entry.id, "run-a", now=T0 + 63, lease_s=60)
+        assert store.counts() == {"open": 1, "review": 0, "resolved": 0}  # claims are no status
+
+    def test_only_open_entries_can_be_claimed(self, store: DeadLetterStore) -> None:
+        done, escalated = letter("https://example.test/d"), letter("https://example.test/e")
+        store.put([done, escalated])
+        store.resolve(done.id, "ok")
+        store.escalate(escalated.id, "human")
+        for entry in (done, escalated):
+            assert store.claim_for_triage(entry.id, "run-a", now=T0, lease_s=60) is False
+        assert store.claim_for_triage("no-such-id", "run-a", now=T0, lease_s=60) is False
+
+    def test_resolving_or_reopening_drops_the_claim(self, store: DeadLetterStore) -> None:
+        entry = letter()
+        store.put([entry])
+        assert store.claim_for_triage(entry.id, "run-a", now=T0, lease_s=600)
+        assert store.resolve(entry.id, "repaired")
+        store.put([letter(seen=T0 + 5)])  # failed again: open and unclaimed
+        assert store.claim_for_triage(entry.id, "run-b", now=T0 + 6, lease_s=600)
+
+    def test_concurrent_claims_have_one_winner(self, store: DeadLetterStore) -> None:
+        entries = [letter(f"https://example.test/{n}") for n in range(30)]
+        store.put(entries)
+        won: dict[str, list[str]] = {"a": [], "b": [], "c": []}
+
+        def work(owner: str) -> None:
+            for e in entries:
+                if store.claim_for_triage(e.id, owner, now=T0, lease_s=600):
+                    won[owner].append(e.id)
+
+        threads = [threading.Thread(target=work, args=(owner,)) for owner in won]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        claimed = [eid for got in won.values() for eid in got]
+        assert sorted(claimed) == sorted(e.id for e in entries)
+
+    # --- manual-review queue ----------------------------------------------------------------
+
+    def test_escalate_happens_once_and_only_for_open_entries(self, store: DeadLetterStore) -> None:
+        a, b = letter("https://example.test/a"), letter("https://example.test/b")
+        store.put([a, b])
+        assert store.escalate(a.id, "needs a human") is True
+        assert store.escalate(a.id, "again") is False
+        assert store.resolve(b.id, "ok")
+        assert store.escalate(b.id, "resolved already") is False
+        assert store.escalate("no-such-id", "x") is False
+        assert store.counts() == {"open": 0, "review": 1, "resolved": 1}
+        assert [e.id for e in store.list(status="review")] == [a.id]
+        store.put([letter("https://example.test/a", seen=T0 + 5)])  # stays in review
+        assert store.counts()["review"] == 1
+
+    def test_vanished_reviewer_is_taken_over_and_resolved_once(
+        self, store: DeadLetterStore
+    ) -> None:
+        entry = letter(payload={"x": 1})
+        store.put([entry])
+        assert store.escalate(entry.id, "unknown error")
+        ((message_id, taken),) = store.take_for_review("alice")
+        assert taken.to_dict() == {**entry.to_dict(), "status": "review"}
+        assert store.take_for_review("bob") == []  # alice holds it
+        assert store.claim_stale_reviews("bob", idle_ms=60_000) == []  # not stale yet
+        time.sleep(0.15)  # alice vanished
+        ((claimed_id, claimed),) = store.claim_stale_reviews("bob", idle_ms=100)
+        assert (claimed_id, claimed.id) == (message_id, entry.id)
+        assert store.finish_review(claimed_id, entry.id, "upstream fixed") is True
+        assert store.finish_review(claimed_id, entry.id, "again") is False
+        got = store.get(entry.id)
+        assert got is not None
+        assert (got.status, got.resolution) == ("resolved", "upstream fixed")
+        assert store.take_for_review("carol") == []
+        assert store.claim_stale_reviews("carol", idle_ms=0) == []
+
+    def test_reviewers_never_get_the_same_entry(self, store: DeadLetterStore) -> None:
+        entries = [letter(f"https://example.test/{n}") for n in range(30)]
+        store.put(entries)
+        for e in entries:
+            assert store.escalate(e.id, "check")
+        got: dict[str, list[str]] = {"alice": [], "bob": [], "carol": []}
+
+        def work(name: str) -> None:
+            while batch := store.take_for_review(name, count=3):
+                got[name] += [e.id for _, e in batch]
+
+        threads = [threading.Thread(target=work, args=(name,)) for name in got]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        taken = [eid for ids in got.values() for eid in ids]
+        assert sorted(taken) == sorted(e.id for e in entries)
+
+    def test_resolving_an_entry_in_review_drops_its_review(self, store: DeadLetterStore) -> None:
+        waiting, held = letter("https://example.test/w"), letter("https://example.test/h")
+        store.put([waiting, held])
+        store.escalate(held.id, "x")
+        ((message_id, _),) = store.take_for_review("alice")
+        store.escalate(waiting.id, "y")
+        assert store.resolve(waiting.id, "fixed by a rerun")
+        assert store.resolve(held.id, "fixed by a rerun")
+        assert store.take_for_review("bob") == []
+        assert store.claim_stale_reviews("bob", idle_ms=0) == []
+        assert store.finish_review(message_id, held.id, "late") is False
+
+    def test_a_reopened_entry_is_reviewed_anew(self, store: DeadLetterStore) -> None:
+        entry = letter()
+        store.put([entry])
+        store.escalate(entry.id, "first")
+        ((first, _),) = store.take_for_review("alice")
+        assert store.resolve(entry.id, "fixed")
+        store.put([letter(seen=T0 + 10)])
+        assert store.escalate(entry.id, "second")
+        ((second, _),) = store.take_for_review("bob")
+        assert second != first
+        assert store.finish_review(first, entry.id, "stale review") is False
+        assert store.finish_review(second, entry.id, "fixed for real") is True
+
+    def test_finish_review_refuses_a_message_about_another_entry(
+        self, store: DeadLetterStore
+    ) -> None:
+        a, b = letter("https://example.test/a"), letter("https://example.test/b")
+        store.put([a, b])
+        store.escalate(a.id, "x")
+        store.escalate(b.id, "x")
+        (message_a, _), (message_b, _) = store.take_for_review("alice", count=2)
+        with pytest.raises(ValueError, match="not"):
+            store.finish_review(message_a, b.id, "wrong")
+        assert store.counts()["review"] == 2
+        assert store.finish_review(message_b, b.id, "right") is True
+
+    def test_take_for_review_waits_for_work(self, store: DeadLetterStore) -> None:
+        entry = letter()
+        store.put([entry])
+        assert store.take_for_review("alice", block_ms=100) == []
+        timer = threading.Timer(0.1, store.escalate, args=(entry.id, "later"))
+        timer.start()
+        try:
+            ((_, got),) = store.take_for_review("alice", block_ms=10_000)
+        finally:
+            timer.join()
+        assert got.id == entry.id

@@ -144,3 +144,69 @@ def test_archive_survives_a_deleted_database(tmp_path: Path) -> None:
     rows = archive_lines(archive)
     assert rows[0]["id"] == entry.id
     assert rows[0]["payload"] == {"x": 1}
+
+
+def test_archive_rotates_by_size_and_loses_nothing(tmp_path: Path) -> None:
+    archive = tmp_path / "dl.jsonl"
+    store = SqliteDeadLetterStore(tmp_path / "dl.db", archive=archive, archive_max_bytes=2000)
+    try:
+        entries = [letter(f"https://example.test/{n}", payload={"n": n}) for n in range(30)]
+        for entry in entries:
+            store.put([entry])
+        big = letter("https://example.test/big", payload={"blob": "x" * 5000})
+        store.put([big])  # larger than the limit: lands whole in a file of its own
+        store.resolve(entries[0].id, "done")
+    finally:
+        store.close()
+    assert store.archive is not None
+    rotated = store.archive.rotated()
+    assert len(rotated) >= 3
+    assert [p.name for p in rotated] == sorted(p.name for p in rotated)
+    assert rotated[0].name == "dl.00001.jsonl"
+    for path in rotated:
+        assert path.stat().st_size <= 2000 or len(archive_lines(path)) == 1
+    rows = [row for path in store.archive.files() for row in archive_lines(path)]
+    assert [r["id"] for r in rows] == [e.id for e in entries] + [big.id, entries[0].id]
+    assert [r["event"] for r in rows][-1] == "resolved"
+    assert archive_lines(archive)[-1]["event"] == "resolved"
+    # a new store continues the numbering, never rewrites a rotated file
+    before = {p.name: p.read_bytes() for p in rotated}
+    again = SqliteDeadLetterStore(tmp_path / "dl.db", archive=archive, archive_max_bytes=2000)
+    try:
+        for n in range(30, 45):
+            again.put([letter(f"https://example.test/{n}")])
+    finally:
+        again.close()
+    assert again.archive is not None
+    after = again.archive.rotated()
+    assert len(after) > len(rotated)
+    assert {p.name: p.read_bytes() for p in after if p.name in before} == before
+    total = [row for path in again.archive.files() for row in archive_lines(path)]
+    assert len(total) == len(rows) + 15
+
+
+def test_a_store_created_before_the_review_columns_is_upgraded(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE deadletters (id TEXT PRIMARY KEY, source TEXT NOT NULL, url TEXT NOT NULL,"
+        " stage TEXT NOT NULL, error_class TEXT NOT NULL, message TEXT NOT NULL,"
+        " attempts INTEGER NOT NULL, first_seen REAL NOT NULL, last_seen REAL NOT NULL,"
+        " record_key TEXT NOT NULL DEFAULT '', payload BLOB, failed_expectations BLOB,"
+        " flow_run_id TEXT, status TEXT NOT NULL DEFAULT 'open', resolution TEXT);"
+        "INSERT INTO deadletters VALUES ('old1', 'src', 'u', 'fetch', 'timeout', 'm', 1, 1.0,"
+        " 1.0, '', NULL, NULL, NULL, 'open', NULL);"
+    )
+    db.commit()
+    db.close()
+    store = SqliteDeadLetterStore(path)
+    try:
+        got = store.get("old1")
+        assert got is not None and got.requeues == 0
+        assert store.escalate("old1", "human")
+        ((_, taken),) = store.take_for_review("alice")
+        assert taken.id == "old1"
+    finally:
+        store.close()

@@ -1,0 +1,111 @@
+"""The ``triage`` flow: settle a source's open dead letters (``collector.triage``), report, tell.
+
+Deployed as ``triage-on-quarantine``, triggered by ``collector.deadletter.quarantined``. The
+work is :class:`collector.triage.Triage` (plain Python); this flow adds the run (so it shows in
+the UI with its parameters), a markdown report and a table per expectation as artifacts, and the
+``collector.triage.completed`` event with the outcome counts. Two triage runs may overlap (two
+quarantine events close together): each entry is claimed in the store first, so each is settled
+by one run only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.events import emit_event
+from prefect.runtime import flow_run
+from pydantic import Field
+
+from collector import defaults
+from collector.backends import open_deadletters, open_frontier, open_sink
+from collector.config import load_source
+from collector.triage import Triage, TriageReport
+
+__all__ = ["run_triage", "triage"]
+
+
+def _artifact_key(source: str, what: str) -> str:
+    safe = "".join(ch if ch.isalnum() else "-" for ch in source.lower())
+    return f"collector-{safe}-{what}"[:100]
+
+
+def _triage(source_path: str, run_id: str, limit: int, dry_run: bool) -> TriageReport:
+    source = load_source(Path(source_path).expanduser())
+    validator = None
+    if source.suite_path is not None:
+        from collector.validation import SuiteValidator  # GX is imported only where it runs
+
+        validator = SuiteValidator(source.suite_path)
+    store = open_deadletters(source)
+    try:
+        frontier = open_frontier(source)
+        try:
+            sink = open_sink(source)
+            try:
+                engine = Triage(
+                    source,
+                    store=store,
+                    frontier=frontier,
+                    sink=sink,
+                    run_id=run_id,
+                    validator=validator,
+                )
+                return engine.run(limit=limit, dry_run=dry_run)
+            finally:
+                sink.close()
+        finally:
+            frontier.close()
+    finally:
+        with contextlib.suppress(Exception):
+            store.close()
+
+
+@flow(name="triage", log_prints=False, validate_parameters=True)
+async def triage(
+    source: Annotated[str, Field(description="Path to the source YAML file.")],
+    limit: Annotated[
+        int, Field(ge=1, description="Open dead letters looked at in this run.")
+    ] = defaults.TRIAGE_LIMIT,
+    dry_run: Annotated[bool, Field(description="Decide and report, but change nothing.")] = False,
+) -> dict[str, Any]:
+    """Repair, replay, re-enqueue or escalate every open dead letter of a source, once."""
+    logger = get_run_logger()
+    run_id = str(flow_run.get_id() or uuid.uuid4())
+    report = await asyncio.to_thread(_triage, source, run_id, limit, dry_run)
+    counts = report.counts()
+    logger.info("triage of %s: %s; balance %s", report.source, counts, report.balance.as_dict())
+    await create_markdown_artifact(
+        report.markdown(),
+        key=_artifact_key(report.source, "triage"),
+        description=f"Triage report of run {run_id}",
+    )
+    await create_table_artifact(
+        report.expectation_rows()
+        or [{"expectation": "(no record-level dead letters)", "before": 0, "after": 0}],
+        key=_artifact_key(report.source, "triage-expectations"),
+        description="Per expectation: records failing it before triage and after repair",
+    )
+    emit_event(
+        event="collector.triage.completed",
+        resource={"prefect.resource.id": f"collector.source.{report.source}"},
+        payload={
+            "source": report.source,
+            **counts,
+            "records_written": report.records_written,
+            "dry_run": dry_run,
+            "balance": report.balance.as_dict(),
+            "run_id": run_id,
+        },
+    )
+    return report.as_dict()
+
+
+def run_triage(source: str, *, limit: int, dry_run: bool) -> dict[str, Any]:
+    """Run the flow in this process (the `collector triage` command); returns the report."""
+    return asyncio.run(triage(source=source, limit=limit, dry_run=dry_run))

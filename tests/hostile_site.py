@@ -1,0 +1,119 @@
+"""A local stdlib HTTP server serving every kind of bad input a source can meet.
+
+Used by the end-to-end dead-letter test. The 1 GB body is generated while it is sent (64 KiB
+at a time, never held in memory), without a Content-Length, so only the fetch engine's
+streaming size cap can stop it; the server counts what it managed to send.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+GIB = 1 << 30
+_CHUNK = b" " * 65536
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode("utf-8")
+
+
+# path -> (status, body); bodies are what a careless or hostile server really sends
+PAGES: dict[str, tuple[int, bytes]] = {
+    **{
+        f"/ok/{n}.json": (200, _json({"id": n, "name": f"item {n}", "price": 10.0 + n}))
+        for n in range(5)
+    },
+    "/malformed.json": (200, b'{"id": 100, "name": "cut off", "price": 1.'),
+    "/bad-utf8.json": (200, b'{"id": 107, "name": "\xff\xfe\xfa", "price": 1.0}'),
+    "/wrong-types.json": (200, _json({"id": 101, "name": "  Lamp  ", "price": "12.50"})),
+    "/nulls.json": (200, _json({"id": 102, "name": None, "price": None})),
+    "/duplicates.json": (
+        200,
+        _json(
+            [{"id": 103, "name": "twin", "price": 3.0}, {"id": 103, "name": "twin", "price": 3.0}]
+        ),
+    ),
+    "/huge-field.json": (200, _json({"id": 104, "name": "x" * 200_000, "price": 1.0})),
+    "/unicode.json": (
+        200,
+        _json(
+            {
+                "id": 105,
+                "name": "\u202eevil\u200d\u0000 \u2603 \U0001d518\U0001f680 e\u0301",
+                "price": 2.0,
+            }
+        ),
+    ),
+    "/missing.json": (404, b"not here"),
+    "/flaky.json": (503, b"try later"),
+}
+HOSTILE = "/hostile-1gb.json"
+
+
+class HostileSite:
+    """``with HostileSite() as site: site.url("/nulls.json")``."""
+
+    def __init__(self) -> None:
+        self.hostile_bytes_sent = 0
+        self.requests: dict[str, int] = {}
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                path = self.path.split("?")[0]
+                site.requests[path] = site.requests.get(path, 0) + 1
+                if path == HOSTILE:
+                    self._hostile()
+                    return
+                status, body = PAGES.get(path, (404, b"no such page"))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _hostile(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()  # no Content-Length: the client must count
+                try:
+                    self.wfile.write(b"[")
+                    while site.hostile_bytes_sent < GIB:
+                        self.wfile.write(_CHUNK)
+                        site.hostile_bytes_sent += len(_CHUNK)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def __enter__(self) -> HostileSite:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,179 @@
+"""`collector deadletters retry|discard`, the age filter and `collector compensate`."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from collector.config import Source, load_source
+from collector.deadletter import DeadLetter, SqliteDeadLetterStore
+from collector.frontier import DeadLettered, Offer
+from collector.frontier.sqlite import SqliteFrontier
+from collector.ledger import LedgerBook
+from collector.sinks.base import SinkRecord
+from collector.sinks.jsonl import JsonlSink
+from flows.cli import main, parse_age
+from tests.helpers import sink_lines, write_source
+
+DAY = 86400.0
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Source:
+    return load_source(write_source(tmp_path, seeds={"urls": ["http://127.0.0.1:9/a.json"]}))
+
+
+def put(source: Source, letters: list[DeadLetter]) -> None:
+    store = SqliteDeadLetterStore(source.deadletter_path, archive=source.deadletter_archive_path)
+    try:
+        store.put(letters)
+    finally:
+        store.close()
+
+
+def entries(source: Source) -> dict[str, DeadLetter]:
+    store = SqliteDeadLetterStore(source.deadletter_path)
+    try:
+        return {e.url: e for e in store.list(source=source.name, status=None)}
+    finally:
+        store.close()
+
+
+def letter(source: Source, url: str, error: str, age_s: float, stage: str = "fetch") -> DeadLetter:
+    seen = time.time() - age_s
+    return DeadLetter(source.name, url, stage, error, error, 1, seen, seen)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90), ("90s", 90), ("15m", 900), ("2h", 7200), ("1.5d", 129600)]
+)
+def test_parse_age(text: str, seconds: float) -> None:
+    assert parse_age(text) == seconds
+
+
+def test_list_older_than(source: Source, capsys: pytest.CaptureFixture[str]) -> None:
+    put(source, [letter(source, "http://h/old", "http_404", 3 * DAY),
+                 letter(source, "http://h/new", "http_404", 60)])  # fmt: skip
+    assert main(["deadletters", "list", str(source.path(Path("source.yaml"))), "--older-than",
+                 "2d", "--json"]) == 0  # fmt: skip
+    assert [e["url"] for e in json.loads(capsys.readouterr().out)] == ["http://h/old"]
+    with pytest.raises(SystemExit):
+        main(["deadletters", "list", str(source.base_dir / "source.yaml"), "--older-than", "2x"])
+
+
+def test_discard_needs_a_reason_when_not_interactive(
+    source: Source, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entry = letter(source, "http://h/a", "http_404", 10)
+    put(source, [entry])
+    path = str(source.base_dir / "source.yaml")
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal
+    assert main(["deadletters", "discard", path, entry.id]) == 2
+    assert "needs a reason" in capsys.readouterr().err
+    assert entries(source)["http://h/a"].status == "open"
+    assert main(["deadletters", "discard", path, entry.id, "--reason", "page removed"]) == 0
+    got = entries(source)["http://h/a"]
+    assert (got.status, got.resolution) == ("resolved", "discarded: page removed")
+    assert main(["deadletters", "discard", path, entry.id, "--reason", "again"]) == 0
+    assert "discarded 0 of 1" in capsys.readouterr().out
+    assert entries(source)["http://h/a"].resolution == "discarded: page removed"  # kept once
+    archive = source.deadletter_archive_path.read_text().splitlines()
+    assert [json.loads(line)["event"] for line in archive] == ["quarantined", "resolved"]
+
+
+def test_discard_asks_for_the_reason_on_a_terminal(
+    source: Source, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    put(source, [letter(source, "http://h/a", "http_404", 10),
+                 letter(source, "http://h/b", "parse_error", 10, stage="parse")])  # fmt: skip
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stdin", Terminal("duplicate of another feed\n"))
+    path = str(source.base_dir / "source.yaml")
+    assert main(["deadletters", "discard", path, "--stage", "fetch"]) == 0
+    got = entries(source)
+    assert got["http://h/a"].resolution == "discarded: duplicate of another feed"
+    assert got["http://h/b"].status == "open"  # not selected
+    assert main(["deadletters", "discard", path]) == 2  # no ids and no filter: refused
+    assert "--all" in capsys.readouterr().err
+
+
+def test_retry_puts_dead_urls_back_in_the_queue(
+    source: Source, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead, unknown = "http://127.0.0.1:9/dead", "http://127.0.0.1:9/never-seen"
+    frontier = SqliteFrontier(source.frontier_path)
+    try:
+        now = time.time()
+        frontier.offer(source.name, [Offer(dead, 60)], now=now, queue_ttl_s=600,
+                       rank_for=lambda *a: 1.0, run_id="r")  # fmt: skip
+        lease = frontier.claim(source.name, 1, now=now, lease_s=60)
+        frontier.ack(lease, [DeadLettered(dead, 3, "timeout")], now=now)
+    finally:
+        frontier.close()
+    a, b = letter(source, dead, "timeout", 10), letter(source, unknown, "timeout", 10)
+    put(source, [a, b])
+    path = str(source.base_dir / "source.yaml")
+    assert main(["deadletters", "retry", path, a.id]) == 0
+    got = entries(source)[dead]
+    assert (got.status, got.requeues) == ("resolved", 1)
+    assert got.resolution == "reenqueued: operator retry"
+    frontier = SqliteFrontier(source.frontier_path)
+    try:
+        assert frontier.counts(source.name).queued == 1
+    finally:
+        frontier.close()
+    assert main(["deadletters", "retry", path, b.id]) == 1  # not in the frontier: said, kept open
+    assert "not re-enqueued" in capsys.readouterr().err
+    assert entries(source)[unknown].status == "open"
+    assert main(["deadletters", "retry", path, "nope"]) == 2
+
+
+def test_compensate_removes_exactly_one_batch_and_records_it(
+    source: Source, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sink = JsonlSink(source.sink_path, source=source.name)
+    try:
+        sink.write([SinkRecord(str(n), {"id": n}, "u") for n in range(3)], token=1, batch_id="r:1")
+        sink.write(
+            [SinkRecord(str(n), {"id": n}, "u") for n in range(3, 7)], token=2, batch_id="r:2"
+        )
+        sink.write([SinkRecord("7", {"id": 7}, "u")], token=3, batch_id="r:3")
+    finally:
+        sink.close()
+    path = str(source.base_dir / "source.yaml")
+    assert main(["compensate", path, "--batch", "r:2", "--reason", "table check failed"]) == 0
+    assert "4 records removed" in capsys.readouterr().out
+    assert sorted(r["id"] for r in sink_lines(source.sink_path)) == [0, 1, 2, 7]
+    (record,) = LedgerBook(source.ledger_path).compensations(source.name)
+    assert (record.batch_id, record.removed, record.reason) == ("r:2", 4, "table check failed")
+    assert main(["compensate", path, "--batch", "r:2"]) == 1  # once only
+    assert "already compensated" in capsys.readouterr().err
+    assert main(["compensate", path, "--batch", "never"]) == 1  # nothing to undo: said so
+    assert sorted(r["id"] for r in sink_lines(source.sink_path)) == [0, 1, 2, 7]
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_triage_command_runs_the_flow(source: Source, capsys: pytest.CaptureFixture[str]) -> None:
+    gone, busy = (
+        letter(source, "http://h/gone", "http_404", 10),
+        letter(source, "http://h/busy", "timeout", 10),
+    )
+    put(source, [gone, busy])
+    path = str(source.base_dir / "source.yaml")
+    assert main(["triage", path, "--dry-run", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (report["dry_run"], report["escalated"], report["reenqueued"]) == (True, 1, 1)
+    assert entries(source)["http://h/gone"].status == "open"  # a dry run changes nothing
+    assert main(["triage", path]) == 0
+    out = capsys.readouterr().out
+    assert "escalated 2" in out  # the timeout's URL is not dead in the frontier: a person looks
+    assert "balance: quarantined 2 = repaired 0 + re-enqueued 0 + escalated 2" in out
+    assert {e.status for e in entries(source).values()} == {"review"}
