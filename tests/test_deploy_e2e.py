@@ -279,9 +279,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 def test_bootstrap_made_the_pool_and_running_it_again_changes_nothing(world: World) -> None:
     first = world.bootstrap_output  # type: ignore[attr-defined]
     assert "created  work pool collector" in first
-    again = world.cli(str(ROOT / "infra" / "bootstrap"), "--notify-url", world.webhook.url)
+    bootstrap = str(ROOT / "infra" / "bootstrap")
+    limited = str(world.source("limited"))
+    with_limits = world.cli(bootstrap, "--notify-url", world.webhook.url, "--source", limited)
+    assert "created  concurrency limit source:limited = 1" in with_limits
+    assert "created  concurrency limit domain:127.0.0.1 = 2" in with_limits
+    again = world.cli(bootstrap, "--notify-url", world.webhook.url, "--source", limited)
     states = {line.split()[0] for line in again.splitlines() if line.strip()}
     assert states == {"ok"}, again
+    assert world.get("/v2/concurrency_limits/source:limited")["limit"] == 1
     queues = world.post("/work_pools/collector/queues/filter", {})
     priorities = {q["name"]: q["priority"] for q in queues}
     assert {k: priorities[k] for k in ("critical", "high", "normal", "low")} == {
@@ -378,21 +384,24 @@ def test_ui_lists_collect_deployments_and_a_custom_run_from_its_form_completes(
 
             page.goto(f"{world.ui}/deployments/deployment/{deployment['id']}/run")
             page.get_by_text("Parameters", exact=True).wait_for()
-            page.locator("textarea").first.fill(str(source))  # the `source` parameter
+            field = page.locator("textarea").first  # the `source` parameter
+            field.fill(str(source))
+            field.press("Tab")  # leave the field, as a person would, so the form takes the value
             page.get_by_role("button", name="Submit").click()
-            # On success the UI leaves the form for the deployment's page.
-            page.wait_for_url(lambda url: not url.rstrip("/").endswith("/run"))
-            page.screenshot(path=str(world.folder / "ui-run.png"))
+
+            def started() -> list[str]:
+                return [
+                    r["id"]
+                    for r in world.runs_of(deployment["id"])
+                    if r["parameters"].get("source") == str(source)
+                ]
+
+            try:  # the browser stays open until the server has the run
+                run_id = world.wait_for("the run started from the UI", started)[0]
+            finally:
+                page.screenshot(path=str(world.folder / "ui-run.png"))
         finally:
             browser.close()
-    run_id = world.wait_for(
-        "the run started from the UI",
-        lambda: [
-            r["id"]
-            for r in world.runs_of(deployment["id"])
-            if r["parameters"].get("source") == str(source)
-        ],
-    )[0]
     run = world.wait_final(run_id)
     assert run["deployment_id"] == deployment["id"]
     assert run["parameters"]["source"] == str(source)
