@@ -8,6 +8,8 @@
 ``collector deadletters retry|discard``  fetch again, or resolve with a reason that is kept
 ``collector triage SOURCE``          run the triage flow (repair, replay, re-enqueue, escalate)
 ``collector compensate SOURCE --batch ID``  undo exactly one batch's writes (recorded)
+``collector blocks register``        register Collector's Prefect block types (UI-editable)
+``collector blocks save NAME FILE``  store a source file as a ``CollectorSource`` block
 
 Prefect is imported only by the commands that run flows, so ``validate`` and ``schema`` answer
 at once. Exit codes: 0 ok, 1 the run did not balance or failed, 2 invalid input.
@@ -380,6 +382,32 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
         store.close()
 
 
+# --- blocks -------------------------------------------------------------------------------------
+def cmd_blocks(args: argparse.Namespace) -> int:
+    """Register block types, or save a source file as a block, on the current Prefect API."""
+    _prefect_environment()
+    from collector.config import SourceError, load_source
+
+    if args.action == "save":
+        try:
+            load_source(args.file)  # the block must hold a valid source
+        except SourceError as exc:
+            for problem in exc.problems:
+                print(problem, file=sys.stderr)
+            return EXIT_INVALID
+    from blocks import register_block_types
+    from blocks.source import CollectorSource
+
+    slugs = register_block_types()
+    if args.action == "register":
+        print("registered block types: " + ", ".join(slugs))
+        return EXIT_OK
+    block = CollectorSource.from_file(args.file)
+    block.save(args.name, overwrite=True, _sync=True)  # type: ignore[call-arg]
+    print(f"saved collector-source/{args.name}: run it with source=block:{args.name}")
+    return EXIT_OK
+
+
 def _discard(source: Any, store: Any, args: argparse.Namespace) -> int:
     from collector.triage import resolution
 
@@ -549,6 +577,13 @@ def build_parser() -> argparse.ArgumentParser:
             act.add_argument("--reason", default=None, help="required when not interactive")
     letters.set_defaults(func=cmd_deadletters)
 
+    blocks = commands.add_parser("blocks", help="Prefect block types for sources and backends")
+    block_actions = blocks.add_subparsers(dest="action", required=True)
+    block_actions.add_parser("register", help="register the block types (idempotent)")
+    save = block_actions.add_parser("save", help="store a source file as a CollectorSource block")
+    save.add_argument("name", help="block name (run it with source=block:NAME)")
+    save.add_argument("file", metavar="SOURCE")
+    blocks.set_defaults(func=cmd_blocks)
     triage = commands.add_parser("triage", help="run the triage flow over open dead letters")
     triage.add_argument("source", metavar="SOURCE")
     triage.add_argument("--limit", type=int, default=defaults.TRIAGE_LIMIT, metavar="N")

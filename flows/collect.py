@@ -106,8 +106,30 @@ class Batch:
 
 
 def _resolve_source(source: str) -> Source:
-    path = Path(source).expanduser()
-    return load_source(path)
+    """A source from a file path, or from a ``CollectorSource`` block named
+    ``block:<name>`` / ``collector-source/<name>`` (checked by the same model as a file)."""
+    from blocks.source import block_name_of
+
+    name = block_name_of(source)
+    if name is None:
+        return load_source(Path(source).expanduser())
+    from blocks.source import CollectorSource
+    from collector.config import SourceError, parse_source
+
+    try:
+        block = CollectorSource.load(name, _sync=True)  # type: ignore[call-arg]
+    except ValueError as exc:  # Prefect: "Unable to find block document named ..."
+        raise SourceError([f"block {name!r}: {exc}"]) from None
+    return parse_source(block.as_document(), label=f"block {name}", base_dir=block.base_path)
+
+
+def _source_reference(source: str) -> str:
+    """How other flows can name this source again: a block name as given, a path made absolute."""
+    from blocks.source import block_name_of
+
+    if block_name_of(source) is not None:
+        return source
+    return str(Path(source).expanduser().resolve())
 
 
 def _dead_letter_markdown(summary: dict[str, Any]) -> str:
@@ -127,7 +149,10 @@ def _dead_letter_markdown(summary: dict[str, Any]) -> str:
 
 @flow(name="collect", log_prints=False, validate_parameters=True)
 async def collect(
-    source: Annotated[str, Field(description="Path to the source YAML file.")],
+    source: Annotated[
+        str,
+        Field(description="Path to the source YAML file, or block:<CollectorSource block name>."),
+    ],
     batch_size: Annotated[
         int, Field(ge=1, le=10_000, description="Items claimed, fetched and stored per task.")
     ] = defaults.BATCH_SIZE,
@@ -165,7 +190,7 @@ async def collect(
                 await run.aclose()
         run.finish()
         summary = run.summary()
-        summary["source_path"] = str(Path(source).expanduser().resolve())  # for triggered triage
+        summary["source_path"] = _source_reference(source)  # for triggered triage
     await _publish(summary)
     if not run.ledger.balanced:
         logger.error("ledger does not balance: %s", "; ".join(run.ledger.problems))
