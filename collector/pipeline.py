@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from collector.backends import open_deadletters, open_frontier, open_sink
 from collector.config import Source
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchReport", "Collection"]
 
+_T = TypeVar("_T")
 _BODY_EXCERPT = 2048  # bytes of a failing body kept in its dead letter
 
 
@@ -101,6 +102,7 @@ class Collection:
         self.fetch_seconds = 0.0
         self.settle_seconds = 0.0
         self.validation_seconds = 0.0
+        self.records_validated = 0
         self.pages_ok = 0
 
     def __enter__(self) -> Collection:
@@ -215,15 +217,36 @@ class Collection:
         return self.frontier.release(lease, now=self.clock())
 
     # --- settle --------------------------------------------------------------------------------
-    async def settle(self, lease: Lease, results: list[FetchResult]) -> BatchReport:
-        """Decide, store and acknowledge every item of a fetched batch."""
+    async def settle(
+        self,
+        lease: Lease,
+        results: list[FetchResult],
+        *,
+        after: asyncio.Future[Any] | None = None,
+    ) -> BatchReport:
+        """Decide, store and acknowledge every item of a fetched batch.
+
+        ``after`` (the previous batch's settle) is awaited once the batch is parsed and
+        validated, before anything is written: batches are stored and acked in claim order,
+        while their validations may run together (see collector.validation_worker).
+        """
         began = time.monotonic()
         try:
-            return await self._settle(lease, results)
+            return await self._settle(lease, results, after)
         finally:
             self.settle_seconds += time.monotonic() - began
 
-    async def _settle(self, lease: Lease, results: list[FetchResult]) -> BatchReport:
+    async def wait_settled(self, settling: Awaitable[_T]) -> _T:
+        """Await a settle (or several): validations waiting to be batched go out at once."""
+        validator = self._validator
+        if validator is None:
+            return await settling
+        with validator.urgent():
+            return await settling
+
+    async def _settle(
+        self, lease: Lease, results: list[FetchResult], after: asyncio.Future[Any] | None
+    ) -> BatchReport:
         now = self.clock()
         report = BatchReport(token=lease.token, items=len(lease.items))
         outcomes: dict[str, Outcome] = {}
@@ -257,6 +280,10 @@ class Collection:
                 )
 
         good, failed_items = await self._key_and_validate(parsed, letters, report)
+        if after is not None:
+            waiting = time.monotonic()
+            await asyncio.shield(after)
+            self.settle_seconds -= time.monotonic() - waiting  # not this batch's work
         for result, _ in parsed:
             if result.url in failed_items:
                 outcomes[result.url] = DeadLettered(result.url, result.attempts, "validation")
@@ -333,6 +360,7 @@ class Collection:
             outcome = await validator.validate([record for _, _, record in candidates])
             report.validation_s = outcome.seconds
             self.validation_seconds += outcome.seconds
+            self.records_validated += len(candidates)
             if outcome.table_failures:
                 failed = [_expectation_dict(f) for f in outcome.table_failures]
                 names = ", ".join(f.expectation for f in outcome.table_failures)
@@ -465,6 +493,17 @@ class Collection:
         self.ledger.close(self.frontier.run_counts(self.source.name, self.run_id))
         return self.ledger
 
+    def _validation_summary(self) -> dict[str, Any]:
+        """GX time per batch and per record (the worker's own clock), and GX calls made."""
+        batches = self.ledger.batches
+        return {
+            "records": self.records_validated,
+            "batches": batches,
+            "gx_calls": self._validator.calls if self._validator is not None else 0,
+            "ms_per_batch": _per(self.validation_seconds, batches, 1e3),
+            "us_per_record": _per(self.validation_seconds, self.records_validated, 1e6),
+        }
+
     def summary(self) -> dict[str, Any]:
         elapsed = max(self.clock() - self.started_at, 1e-9)
         return {
@@ -481,12 +520,17 @@ class Collection:
                 "settle": round(self.settle_seconds, 3),
                 "validation": round(self.validation_seconds, 3),
             },
+            "validation": self._validation_summary(),
             "sink": self.sink.location(),
             "records_in_sink": self.sink.count(),
             "deadletters": str(self.source.deadletter_path),
             "deadletter_archive": str(self.source.deadletter_archive_path),
             "deadletter_reasons": self.deadletters.reasons(self.source.name),
         }
+
+
+def _per(total: float, count: int, scale: float) -> float | None:
+    return round(total * scale / count, 3) if count else None
 
 
 def _expectation_dict(failed: Any) -> dict[str, Any]:

@@ -185,7 +185,9 @@ async def _drain(
 
     Settling (validation in the GX worker, sink write, ack) runs behind fetching: up to
     ``defaults.SETTLE_BACKLOG`` fetched batches wait to be settled, in order, while the next
-    ones are fetched. Each keeps its lease alive until it is acked.
+    ones are fetched. Each keeps its lease alive until it is acked. Their validations are
+    sent to GX together (one call for several batches) unless the loop waits for a settle
+    (``run.wait_settled``).
     """
     claimed = 0
     waited = 0.0
@@ -198,9 +200,8 @@ async def _drain(
         before: asyncio.Task[BatchReport] | None,
     ) -> BatchReport:
         try:
-            if before is not None:
-                await asyncio.shield(before)  # settle in claim order
-            report = await run.settle(lease, results)
+            # Validated at once (with other batches), stored and acked in claim order.
+            report = await run.settle(lease, results, after=before)
         finally:
             renewer.cancel()
         _tell("batch", report=report, ledger=run.ledger)
@@ -215,7 +216,7 @@ async def _drain(
             lease = run.claim(limit)
             if not lease.items:
                 if backlog:  # settling may make retry-later items due: look again after it
-                    await backlog.popleft()
+                    await run.wait_settled(backlog.popleft())
                     continue
                 pause = run.seconds_until_claimable()
                 if pause is None or waited + pause > drain_wait_s:
@@ -236,10 +237,10 @@ async def _drain(
             previous = backlog[-1] if backlog else None
             backlog.append(asyncio.create_task(settle(lease, results, renewer, previous)))
             if len(backlog) > defaults.SETTLE_BACKLOG:
-                await backlog.popleft()
+                await run.wait_settled(backlog.popleft())
     finally:
         # Settle everything fetched, even when the loop is failing: those results are real.
-        outcomes = await asyncio.gather(*backlog, return_exceptions=True)
+        outcomes = await run.wait_settled(asyncio.gather(*backlog, return_exceptions=True))
         errors = [o for o in outcomes if isinstance(o, BaseException)]
         if errors:
             raise errors[0]
