@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from collector import observability
 from collector.backends import open_deadletters, open_frontier, open_sink
 from collector.config import Source
 from collector.deadletter import DeadLetter, DeadLetterStore
@@ -90,7 +91,10 @@ class Collection:
         self.sink = sink or open_sink(source)
         self.deadletters = deadletters or open_deadletters(source)
         self.ledger = Ledger()
-        self.scrub = Scrubber(source.secret_values())
+        secrets = source.secret_values()
+        self.scrub = Scrubber(secrets)
+        observability.register_secrets(secrets)  # Sentry events are scrubbed of them too
+        self.errors = observability.DeadLetterReporter(source.name, run_id)
         self.parser = RecordParser(
             parser=source.record.parser, records_path=source.record.records_path
         )
@@ -173,6 +177,7 @@ class Collection:
             run_id=self.run_id,
         )
         self.deadletters.put(refused)
+        self.errors.report(refused)
         self.ledger.fresh_skipped = result.fresh_skipped
         self.ledger.already_dead = result.already_dead
         self.ledger.refused_at_plan = len(refused)
@@ -300,6 +305,7 @@ class Collection:
         self.ledger.records_unchanged += written.unchanged
         self.ledger.stale_writes += written.stale
         self.deadletters.put(letters)
+        self.errors.report(letters)
 
         acked = self.frontier.ack(lease, list(outcomes.values()), now=self.clock())
         stale = set(acked.stale)
@@ -491,6 +497,7 @@ class Collection:
     def finish(self) -> Ledger:
         """Close the books: read the end state and check conservation (see collector.ledger)."""
         self.ledger.close(self.frontier.run_counts(self.source.name, self.run_id))
+        self.errors.finish()
         return self.ledger
 
     def _validation_summary(self) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from collector.config import Source, load_source
 from collector.errors import CollectorError, ConfigError, PermanentFetchError
 from collector.fetch import FetchEngine, FetchResult
 from collector.frontier import Lease
+from collector.observability import init_sentry
 from collector.pipeline import BatchReport, Collection
 
 __all__ = ["collect", "progress_listeners"]
@@ -125,7 +126,33 @@ def _dead_letter_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@flow(name="collect", log_prints=False, validate_parameters=True)
+def _report_failed_run(flow: Any, flow_run: Any, state: State[Any]) -> None:
+    """on_failure hook: one Sentry event for the failed run (no-op without SENTRY_DSN)."""
+    from collector import observability
+
+    if not observability.sentry_enabled():
+        return
+    path = str((flow_run.parameters or {}).get("source", ""))
+    try:
+        name = _resolve_source(path).name
+    except Exception:
+        name = path
+    data = getattr(state, "data", None)
+    error = getattr(data, "result", data)
+    observability.capture_failed_run(
+        source=name,
+        flow_run_id=str(flow_run.id),
+        error=error if isinstance(error, BaseException) else None,
+        message=state.message or "",
+    )
+
+
+@flow(
+    name="collect",
+    log_prints=False,
+    validate_parameters=True,
+    on_failure=[_report_failed_run],
+)
 async def collect(
     source: Annotated[str, Field(description="Path to the source YAML file.")],
     batch_size: Annotated[
@@ -141,6 +168,7 @@ async def collect(
 ) -> dict[str, Any]:
     """Collect one source: plan its URLs, fetch them in leased batches, store, account."""
     logger = get_run_logger()
+    init_sentry()  # once per process, only when SENTRY_DSN is set
     loaded = _resolve_source(source)
     run_id = str(flow_run.get_id() or uuid.uuid4())
     fetch = fetch_batch.with_options(
