@@ -54,6 +54,6 @@ DRAIN_WAIT_S = 60.0  # a run waits this long for retry-later items and others' l
 STATE_DIR = ".collector"  # frontier and dead letters live here, beside the source file
 VALIDATION_LINGER_S = 5.0  # a fetched batch waits up to this long for others to be validated
 #                          with it in one GX call (GX costs ~5 ms per expectation per call);
-#                          the collect flow flushes at once whenever it waits for a settle, so
-#                          in practice a call takes the batches of a full settle backlog
-VALIDATION_MAX_BATCHES = SETTLE_BACKLOG  # batches validated together at most (one GX call)
+#                          the collect flow flushes at once whenever it waits for a settle
+VALIDATION_MAX_BATCHES = SETTLE_BACKLOG // 2  # batches validated together (one GX call); half
+#                          the backlog, so the call goes out before fetching has to wait for it

@@ -231,6 +231,9 @@ class Collection:
     ) -> BatchReport:
         """Decide, store and acknowledge every item of a fetched batch.
 
+        ``settle_seconds`` counts this process's own work only (parse, key, sink, dead letters,
+        ack), not the waits for the validation worker or the previous batch.
+
         ``after`` (the previous batch's settle) is awaited once the batch is parsed and
         validated, before anything is written: batches are stored and acked in claim order,
         while their validations may run together (see collector.validation_worker).
@@ -363,7 +366,9 @@ class Collection:
         keep = [True] * len(candidates)
         validator = self.validator
         if validator is not None and candidates:
+            waiting = time.monotonic()
             outcome = await validator.validate([record for _, _, record in candidates])
+            self.settle_seconds -= time.monotonic() - waiting  # the worker's time, not ours
             report.validation_s = outcome.seconds
             self.validation_seconds += outcome.seconds
             self.records_validated += len(candidates)
