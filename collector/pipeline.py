@@ -87,13 +87,13 @@ class Collection:
         self.source = source
         self.run_id = run_id
         self.clock = clock
+        secrets = source.secret_values()
+        self.scrub = Scrubber(secrets)
+        observability.register_secrets(secrets)  # before anything can fail and be reported
         self.frontier = frontier or open_frontier(source)
         self.sink = sink or open_sink(source)
         self.deadletters = deadletters or open_deadletters(source)
         self.ledger = Ledger()
-        secrets = source.secret_values()
-        self.scrub = Scrubber(secrets)
-        observability.register_secrets(secrets)  # Sentry events are scrubbed of them too
         self.errors = observability.DeadLetterReporter(source.name, run_id)
         self.parser = RecordParser(
             parser=source.record.parser, records_path=source.record.records_path

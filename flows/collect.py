@@ -134,7 +134,9 @@ def _report_failed_run(flow: Any, flow_run: Any, state: State[Any]) -> None:
         return
     path = str((flow_run.parameters or {}).get("source", ""))
     try:
-        name = _resolve_source(path).name
+        loaded = _resolve_source(path)
+        observability.register_secrets(loaded.secret_values())
+        name = loaded.name
     except Exception:
         name = path
     data = getattr(state, "data", None)

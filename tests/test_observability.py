@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DSN = "https://public@sentry.invalid/1"  # never contacted: the transport is in memory
 QUERY_SECRET = "q-secret-4f9a1c"
 HEADER_SECRET = "h-secret-77b2e0d1"
+OTHER_SECRET = "o-secret-5c3e9a20"  # only the failing run's source knows this one
 
 
 class MemoryTransport(Transport):
@@ -132,6 +133,7 @@ async def test_flow_reports_permanent_errors_and_failed_runs_without_secrets(
     tmp_path: Path, site: FaultSite, sentry: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLLECTOR_TEST_TOKEN", HEADER_SECRET)
+    monkeypatch.setenv("COLLECTOR_OTHER_TOKEN", OTHER_SECRET)
     headers = {"Authorization": "Bearer ${env:COLLECTOR_TEST_TOKEN}"}
     good = tmp_path / "good"
     good.mkdir()
@@ -146,7 +148,7 @@ async def test_flow_reports_permanent_errors_and_failed_runs_without_secrets(
     assert summary["dead_lettered"] == 3 and summary["balanced"] is True
 
     # A run that fails: its sink folder cannot be created, and the OS error names the path,
-    # which here contains the header's secret value.
+    # which here contains that source's header secret value.
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "blocker").write_text("a file, not a folder", encoding="utf-8")
@@ -154,8 +156,8 @@ async def test_flow_reports_permanent_errors_and_failed_runs_without_secrets(
         bad,
         name="failing-items",
         seeds={"template": site.url("/items/{i}.json"), "range": [0, 2]},
-        limits={"headers": headers},
-        sink={"type": "jsonl", "path": f"blocker/{HEADER_SECRET}"},
+        limits={"headers": {"X-Api-Key": "${env:COLLECTOR_OTHER_TOKEN}"}},
+        sink={"type": "jsonl", "path": f"blocker/{OTHER_SECRET}"},
     )
     with pytest.raises(Exception, match="cannot create folder"):
         await collect(source=str(failing), batch_size=50)
@@ -182,4 +184,5 @@ async def test_flow_reports_permanent_errors_and_failed_runs_without_secrets(
     assert runs[0]["tags"]["flow_run_id"] not in ("", summary["run_id"])
     assert "cannot create folder" in json.dumps(runs[0])
     raw = _raw()
-    assert QUERY_SECRET not in raw and HEADER_SECRET not in raw
+    for secret in (QUERY_SECRET, HEADER_SECRET, OTHER_SECRET):
+        assert secret not in raw
