@@ -7,9 +7,11 @@ Uses the demo's 4-expectation suite (the one bench/throughput.py runs) on record
 the throughput pages, ~1% of them bad. Three measurements, each the median of ``--repeat``:
 
 1. in-process, one ``SuiteValidator.validate`` per batch (what every batch paid before);
-2. in-process, ``validate_many`` of ``--together`` batches (one GX call when exact);
+2. in-process, ``validate_many`` of ``--together`` batches (one GX call when exact; default
+   4, what the collect flow sends, and 8);
 3. through the validation worker process as the collect flow uses it: batches submitted one
-   at a time (``linger_s=0``, each waits for the previous), then ``--together`` at once.
+   at a time (``linger_s=0``, each waits for the previous), then all at once (the first
+   ``--together`` value per round trip).
 
 Prints JSON: ms per batch, us per record, GX calls, and the ratios. Like every figure on this
 shared 2-core box it is noisy: read the ratios, and the load average printed with them.
@@ -31,6 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from collector import defaults  # noqa: E402
 from collector.demo.scenario import SUITE  # noqa: E402
 from collector.validation import SuiteValidator  # noqa: E402
 from collector.validation_worker import ValidationWorker  # noqa: E402
@@ -65,30 +68,34 @@ def figures(seconds_per_batch: float, size: int, calls_per_batch: float) -> dict
     }
 
 
-def in_process(suite: Path, size: int, batches: int, together: int, repeat: int) -> dict[str, Any]:
+def in_process(
+    suite: Path, size: int, batches: int, together: list[int], repeat: int
+) -> dict[str, Any]:
     validator = SuiteValidator(suite)
     validator.validate(batch(size, 0))  # GX import and set-up, not measured
     data = [batch(size, n * size) for n in range(batches)]
     one: list[float] = []
-    many: list[float] = []
+    many: dict[int, list[float]] = {k: [] for k in together}
+    calls: dict[int, float] = {}
     for _ in range(repeat):
         started = time.perf_counter()
         for records in data:
             validator.validate(records)
         one.append((time.perf_counter() - started) / batches)
-        calls = validator.gx_calls
-        started = time.perf_counter()
-        for n in range(0, batches, together):
-            validator.validate_many(data[n : n + together])
-        many.append((time.perf_counter() - started) / batches)
-        many_calls = (validator.gx_calls - calls) / batches
-    before = statistics.median(one)
-    after = statistics.median(many)
-    return {
-        "per_batch_call": figures(before, size, 1.0),
-        f"{together}_batches_per_call": figures(after, size, many_calls),
-        "speedup": round(before / after, 2),
-    }
+        for k in together:
+            before = validator.gx_calls
+            started = time.perf_counter()
+            for n in range(0, batches, k):
+                validator.validate_many(data[n : n + k])
+            many[k].append((time.perf_counter() - started) / batches)
+            calls[k] = (validator.gx_calls - before) / batches
+    base = statistics.median(one)
+    report: dict[str, Any] = {"per_batch_call": figures(base, size, 1.0)}
+    for k in together:
+        after = statistics.median(many[k])
+        report[f"{k}_batches_per_call"] = figures(after, size, calls[k])
+        report[f"{k}_batches_speedup"] = round(base / after, 2)
+    return report
 
 
 async def through_worker(suite: Path, size: int, batches: int, together: int) -> dict[str, Any]:
@@ -120,7 +127,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--batches", type=int, default=16)
-    parser.add_argument("--together", type=int, default=8)
+    parser.add_argument(
+        "--together", type=int, nargs="+", default=[defaults.VALIDATION_MAX_BATCHES, 8]
+    )
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -134,7 +143,7 @@ def main() -> int:
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "in_process": in_process(suite, args.batch_size, args.batches, args.together, args.repeat),
         "worker_process": asyncio.run(
-            through_worker(suite, args.batch_size, args.batches, args.together)
+            through_worker(suite, args.batch_size, args.batches, args.together[0])
         ),
     }
     print(json.dumps(report, indent=2))
