@@ -52,6 +52,11 @@ PROGRESS_EVERY_S = 2.0  # the UI progress artifact is updated at most this often
 BATCH_SIZE = 200  # items claimed, fetched and stored per Prefect task
 DRAIN_WAIT_S = 60.0  # a run waits this long for retry-later items and others' leases to return
 STATE_DIR = ".collector"  # frontier and dead letters live here, beside the source file
+VALIDATION_LINGER_S = 5.0  # a fetched batch waits up to this long for others to be validated
+#                          with it in one GX call (GX costs ~5 ms per expectation per call);
+#                          the collect flow flushes at once whenever it waits for a settle
+VALIDATION_MAX_BATCHES = SETTLE_BACKLOG // 2  # batches validated together (one GX call); half
+#                          the backlog, so the call goes out before fetching has to wait for it
 
 # --- Dead letters and triage ---------------------------------------------------------------
 DEADLETTER_ARCHIVE_BYTES = 64 * 1024 * 1024  # the JSONL archive is rotated past this size

@@ -161,6 +161,10 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
     except CollectorError as exc:
         print(f"collector: {exc}", file=sys.stderr)
         return EXIT_FAILED, None
+    from collector.observability import init_sentry, register_secrets
+
+    if init_sentry():  # only when SENTRY_DSN is set; fast options (see collector.observability)
+        register_secrets(loaded.secret_values())
     if loaded.suite_path is not None:
         from collector.validation_worker import prewarm
 

@@ -36,6 +36,7 @@ from collector.config import Source, load_source
 from collector.errors import CollectorError, ConfigError, PermanentFetchError
 from collector.fetch import FetchEngine, FetchResult
 from collector.frontier import Lease
+from collector.observability import init_sentry
 from collector.pipeline import BatchReport, Collection
 
 __all__ = ["collect", "progress_listeners"]
@@ -147,7 +148,35 @@ def _dead_letter_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@flow(name="collect", log_prints=False, validate_parameters=True)
+def _report_failed_run(flow: Any, flow_run: Any, state: State[Any]) -> None:
+    """on_failure hook: one Sentry event for the failed run (no-op without SENTRY_DSN)."""
+    from collector import observability
+
+    if not observability.sentry_enabled():
+        return
+    path = str((flow_run.parameters or {}).get("source", ""))
+    try:
+        loaded = _resolve_source(path)
+        observability.register_secrets(loaded.secret_values())
+        name = loaded.name
+    except Exception:
+        name = path
+    data = getattr(state, "data", None)
+    error = getattr(data, "result", data)
+    observability.capture_failed_run(
+        source=name,
+        flow_run_id=str(flow_run.id),
+        error=error if isinstance(error, BaseException) else None,
+        message=state.message or "",
+    )
+
+
+@flow(
+    name="collect",
+    log_prints=False,
+    validate_parameters=True,
+    on_failure=[_report_failed_run],
+)
 async def collect(
     source: Annotated[
         str,
@@ -166,6 +195,7 @@ async def collect(
 ) -> dict[str, Any]:
     """Collect one source: plan its URLs, fetch them in leased batches, store, account."""
     logger = get_run_logger()
+    init_sentry()  # once per process, only when SENTRY_DSN is set
     loaded = _resolve_source(source)
     run_id = str(flow_run.get_id() or uuid.uuid4())
     fetch = fetch_batch.with_options(
@@ -211,7 +241,9 @@ async def _drain(
 
     Settling (validation in the GX worker, sink write, ack) runs behind fetching: up to
     ``defaults.SETTLE_BACKLOG`` fetched batches wait to be settled, in order, while the next
-    ones are fetched. Each keeps its lease alive until it is acked.
+    ones are fetched. Each keeps its lease alive until it is acked. Their validations are
+    sent to GX together (one call for several batches) unless the loop waits for a settle
+    (``run.wait_settled``).
     """
     claimed = 0
     waited = 0.0
@@ -224,9 +256,8 @@ async def _drain(
         before: asyncio.Task[BatchReport] | None,
     ) -> BatchReport:
         try:
-            if before is not None:
-                await asyncio.shield(before)  # settle in claim order
-            report = await run.settle(lease, results)
+            # Validated at once (with other batches), stored and acked in claim order.
+            report = await run.settle(lease, results, after=before)
         finally:
             renewer.cancel()
         _tell("batch", report=report, ledger=run.ledger)
@@ -241,7 +272,7 @@ async def _drain(
             lease = run.claim(limit)
             if not lease.items:
                 if backlog:  # settling may make retry-later items due: look again after it
-                    await backlog.popleft()
+                    await run.wait_settled(backlog.popleft())
                     continue
                 pause = run.seconds_until_claimable()
                 if pause is None or waited + pause > drain_wait_s:
@@ -262,10 +293,10 @@ async def _drain(
             previous = backlog[-1] if backlog else None
             backlog.append(asyncio.create_task(settle(lease, results, renewer, previous)))
             if len(backlog) > defaults.SETTLE_BACKLOG:
-                await backlog.popleft()
+                await run.wait_settled(backlog.popleft())
     finally:
         # Settle everything fetched, even when the loop is failing: those results are real.
-        outcomes = await asyncio.gather(*backlog, return_exceptions=True)
+        outcomes = await run.wait_settled(asyncio.gather(*backlog, return_exceptions=True))
         errors = [o for o in outcomes if isinstance(o, BaseException)]
         if errors:
             raise errors[0]
