@@ -174,6 +174,18 @@ class JsonlSink:
     def count(self) -> int:
         return len(self._index)
 
+    def batches(self) -> list[str]:
+        return sorted({entry.batch for entry in self._index.values()})
+
+    def records(self, batch_id: str) -> list[dict[str, Any]]:
+        keys = sorted(key for key, entry in self._index.items() if entry.batch == batch_id)
+        found = []
+        for key in keys:
+            record = self.get(key)
+            if record is not None:
+                found.append(record)
+        return found
+
     def remove_batch(self, batch_id: str) -> int:
         doomed = [key for key, entry in self._index.items() if entry.batch == batch_id]
         for key in doomed:
