@@ -16,8 +16,9 @@ written. Row-level failures are only reported (``rows_failing``), never compensa
 judges batches, and a whole batch is what compensation can undo.
 
 Idempotent by construction: a compensated batch holds no records any more, so a second audit
-does not see it. The frontier is not touched (as with ``collector compensate``): the removed
-records' pages stay *done*, and the next run fetches them again once their freshness has passed.
+does not see it. Given the source's frontier (as ``collector compensate`` does), the removed
+records' pages lose their freshness (``Frontier.make_stale``): the next run fetches them again,
+and its suite, which now checks the table-level expectation before writing, decides again.
 Plain Python over the protocols; ``collector audit`` (``flows/cli.py``) is the command.
 """
 
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from collector.frontier.base import Frontier
 from collector.ledger import LedgerBook, compensate
 from collector.sinks.base import Sink
 
@@ -113,11 +115,13 @@ def audit(
     batch_ids: Sequence[str] | None = None,
     dry_run: bool = False,
     by: str = "audit",
+    frontier: Frontier | None = None,
 ) -> AuditReport:
     """Check each batch (all the sink holds, or ``batch_ids``) and compensate those that fail.
 
     A batch id the sink does not hold is skipped (it holds no records, so there is nothing to
-    check or undo). On a dry run nothing is removed or recorded.
+    check or undo). On a dry run nothing is removed or recorded. With ``frontier``, the pages of
+    removed records are fetched again by the next run (see :func:`collector.ledger.compensate`).
     """
     report = AuditReport(source=source, dry_run=dry_run)
     held = sink.batches()
@@ -125,7 +129,7 @@ def audit(
         holding = set(held)
         held = [batch_id for batch_id in batch_ids if batch_id in holding]
     for batch_id in held:
-        records = sink.records(batch_id)
+        records = [r.record for r in sink.records(batch_id)]
         if not records:
             continue
         outcome = validator.validate(records)
@@ -133,7 +137,13 @@ def audit(
         removed = None
         if failed and not dry_run:
             entry = compensate(
-                sink, book, source=source, batch_id=batch_id, reason=audit_reason(failed), by=by
+                sink,
+                book,
+                source=source,
+                batch_id=batch_id,
+                reason=audit_reason(failed),
+                by=by,
+                frontier=frontier,
             )
             removed = entry.removed
         report.batches.append(BatchAudit(batch_id, len(records), failed, len(outcome.bad), removed))

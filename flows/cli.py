@@ -458,7 +458,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
 
 def cmd_compensate(args: argparse.Namespace) -> int:
-    from collector.backends import open_sink
+    from collector.backends import open_frontier, open_sink
     from collector.config import load_source
     from collector.ledger import LedgerBook, compensate
 
@@ -469,19 +469,24 @@ def cmd_compensate(args: argparse.Namespace) -> int:
         print(f"batch {args.batch} was already compensated ({already.removed} records removed:"
               f" {already.reason})", file=sys.stderr)  # fmt: skip
         return EXIT_FAILED
-    sink = open_sink(source)
-    where = sink.location()
+    frontier = open_frontier(source)
     try:
-        done = compensate(
-            sink,
-            book,
-            source=source.name,
-            batch_id=args.batch,
-            reason=args.reason,
-            by=os.environ.get("USER", ""),
-        )
+        sink = open_sink(source)
+        where = sink.location()
+        try:
+            done = compensate(
+                sink,
+                book,
+                source=source.name,
+                batch_id=args.batch,
+                reason=args.reason,
+                by=os.environ.get("USER", ""),
+                frontier=frontier,  # the pages are fetched again by the next run
+            )
+        finally:
+            sink.close()
     finally:
-        sink.close()
+        frontier.close()
     print(f"compensated batch {args.batch}: {done.removed} records removed from {where}"
           f" (recorded in {source.ledger_path})")  # fmt: skip
     return EXIT_OK if done.removed else EXIT_FAILED
@@ -491,7 +496,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """Exit 0 when every audited batch passes or was compensated; 1 when a dry run found
     failing batches or a named batch is not in the sink; 2 for a source without a suite."""
     from collector.audit import audit
-    from collector.backends import open_sink
+    from collector.backends import open_frontier, open_sink
     from collector.config import SourceError, load_source
     from collector.ledger import LedgerBook
 
@@ -509,25 +514,31 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     validator = SuiteValidator(source.suite_path)
     book = LedgerBook(source.ledger_path)
-    sink = open_sink(source)
     try:
-        where = sink.location()
-        report = audit(
-            sink,
-            validator,
-            book,
-            source=source.name,
-            batch_ids=args.batch or None,
-            dry_run=args.dry_run,
-            by=f"audit:{os.environ.get('USER', '')}",
-        )
+        frontier = open_frontier(source)
+        try:
+            sink = open_sink(source)
+            try:
+                where = sink.location()
+                report = audit(
+                    sink,
+                    validator,
+                    book,
+                    source=source.name,
+                    batch_ids=args.batch or None,
+                    dry_run=args.dry_run,
+                    by=f"audit:{os.environ.get('USER', '')}",
+                    frontier=frontier,
+                )
+            finally:
+                sink.close()
+        finally:
+            frontier.close()
     except ConfigError:
-        raise  # a suite GX rejects: one line, exit 2 (main)
+        raise  # a suite GX rejects, a missing variable: one line, exit 2 (main)
     except CollectorError as exc:
         print(f"collector: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    finally:
-        sink.close()
     audited = {b.batch_id for b in report.batches}
     missing = [b for b in args.batch if b not in audited]
     for batch_id in missing:

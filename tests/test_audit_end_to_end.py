@@ -17,6 +17,7 @@ from tests.helpers import sink_lines, write_source
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow]
 
+TERMINAL = ("discovered", "stored", "fresh_skipped", "expired", "dead_lettered", "queued")
 NOT_NULL = {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "name"}}
 # Item prices are 1 + (i * 37 % 1000) / 10: items 0..7 cost at most 26.9, item 8 costs 30.6.
 PRICE_MAX_30 = {
@@ -77,9 +78,15 @@ async def test_audit_compensates_exactly_the_batch_the_new_suite_rejects(
     assert "already compensated" in capsys.readouterr().err
     assert set(r["id"] for r in sink_lines(tmp_path / "out")) == set(range(9)) - doomed
 
-    # The frontier was not touched (as with `collector compensate`): the pages stay done, so a
-    # run within their freshness skips them; they are fetched again once it has passed.
+    # The pages of the removed records lost their freshness: the next run fetches exactly them
+    # again, and its suite (now with the new expectation) decides again before writing.
     site.reset()
     rerun = await collect(source=str(path), batch_size=3)
-    assert (rerun["fresh_skipped"], rerun["stored"], site.request_count()) == (9, 0, 0)
+    assert {k: rerun[k] for k in TERMINAL} == {
+        "discovered": 9, "stored": 0, "fresh_skipped": 6,
+        "expired": 0, "dead_lettered": 3, "queued": 0,
+    }  # fmt: skip
+    assert (rerun["records_quarantined"], rerun["balanced"]) == (3, True)
+    assert sorted(site.request_count(f"/items/{i}.json") for i in range(9)) == [0] * 6 + [1] * 3
+    assert all(site.request_count(f"/items/{i}.json") == 1 for i in doomed)
     assert set(r["id"] for r in sink_lines(tmp_path / "out")) == set(range(9)) - doomed

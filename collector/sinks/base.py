@@ -57,8 +57,9 @@ class Sink(Protocol):
         """
         ...
 
-    def records(self, batch_id: str) -> list[dict[str, Any]]:
-        """The stored records that batch ``batch_id`` holds, sorted by key (``[]`` if none)."""
+    def records(self, batch_id: str) -> list[SinkRecord]:
+        """The stored records that batch ``batch_id`` holds, with their keys and page URLs,
+        sorted by key (``[]`` if none)."""
         ...
 
     def location(self) -> str:

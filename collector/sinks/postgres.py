@@ -349,15 +349,15 @@ class PostgresSink:
         rows = self._run("batches", lambda conn: conn.execute(query, [self.source]).fetchall())
         return [str(row[0]) for row in rows]
 
-    def records(self, batch_id: str) -> list[dict[str, Any]]:
+    def records(self, batch_id: str) -> list[SinkRecord]:
         query = sql.SQL(
-            "SELECT record::text FROM {t} WHERE source = %s AND batch_id = %s"
+            "SELECT key, record::text, url FROM {t} WHERE source = %s AND batch_id = %s"
             ' ORDER BY key COLLATE "C"'
         ).format(t=self._table)
         rows = self._run(
             "records", lambda conn: conn.execute(query, [self.source, batch_id]).fetchall()
         )
-        return [json.loads(row[0]) for row in rows]
+        return [SinkRecord(key, json.loads(record), url) for key, record, url in rows]
 
     def remove_batch(self, batch_id: str) -> int:
         query = sql.SQL("DELETE FROM {t} WHERE source = %s AND batch_id = %s").format(t=self._table)

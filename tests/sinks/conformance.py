@@ -206,11 +206,16 @@ class SinkConformance:
             "r:3": [{"id": "a", "v": 2}],
             "r:9": [{"id": "e", "v": 2}],
         }
+
+        def held(s: Sink) -> dict[str, list[dict[str, Any]]]:
+            return {batch: [r.record for r in s.records(batch)] for batch in s.batches()}
+
         assert sink.batches() == sorted(want)
-        assert {batch: sink.records(batch) for batch in sink.batches()} == want
+        assert held(sink) == want
         assert sink.records("r:0") == sink.records("r:4") == []
+        assert sink.records("r:2") == [rec("d", v=1)]  # with its key and page URL
         again = reopen()
-        assert {batch: again.records(batch) for batch in again.batches()} == want
+        assert held(again) == want
         again.remove_batch("r:1")
         assert again.batches() == ["r:2", "r:3", "r:9"]
         assert again.records("r:1") == []
