@@ -166,8 +166,8 @@ def compensate(
     """
     urls = sorted({r.url for r in sink.records(batch_id)}) if frontier is not None else []
     removed = sink.remove_batch(batch_id)
+    entry = Compensation(source, batch_id, removed, reason, time.time(), by)
+    book.record(entry)  # first: if the frontier fails below, the removal is still on record
     if urls:
         frontier.make_stale(source, urls)
-    entry = Compensation(source, batch_id, removed, reason, time.time(), by)
-    book.record(entry)
     return entry
