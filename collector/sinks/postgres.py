@@ -341,6 +341,24 @@ class PostgresSink:
         row = self._run("count", lambda conn: conn.execute(query, [self.source]).fetchone())
         return int(row[0]) if row else 0
 
+    def batches(self) -> list[str]:
+        query = sql.SQL(
+            "SELECT batch_id FROM {t} WHERE source = %s"
+            ' GROUP BY batch_id ORDER BY batch_id COLLATE "C"'
+        ).format(t=self._table)
+        rows = self._run("batches", lambda conn: conn.execute(query, [self.source]).fetchall())
+        return [str(row[0]) for row in rows]
+
+    def records(self, batch_id: str) -> list[SinkRecord]:
+        query = sql.SQL(
+            "SELECT key, record::text, url FROM {t} WHERE source = %s AND batch_id = %s"
+            ' ORDER BY key COLLATE "C"'
+        ).format(t=self._table)
+        rows = self._run(
+            "records", lambda conn: conn.execute(query, [self.source, batch_id]).fetchall()
+        )
+        return [SinkRecord(key, json.loads(record), url) for key, record, url in rows]
+
     def remove_batch(self, batch_id: str) -> int:
         query = sql.SQL("DELETE FROM {t} WHERE source = %s AND batch_id = %s").format(t=self._table)
         return self._run(
