@@ -12,7 +12,12 @@ Serves PAGES small JSON pages from nginx on loopback, then measures side by side
 
 and prints pages/s for both and the ratio (target: collector >= 0.7 x raw httpx). Collector's
 figure is pages over the run's own loop time (``pages_per_second``) and, for honesty, over the
-whole command's wall time including Prefect start-up and GX import.
+whole command's wall time including Prefect start-up and GX import. Each collector run also
+reports its Great Expectations cost: GX time per 500-record-ish batch and per record (measured
+in the validation worker), and how many GX calls it made for how many batches (waiting batches
+are validated together, see collector/validation_worker.py). The load average is printed
+before and after each pair: on this shared box, read the ratios, not the absolute figures.
+For GX alone, side by side with one GX call per batch, see bench/validation.py.
 """
 
 from __future__ import annotations
@@ -134,8 +139,14 @@ def main() -> int:
         # best shape made right before it, so both see the same machine.
         runs = {}
         for size in args.batch_size:
+            load_before = [round(x, 2) for x in os.getloadavg()]
             raw = asyncio.run(raw_httpx(urls, clients=clients, connections=connections))
-            runs[size] = (round(raw, 1), collector_run(site, args.pages, size, args.concurrency))
+            summary = collector_run(site, args.pages, size, args.concurrency)
+            summary["load_average"] = {
+                "before": load_before,
+                "after": [round(x, 2) for x in os.getloadavg()],
+            }
+            runs[size] = (round(raw, 1), summary)
 
     report: dict[str, object] = {
         "pages": args.pages,
@@ -153,6 +164,8 @@ def main() -> int:
             "wall_seconds": summary["wall_seconds"],
             "loop_seconds": summary["seconds"],
             "timings_s": summary["timings_s"],
+            "great_expectations": summary["validation"],
+            "load_average_1_5_15min": summary["load_average"],
             "stored": summary["stored"],
             "balanced": summary["balanced"],
         }

@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from collector import defaults
+from collector.backlog import BacklogSettings
 from collector.errors import ConfigError
 from collector.priority import PrioritySettings
 from collector.repair import RepairRules
@@ -42,6 +43,7 @@ from collector.ttl import TTLSettings, alignment_problems
 from collector.urls import check_url_syntax
 
 __all__ = [
+    "BacklogSettings",
     "DeadLetterSettings",
     "FrontierSettings",
     "JsonlSinkSettings",
@@ -351,6 +353,7 @@ class Source(_Section):
         default_factory=RepairRules,
         description="Fixes triage may apply to quarantined records (collector.repair).",
     )
+    backlog: BacklogSettings = Field(default_factory=BacklogSettings)
     allow_private_networks: bool = Field(
         False, description="Allow loopback/private hosts (local sites, the demo)."
     )

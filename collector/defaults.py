@@ -52,6 +52,11 @@ PROGRESS_EVERY_S = 2.0  # the UI progress artifact is updated at most this often
 BATCH_SIZE = 200  # items claimed, fetched and stored per Prefect task
 DRAIN_WAIT_S = 60.0  # a run waits this long for retry-later items and others' leases to return
 STATE_DIR = ".collector"  # frontier and dead letters live here, beside the source file
+VALIDATION_LINGER_S = 5.0  # a fetched batch waits up to this long for others to be validated
+#                          with it in one GX call (GX costs ~5 ms per expectation per call);
+#                          the collect flow flushes at once whenever it waits for a settle
+VALIDATION_MAX_BATCHES = SETTLE_BACKLOG // 2  # batches validated together (one GX call); half
+#                          the backlog, so the call goes out before fetching has to wait for it
 
 # --- Dead letters and triage ---------------------------------------------------------------
 DEADLETTER_ARCHIVE_BYTES = 64 * 1024 * 1024  # the JSONL archive is rotated past this size
@@ -59,6 +64,16 @@ TRIAGE_CLAIM_S = 300.0  # a triage run holds an entry this long; a crashed run's
 TRIAGE_LIMIT = 10_000  # open entries one triage run looks at
 TRIAGE_MAX_REQUEUES = 3  # a recoverable fetch failure is re-enqueued at most this often, then
 #                          escalated; the n-th waits retry.ceiling(n) after its last failure
+
+# --- Backlog watermark ---------------------------------------------------------------------
+# ratio = depth / capacity; a level is entered at its threshold and left only below its clear
+# threshold (hysteresis), so a depth hovering around a threshold raises one event, not many.
+BACKLOG_WARNING = 0.60  # ok -> warning at or above this ratio
+BACKLOG_WARNING_CLEAR = 0.50  # warning -> ok (recovered) below this ratio
+BACKLOG_CRITICAL = 0.80  # -> critical at or above this ratio
+BACKLOG_CRITICAL_CLEAR = 0.70  # critical -> warning below this ratio
+BACKLOG_SAMPLES = 48  # trend samples kept per source (a Prefect Variable holds at most 5000 chars)
+BACKLOG_MAX_SAMPLES = 100  # upper bound of `backlog.samples`, so the state fits in one Variable
 
 # --- Locks (Prefect global concurrency limits) ---------------------------------------------
 LOCK_WAIT_S = 60.0  # a `run` waits this long for source:<name> before exiting with code 3

@@ -186,10 +186,25 @@ class LedgerBook:
 
 
 def compensate(
-    sink: Any, book: LedgerBook, *, source: str, batch_id: str, reason: str, by: str = ""
+    sink: Any,
+    book: LedgerBook,
+    *,
+    source: str,
+    batch_id: str,
+    reason: str,
+    by: str = "",
+    frontier: Any = None,
 ) -> Compensation:
-    """Undo exactly one batch's writes in ``sink`` (``Sink.remove_batch``) and record it."""
+    """Undo exactly one batch's writes in ``sink`` (``Sink.remove_batch``) and record it.
+
+    With a ``frontier``, the pages of the removed records lose their freshness
+    (``Frontier.make_stale``), so the next run fetches them again instead of skipping them as
+    fresh; the suite of that run decides again whether they are stored.
+    """
+    urls = sorted({r.url for r in sink.records(batch_id)}) if frontier is not None else []
     removed = sink.remove_batch(batch_id)
     entry = Compensation(source, batch_id, removed, reason, time.time(), by)
-    book.record(entry)
+    book.record(entry)  # first: if the frontier fails below, the removal is still on record
+    if urls:
+        frontier.make_stale(source, urls)
     return entry

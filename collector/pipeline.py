@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from collector import observability
 from collector.backends import open_deadletters, open_frontier, open_sink
 from collector.config import Source
 from collector.deadletter import DeadLetter, DeadLetterStore
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchReport", "Collection"]
 
+_T = TypeVar("_T")
 _BODY_EXCERPT = 2048  # bytes of a failing body kept in its dead letter
 
 
@@ -85,11 +87,14 @@ class Collection:
         self.source = source
         self.run_id = run_id
         self.clock = clock
+        secrets = source.secret_values()
+        self.scrub = Scrubber(secrets)
+        observability.register_secrets(secrets)  # before anything can fail and be reported
         self.frontier = frontier or open_frontier(source)
         self.sink = sink or open_sink(source)
         self.deadletters = deadletters or open_deadletters(source)
         self.ledger = Ledger()
-        self.scrub = Scrubber(source.secret_values())
+        self.errors = observability.DeadLetterReporter(source.name, run_id)
         self.parser = RecordParser(
             parser=source.record.parser, records_path=source.record.records_path
         )
@@ -101,6 +106,7 @@ class Collection:
         self.fetch_seconds = 0.0
         self.settle_seconds = 0.0
         self.validation_seconds = 0.0
+        self.records_validated = 0
         self.pages_ok = 0
 
     def __enter__(self) -> Collection:
@@ -171,6 +177,7 @@ class Collection:
             run_id=self.run_id,
         )
         self.deadletters.put(refused)
+        self.errors.report(refused)
         self.ledger.fresh_skipped = result.fresh_skipped
         self.ledger.already_dead = result.already_dead
         self.ledger.refused_at_plan = len(refused)
@@ -225,15 +232,39 @@ class Collection:
         return self.frontier.release(lease, now=self.clock())
 
     # --- settle --------------------------------------------------------------------------------
-    async def settle(self, lease: Lease, results: list[FetchResult]) -> BatchReport:
-        """Decide, store and acknowledge every item of a fetched batch."""
+    async def settle(
+        self,
+        lease: Lease,
+        results: list[FetchResult],
+        *,
+        after: asyncio.Future[Any] | None = None,
+    ) -> BatchReport:
+        """Decide, store and acknowledge every item of a fetched batch.
+
+        ``settle_seconds`` counts this process's own work only (parse, key, sink, dead letters,
+        ack), not the waits for the validation worker or the previous batch.
+
+        ``after`` (the previous batch's settle) is awaited once the batch is parsed and
+        validated, before anything is written: batches are stored and acked in claim order,
+        while their validations may run together (see collector.validation_worker).
+        """
         began = time.monotonic()
         try:
-            return await self._settle(lease, results)
+            return await self._settle(lease, results, after)
         finally:
             self.settle_seconds += time.monotonic() - began
 
-    async def _settle(self, lease: Lease, results: list[FetchResult]) -> BatchReport:
+    async def wait_settled(self, settling: Awaitable[_T]) -> _T:
+        """Await a settle (or several): validations waiting to be batched go out at once."""
+        validator = self._validator
+        if validator is None:
+            return await settling
+        with validator.urgent():
+            return await settling
+
+    async def _settle(
+        self, lease: Lease, results: list[FetchResult], after: asyncio.Future[Any] | None
+    ) -> BatchReport:
         now = self.clock()
         report = BatchReport(token=lease.token, items=len(lease.items))
         outcomes: dict[str, Outcome] = {}
@@ -267,6 +298,10 @@ class Collection:
                 )
 
         good, failed_items = await self._key_and_validate(parsed, letters, report)
+        if after is not None:
+            waiting = time.monotonic()
+            await asyncio.shield(after)
+            self.settle_seconds -= time.monotonic() - waiting  # not this batch's work
         for result, _ in parsed:
             if result.url in failed_items:
                 outcomes[result.url] = DeadLettered(result.url, result.attempts, "validation")
@@ -283,6 +318,7 @@ class Collection:
         self.ledger.records_unchanged += written.unchanged
         self.ledger.stale_writes += written.stale
         self.deadletters.put(letters)
+        self.errors.report(letters)
 
         acked = self.frontier.ack(lease, list(outcomes.values()), now=self.clock())
         stale = set(acked.stale)
@@ -342,9 +378,12 @@ class Collection:
         keep = [True] * len(candidates)
         validator = self.validator
         if validator is not None and candidates:
+            waiting = time.monotonic()
             outcome = await validator.validate([record for _, _, record in candidates])
+            self.settle_seconds -= time.monotonic() - waiting  # the worker's time, not ours
             report.validation_s = outcome.seconds
             self.validation_seconds += outcome.seconds
+            self.records_validated += len(candidates)
             if outcome.table_failures:
                 failed = [_expectation_dict(f) for f in outcome.table_failures]
                 names = ", ".join(f.expectation for f in outcome.table_failures)
@@ -481,7 +520,19 @@ class Collection:
             self.ledger.close(self.frontier.run_counts(self.source.name, self.run_id))
         else:
             self.ledger.close_claims()
+        self.errors.finish()
         return self.ledger
+
+    def _validation_summary(self) -> dict[str, Any]:
+        """GX time per batch and per record (the worker's own clock), and GX calls made."""
+        batches = self.ledger.batches
+        return {
+            "records": self.records_validated,
+            "batches": batches,
+            "gx_calls": self._validator.calls if self._validator is not None else 0,
+            "ms_per_batch": _per(self.validation_seconds, batches, 1e3),
+            "us_per_record": _per(self.validation_seconds, self.records_validated, 1e6),
+        }
 
     def summary(self) -> dict[str, Any]:
         elapsed = max(self.clock() - self.started_at, 1e-9)
@@ -501,12 +552,17 @@ class Collection:
                 "settle": round(self.settle_seconds, 3),
                 "validation": round(self.validation_seconds, 3),
             },
+            "validation": self._validation_summary(),
             "sink": self.sink.location(),
             "records_in_sink": self.sink.count(),
             "deadletters": str(self.source.deadletter_path),
             "deadletter_archive": str(self.source.deadletter_archive_path),
             "deadletter_reasons": self.deadletters.reasons(self.source.name),
         }
+
+
+def _per(total: float, count: int, scale: float) -> float | None:
+    return round(total * scale / count, 3) if count else None
 
 
 def _expectation_dict(failed: Any) -> dict[str, Any]:

@@ -11,6 +11,16 @@ child process, not ``multiprocessing``: spawn would re-import the caller's main 
 which is wrong for scripts without a ``__main__`` guard. Frames on the pipes are a 4-byte
 length and a pickle (the child is our own code, started by us). If the worker dies or cannot
 start, batches are validated in-process instead (slower, never wrong).
+
+**Batches are validated together.** GX's cost is per call (~5 ms per expectation whatever the
+row count, see collector.validation), so :meth:`ValidationWorker.validate` does not send each
+batch at once: requests wait (up to ``linger_s``, or until ``max_batches`` wait, or until the
+caller is inside :meth:`~ValidationWorker.urgent`, as the collect flow is whenever it waits
+for a settle) and go to the worker in one round trip, where
+:meth:`~collector.validation.SuiteValidator.validate_many` makes one GX call for all of them when
+that is exact (row-level suites) and one per batch otherwise (table-level expectations stay per
+batch). The answer carries only the failing rows' indexes and failures, not the records: the
+parent rebuilds each :class:`BatchValidation` around its own record objects.
 """
 
 from __future__ import annotations
@@ -22,10 +32,12 @@ import pickle
 import struct
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
-from collector.validation import BatchValidation, SuiteValidator
+from collector import defaults
+from collector.validation import BatchValidation, FailedExpectation, RowFailure, SuiteValidator
 
 __all__ = ["ValidationWorker", "prewarm"]
 
@@ -56,19 +68,61 @@ def _spawn(suite_path: str) -> subprocess.Popen[bytes]:
     )
 
 
+_Failures = tuple[FailedExpectation, ...]
+_Answer = tuple[list[tuple[int, _Failures]], _Failures, float]
+
+
+def _compact(outcome: BatchValidation) -> _Answer:
+    """What the parent needs to rebuild ``outcome`` around its own records (no records)."""
+    bad = [(row.index, row.failed) for row in outcome.bad]
+    return bad, outcome.table_failures, outcome.seconds
+
+
+def _rebuild(records: list[dict[str, Any]], answer: _Answer) -> BatchValidation:
+    bad_rows, table_failures, seconds = answer
+    failing = {index for index, _ in bad_rows}
+    return BatchValidation(
+        good=[record for index, record in enumerate(records) if index not in failing],
+        bad=[RowFailure(index, records[index], failed) for index, failed in bad_rows],
+        table_failures=table_failures,
+        seconds=seconds,
+    )
+
+
+class _Request:
+    __slots__ = ("future", "records")
+
+    def __init__(self, records: list[dict[str, Any]], future: asyncio.Future[BatchValidation]):
+        self.records = records
+        self.future = future
+
+
 class ValidationWorker:
-    """Validate batches against one suite in a separate process (one batch at a time).
+    """Validate batches against one suite in a separate process, several batches per call.
 
     The pipe round trip runs in a thread, which waits on the pipe with the GIL released, so
-    the event loop goes on fetching meanwhile.
+    the event loop goes on fetching meanwhile. ``linger_s=0`` sends every request at once
+    (batches still travel together when they queue behind a running call).
     """
 
-    def __init__(self, suite_path: str | Path) -> None:
+    def __init__(
+        self,
+        suite_path: str | Path,
+        *,
+        linger_s: float = defaults.VALIDATION_LINGER_S,
+        max_batches: int = defaults.VALIDATION_MAX_BATCHES,
+    ) -> None:
         self.suite_path = str(Path(suite_path).resolve())
+        self.linger_s = linger_s
+        self.max_batches = max(1, max_batches)
+        self.calls = 0  # round trips (or in-process calls) made, for benchmarks and tests
         self._process: subprocess.Popen[bytes] | None = None
         self._failed = False
         self._local: SuiteValidator | None = None
-        self._lock: asyncio.Lock | None = None
+        self._pending: list[_Request] = []
+        self._wake: asyncio.Event | None = None
+        self._urgent = 0
+        self._pump: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         """Start (or adopt a prewarmed) worker process; GX imports there from now on."""
@@ -81,33 +135,89 @@ class ValidationWorker:
                     self._failed = True
 
     async def validate(self, records: list[dict[str, Any]]) -> BatchValidation:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            if not self._failed:
-                self.start()
-                try:
-                    return await asyncio.to_thread(self._round_trip, records)
-                except (OSError, EOFError, ValueError, pickle.PickleError):
-                    self._failed = True
-                    self._stop()
+        """Validate one batch (it may travel with others waiting at the same time)."""
+        future: asyncio.Future[BatchValidation] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Request(records, future))
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        self._wake.set()
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.create_task(self._run_pump(), name="validation-pump")
+        return await future
+
+    @contextlib.contextmanager
+    def urgent(self) -> Iterator[None]:
+        """While inside, nothing lingers: the caller is waiting for an answer (a settle)."""
+        self._urgent += 1
+        if self._wake is not None:
+            self._wake.set()
+        try:
+            yield
+        finally:
+            self._urgent -= 1
+
+    async def _run_pump(self) -> None:
+        assert self._wake is not None
+        while self._pending:
+            deadline = asyncio.get_running_loop().time() + self.linger_s
+            while not self._urgent and len(self._pending) < self.max_batches:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    break
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), left)
+            jobs = self._pending[: self.max_batches]
+            del self._pending[: len(jobs)]
+            try:
+                answers = await self._validate_many([job.records for job in jobs])
+            except asyncio.CancelledError:
+                for job in [*jobs, *self._pending]:
+                    job.future.cancel()
+                raise
+            except Exception as exc:
+                for job in jobs:
+                    if not job.future.done():
+                        job.future.set_exception(exc)
+                continue
+            for job, answer in zip(jobs, answers, strict=True):
+                if job.future.done():
+                    continue
+                if isinstance(answer, BaseException):
+                    job.future.set_exception(answer)
+                else:
+                    job.future.set_result(answer)
+
+    async def _validate_many(
+        self, batches: list[list[dict[str, Any]]]
+    ) -> list[BatchValidation | BaseException]:
+        self.calls += 1
+        if not self._failed:
+            self.start()
+            try:
+                return await asyncio.to_thread(self._round_trip, batches)
+            except (OSError, EOFError, ValueError, pickle.PickleError):
+                self._failed = True
+                self._stop()
         if self._local is None:
             self._local = SuiteValidator(self.suite_path)
-        return await asyncio.to_thread(self._local.validate, records)
+        return list(await asyncio.to_thread(self._local.validate_many, batches))
 
-    def _round_trip(self, records: list[dict[str, Any]]) -> BatchValidation:
+    def _round_trip(
+        self, batches: list[list[dict[str, Any]]]
+    ) -> list[BatchValidation | BaseException]:
         process = self._process
         if process is None or process.stdin is None or process.stdout is None:
             raise OSError("validation worker is not running")
-        frame = pickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL)
+        frame = pickle.dumps(batches, protocol=pickle.HIGHEST_PROTOCOL)
         process.stdin.write(_HEADER.pack(len(frame)) + frame)
         process.stdin.flush()
         answer = pickle.loads(_read_frame(process.stdout))
         if isinstance(answer, BaseException):
-            raise answer
-        if not isinstance(answer, BatchValidation):
+            return [answer] * len(batches)  # the whole call failed (e.g. a suite GX rejects)
+        if not isinstance(answer, list) or len(answer) != len(batches):
             raise ValueError(f"validation worker answered {type(answer).__name__}")
-        return answer
+        return [_rebuild(records, item) for records, item in zip(batches, answer, strict=True)]
 
     def _stop(self) -> None:
         process, self._process = self._process, None
@@ -123,6 +233,9 @@ class ValidationWorker:
             process.wait()
 
     async def aclose(self) -> None:
+        if self._pump is not None:
+            with self.urgent(), contextlib.suppress(Exception):
+                await self._pump
         await asyncio.to_thread(self._stop)
 
 
@@ -142,12 +255,12 @@ def _serve(suite_path: str, inbox: BinaryIO, outbox: BinaryIO) -> int:
     validator.validate([{}])  # import GX and build the context before the first batch
     while True:
         try:
-            records = pickle.loads(_read_frame(inbox))
+            records = pickle.loads(_read_frame(inbox))  # a list of batches
         except EOFError:
             return 0  # the parent closed the pipe: done
         answer: Any
         try:
-            answer = validator.validate(records)
+            answer = [_compact(outcome) for outcome in validator.validate_many(records)]
         except Exception as exc:  # sent back and raised in the parent
             answer = exc
         frame = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)

@@ -9,6 +9,10 @@
 ``collector deadletters retry|discard``  fetch again, or resolve with a reason that is kept
 ``collector triage SOURCE``          run the triage flow (repair, replay, re-enqueue, escalate)
 ``collector compensate SOURCE --batch ID``  undo exactly one batch's writes (recorded)
+``collector blocks register``        register Collector's Prefect block types (UI-editable)
+``collector blocks save NAME FILE``  store a source file as a ``CollectorSource`` block
+``collector audit SOURCE``           check written batches against the current suite's table-level
+                                     expectations; compensate each batch that fails
 
 Prefect is imported only by the commands that run flows, so ``validate`` and ``schema`` answer
 at once. Exit codes: 0 ok (or skipped: the source was busy and ``on_busy`` is skip), 1 the run
@@ -162,6 +166,10 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
     except CollectorError as exc:
         print(f"collector: {exc}", file=sys.stderr)
         return EXIT_FAILED, None
+    from collector.observability import init_sentry, register_secrets
+
+    if init_sentry():  # only when SENTRY_DSN is set; fast options (see collector.observability)
+        register_secrets(loaded.secret_values())
     if loaded.suite_path is not None:
         from collector.validation_worker import prewarm
 
@@ -234,6 +242,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
         f"{summary['records_quarantined']}   {summary['pages_per_second']} pages/s   "
         f"{summary['requests']} requests, {summary['retries']} retries"
     )
+    if summary.get("stale_writes"):
+        console.print(
+            f"fencing:      {summary['stale_writes']} record writes refused (a newer lease "
+            "holder had written them)"
+        )
     for problem in summary["problems"]:
         console.print(f"[red]  {problem}")
     console.print(f"records:      {summary['sink']}")
@@ -403,6 +416,32 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
         store.close()
 
 
+# --- blocks -------------------------------------------------------------------------------------
+def cmd_blocks(args: argparse.Namespace) -> int:
+    """Register block types, or save a source file as a block, on the current Prefect API."""
+    _prefect_environment()
+    from collector.config import SourceError, load_source
+
+    if args.action == "save":
+        try:
+            load_source(args.file)  # the block must hold a valid source
+        except SourceError as exc:
+            for problem in exc.problems:
+                print(problem, file=sys.stderr)
+            return EXIT_INVALID
+    from blocks import register_block_types
+    from blocks.source import CollectorSource
+
+    slugs = register_block_types()
+    if args.action == "register":
+        print("registered block types: " + ", ".join(slugs))
+        return EXIT_OK
+    block = CollectorSource.from_file(args.file)
+    block.save(args.name, overwrite=True, _sync=True)  # type: ignore[call-arg]
+    print(f"saved collector-source/{args.name}: run it with source=block:{args.name}")
+    return EXIT_OK
+
+
 def _discard(source: Any, store: Any, args: argparse.Namespace) -> int:
     from collector.triage import resolution
 
@@ -479,7 +518,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
 
 def cmd_compensate(args: argparse.Namespace) -> int:
-    from collector.backends import open_sink
+    from collector.backends import open_frontier, open_sink
     from collector.config import load_source
     from collector.ledger import LedgerBook, compensate
 
@@ -490,21 +529,95 @@ def cmd_compensate(args: argparse.Namespace) -> int:
         print(f"batch {args.batch} was already compensated ({already.removed} records removed:"
               f" {already.reason})", file=sys.stderr)  # fmt: skip
         return EXIT_FAILED
-    sink = open_sink(source)
+    frontier = open_frontier(source)
     try:
-        done = compensate(
-            sink,
-            book,
-            source=source.name,
-            batch_id=args.batch,
-            reason=args.reason,
-            by=os.environ.get("USER", ""),
-        )
+        sink = open_sink(source)
+        where = sink.location()
+        try:
+            done = compensate(
+                sink,
+                book,
+                source=source.name,
+                batch_id=args.batch,
+                reason=args.reason,
+                by=os.environ.get("USER", ""),
+                frontier=frontier,  # the pages are fetched again by the next run
+            )
+        finally:
+            sink.close()
     finally:
-        sink.close()
-    print(f"compensated batch {args.batch}: {done.removed} records removed from {source.sink_path}"
+        frontier.close()
+    print(f"compensated batch {args.batch}: {done.removed} records removed from {where}"
           f" (recorded in {source.ledger_path})")  # fmt: skip
     return EXIT_OK if done.removed else EXIT_FAILED
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Exit 0 when every audited batch passes or was compensated; 1 when a dry run found
+    failing batches or a named batch is not in the sink; 2 for a source without a suite."""
+    from collector.audit import audit
+    from collector.backends import open_frontier, open_sink
+    from collector.config import SourceError, load_source
+    from collector.ledger import LedgerBook
+
+    try:
+        source = load_source(args.source)
+    except SourceError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return EXIT_INVALID
+    if source.suite_path is None:
+        print(f"{args.source}: validation.suite: the source has no suite to audit with",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_INVALID
+    from collector.validation import SuiteValidator
+
+    validator = SuiteValidator(source.suite_path)
+    book = LedgerBook(source.ledger_path)
+    try:
+        frontier = open_frontier(source)
+        try:
+            sink = open_sink(source)
+            try:
+                where = sink.location()
+                report = audit(
+                    sink,
+                    validator,
+                    book,
+                    source=source.name,
+                    batch_ids=args.batch or None,
+                    dry_run=args.dry_run,
+                    by=f"audit:{os.environ.get('USER', '')}",
+                    frontier=frontier,
+                )
+            finally:
+                sink.close()
+        finally:
+            frontier.close()
+    except ConfigError:
+        raise  # a suite GX rejects, a missing variable: one line, exit 2 (main)
+    except CollectorError as exc:
+        print(f"collector: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    audited = {b.batch_id for b in report.batches}
+    missing = [b for b in args.batch if b not in audited]
+    for batch_id in missing:
+        done = book.compensated(source.name, batch_id)
+        note = f"already compensated: {done.reason}" if done else "never written, or overwritten"
+        print(f"batch {batch_id}: not in {where} ({note})", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report.as_dict(), default=str))
+    else:
+        verb = "would compensate" if args.dry_run else "compensated"
+        for batch in report.failed:
+            names = ", ".join(f["expectation"] for f in batch.failed)
+            removed = "" if batch.removed is None else f": {batch.removed} records removed"
+            print(f"batch {batch.batch_id} ({batch.records} records) fails {names}: {verb}"
+                  f"{removed}")  # fmt: skip
+        print(f"audit of {source.name}: {len(report.batches)} batches checked in {where},"
+              f" {len(report.failed)} failing, {len(report.compensated)} compensated"
+              + ("" if args.dry_run else f" (recorded in {source.ledger_path})"))  # fmt: skip
+    return EXIT_FAILED if missing or (args.dry_run and report.failed) else EXIT_OK
 
 
 # --- parser -------------------------------------------------------------------------------------
@@ -590,6 +703,13 @@ def build_parser() -> argparse.ArgumentParser:
             act.add_argument("--reason", default=None, help="required when not interactive")
     letters.set_defaults(func=cmd_deadletters)
 
+    blocks = commands.add_parser("blocks", help="Prefect block types for sources and backends")
+    block_actions = blocks.add_subparsers(dest="action", required=True)
+    block_actions.add_parser("register", help="register the block types (idempotent)")
+    save = block_actions.add_parser("save", help="store a source file as a CollectorSource block")
+    save.add_argument("name", help="block name (run it with source=block:NAME)")
+    save.add_argument("file", metavar="SOURCE")
+    blocks.set_defaults(func=cmd_blocks)
     triage = commands.add_parser("triage", help="run the triage flow over open dead letters")
     triage.add_argument("source", metavar="SOURCE")
     triage.add_argument("--limit", type=int, default=defaults.TRIAGE_LIMIT, metavar="N")
@@ -602,6 +722,18 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--batch", required=True, metavar="ID", help="batch id (run:token)")
     comp.add_argument("--reason", default="operator request", help="kept in the ledger")
     comp.set_defaults(func=cmd_compensate)
+
+    check = commands.add_parser(
+        "audit", help="check written batches with the current suite; compensate failing ones"
+    )
+    check.add_argument("source", metavar="SOURCE")
+    check.add_argument(
+        "--batch", action="append", default=[], metavar="ID",
+        help="audit only this batch (repeatable); default: every batch in the sink",
+    )  # fmt: skip
+    check.add_argument("--dry-run", action="store_true", help="report only, remove nothing")
+    check.add_argument("--json", action="store_true", help="the report as JSON on stdout")
+    check.set_defaults(func=cmd_audit)
     return parser
 
 

@@ -38,6 +38,7 @@ from collector.errors import CollectorError, ConfigError, PermanentFetchError
 from collector.fetch import FetchEngine, FetchResult, host_of
 from collector.frontier import Lease
 from collector.locks import host_slots
+from collector.observability import init_sentry
 from collector.pipeline import BatchReport, Collection
 from flows._locks import domain_slots, source_lock
 
@@ -111,8 +112,30 @@ class Batch:
 
 
 def _resolve_source(source: str) -> Source:
-    path = Path(source).expanduser()
-    return load_source(path)
+    """A source from a file path, or from a ``CollectorSource`` block named
+    ``block:<name>`` / ``collector-source/<name>`` (checked by the same model as a file)."""
+    from blocks.source import block_name_of
+
+    name = block_name_of(source)
+    if name is None:
+        return load_source(Path(source).expanduser())
+    from blocks.source import CollectorSource
+    from collector.config import SourceError, parse_source
+
+    try:
+        block = CollectorSource.load(name, _sync=True)  # type: ignore[call-arg]
+    except ValueError as exc:  # Prefect: "Unable to find block document named ..."
+        raise SourceError([f"block {name!r}: {exc}"]) from None
+    return parse_source(block.as_document(), label=f"block {name}", base_dir=block.base_path)
+
+
+def _source_reference(source: str) -> str:
+    """How other flows can name this source again: a block name as given, a path made absolute."""
+    from blocks.source import block_name_of
+
+    if block_name_of(source) is not None:
+        return source
+    return str(Path(source).expanduser().resolve())
 
 
 def _dead_letter_markdown(summary: dict[str, Any]) -> str:
@@ -130,9 +153,40 @@ def _dead_letter_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@flow(name="collect", log_prints=False, validate_parameters=True)
+def _report_failed_run(flow: Any, flow_run: Any, state: State[Any]) -> None:
+    """on_failure hook: one Sentry event for the failed run (no-op without SENTRY_DSN)."""
+    from collector import observability
+
+    if not observability.sentry_enabled():
+        return
+    path = str((flow_run.parameters or {}).get("source", ""))
+    try:
+        loaded = _resolve_source(path)
+        observability.register_secrets(loaded.secret_values())
+        name = loaded.name
+    except Exception:
+        name = path
+    data = getattr(state, "data", None)
+    error = getattr(data, "result", data)
+    observability.capture_failed_run(
+        source=name,
+        flow_run_id=str(flow_run.id),
+        error=error if isinstance(error, BaseException) else None,
+        message=state.message or "",
+    )
+
+
+@flow(
+    name="collect",
+    log_prints=False,
+    validate_parameters=True,
+    on_failure=[_report_failed_run],
+)
 async def collect(
-    source: Annotated[str, Field(description="Path to the source YAML file.")],
+    source: Annotated[
+        str,
+        Field(description="Path to the source YAML file, or block:<CollectorSource block name>."),
+    ],
     batch_size: Annotated[
         int, Field(ge=1, le=10_000, description="Items claimed, fetched and stored per task.")
     ] = defaults.BATCH_SIZE,
@@ -165,6 +219,7 @@ async def collect(
 ) -> dict[str, Any]:
     """Collect one source: plan its URLs, fetch them in leased batches, store, account."""
     logger = get_run_logger()
+    init_sentry()  # once per process, only when SENTRY_DSN is set
     loaded = _resolve_source(source)
     run_id = str(flow_run.get_id() or uuid.uuid4())
     lock = (
@@ -211,7 +266,7 @@ async def collect(
                     await run.aclose()
             run.finish(planned=planned)
             summary = {**run.summary(), "role": role}
-            summary["source_path"] = str(Path(source).expanduser().resolve())  # for triage
+            summary["source_path"] = _source_reference(source)  # for triggered triage
     await _publish(summary)
     if not run.ledger.balanced:
         logger.error("ledger does not balance: %s", "; ".join(run.ledger.problems))
@@ -246,7 +301,9 @@ async def _drain(
 
     Settling (validation in the GX worker, sink write, ack) runs behind fetching: up to
     ``defaults.SETTLE_BACKLOG`` fetched batches wait to be settled, in order, while the next
-    ones are fetched. Each keeps its lease alive until it is acked.
+    ones are fetched. Each keeps its lease alive until it is acked. Their validations are
+    sent to GX together (one call for several batches) unless the loop waits for a settle
+    (``run.wait_settled``).
     """
     claimed = 0
     idle_until = time.monotonic() + idle_wait_s
@@ -260,9 +317,8 @@ async def _drain(
         before: asyncio.Task[BatchReport] | None,
     ) -> BatchReport:
         try:
-            if before is not None:
-                await asyncio.shield(before)  # settle in claim order
-            report = await run.settle(lease, results)
+            # Validated at once (with other batches), stored and acked in claim order.
+            report = await run.settle(lease, results, after=before)
         finally:
             renewer.cancel()
         _tell("batch", report=report, ledger=run.ledger)
@@ -277,7 +333,7 @@ async def _drain(
             lease = run.claim(limit)
             if not lease.items:
                 if backlog:  # settling may make retry-later items due: look again after it
-                    await backlog.popleft()
+                    await run.wait_settled(backlog.popleft())
                     continue
                 pause = run.seconds_until_claimable()
                 if pause is None and not claimed and time.monotonic() < idle_until:
@@ -304,10 +360,10 @@ async def _drain(
             previous = backlog[-1] if backlog else None
             backlog.append(asyncio.create_task(settle(lease, results, renewer, previous)))
             if len(backlog) > defaults.SETTLE_BACKLOG:
-                await backlog.popleft()
+                await run.wait_settled(backlog.popleft())
     finally:
         # Settle everything fetched, even when the loop is failing: those results are real.
-        outcomes = await asyncio.gather(*backlog, return_exceptions=True)
+        outcomes = await run.wait_settled(asyncio.gather(*backlog, return_exceptions=True))
         errors = [o for o in outcomes if isinstance(o, BaseException)]
         if errors:
             raise errors[0]

@@ -11,7 +11,7 @@ import pytest
 
 from collector.config import Source, load_source
 from collector.deadletter import DeadLetter, SqliteDeadLetterStore
-from collector.frontier import DeadLettered, Offer
+from collector.frontier import Completed, DeadLettered, Offer
 from collector.frontier.sqlite import SqliteFrontier
 from collector.ledger import LedgerBook
 from collector.sinks.base import SinkRecord
@@ -158,3 +158,52 @@ def test_compensate_removes_exactly_one_batch_and_records_it(
     assert "already compensated" in capsys.readouterr().err
     assert main(["compensate", path, "--batch", "never"]) == 1  # nothing to undo: said so
     assert sorted(r["id"] for r in sink_lines(source.sink_path)) == [0, 1, 2, 7]
+
+
+def test_compensate_makes_the_removed_records_pages_fetchable_again(source: Source) -> None:
+    pages = {n: f"http://127.0.0.1:9/{n}.json" for n in "ab"}
+    frontier = SqliteFrontier(source.frontier_path)
+    try:
+        now = time.time()
+        frontier.offer(source.name, [Offer(u, DAY) for u in pages.values()], now=now,
+                       queue_ttl_s=600, rank_for=lambda *a: 1.0, run_id="r")  # fmt: skip
+        lease = frontier.claim(source.name, 2, now=now, lease_s=60)
+        frontier.ack(lease, [Completed(u, now + DAY, now) for u in pages.values()], now=now)
+    finally:
+        frontier.close()
+    sink = JsonlSink(source.sink_path, source=source.name)
+    try:
+        sink.write([SinkRecord("a", {"id": "a"}, pages["a"])], token=1, batch_id="r:1")
+        sink.write([SinkRecord("b", {"id": "b"}, pages["b"])], token=2, batch_id="r:2")
+    finally:
+        sink.close()
+    assert main(["compensate", str(source.base_dir / "source.yaml"), "--batch", "r:1"]) == 0
+    frontier = SqliteFrontier(source.frontier_path)
+    try:
+        planned = frontier.offer(source.name, [Offer(u, DAY) for u in pages.values()],
+                                 now=time.time(), queue_ttl_s=600, rank_for=lambda *a: 1.0,
+                                 run_id="r2")  # fmt: skip
+        assert (planned.enqueued, planned.fresh_skipped) == (1, 1)  # a again; b still fresh
+        lease = frontier.claim(source.name, 2, now=time.time(), lease_s=60)
+        assert [item.url for item in lease.items] == [pages["a"]]
+    finally:
+        frontier.close()
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_triage_command_runs_the_flow(source: Source, capsys: pytest.CaptureFixture[str]) -> None:
+    gone, busy = (
+        letter(source, "http://h/gone", "http_404", 10),
+        letter(source, "http://h/busy", "timeout", 10),
+    )
+    put(source, [gone, busy])
+    path = str(source.base_dir / "source.yaml")
+    assert main(["triage", path, "--dry-run", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (report["dry_run"], report["escalated"], report["reenqueued"]) == (True, 1, 1)
+    assert entries(source)["http://h/gone"].status == "open"  # a dry run changes nothing
+    assert main(["triage", path]) == 0
+    out = capsys.readouterr().out
+    assert "escalated 2" in out  # the timeout's URL is not dead in the frontier: a person looks
+    assert "balance: quarantined 2 = repaired 0 + re-enqueued 0 + escalated 2" in out
+    assert {e.status for e in entries(source).values()} == {"review"}

@@ -88,21 +88,24 @@ async def test_rerun_skips_fresh_items_and_writes_nothing_twice(
 
     second = await collect(source=str(source_path), batch_size=64)
 
+    # Relative to the first run, not the demo's exact counts (asserted elsewhere): on a loaded
+    # machine an item may exhaust its retries there, and this test is about the rerun.
+    assert first["stored"] + first["dead_lettered"] == EXPECTED["discovered"]
     assert _terminal(second) == {
         "discovered": EXPECTED["discovered"],
         "stored": 0,
-        "fresh_skipped": EXPECTED["stored"],
+        "fresh_skipped": first["stored"],
         "expired": 0,
-        "dead_lettered": EXPECTED["dead_lettered"],  # still waiting for triage
+        "dead_lettered": first["dead_lettered"],  # still waiting for triage
         "queued": 0,
     }
-    assert second["already_dead"] == EXPECTED["dead_lettered"]
+    assert second["already_dead"] == first["dead_lettered"]
     assert second["requests"] == 0
     # The site logs a response when it is sent: the slow URL's last answer from the first run
     # (abandoned by its deadline) may land after the reset, so it is not counted here.
     assert [r.path for r in site.requests if "delay=" not in r.path] == []
     rows = sink_lines(tmp_path / "out")
-    assert len(rows) == EXPECTED["stored"] and duplicate_keys(rows) == []
+    assert len(rows) == first["stored"] and duplicate_keys(rows) == []
 
 
 async def test_stale_items_are_refetched_but_unchanged_records_not_rewritten(

@@ -18,7 +18,7 @@ from collector.sinks.base import SinkRecord
 from collector.sinks.postgres import PostgresSink
 from flows.collect import collect
 from tests.helpers import write_source
-from tests.servers import free_port
+from tests.servers import PostgresServer, free_port
 
 TERMINAL = ("discovered", "stored", "fresh_skipped", "expired", "dead_lettered", "queued")
 
@@ -131,3 +131,37 @@ def test_an_unreachable_postgres_stops_the_run_at_once_with_one_line(tmp_path: P
     ), line
     assert "hunter2" not in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_collector_run_json_into_postgres(
+    tmp_path: Path,
+    site: FaultSite,
+    postgres_server: PostgresServer,
+    postgres_dsn: str,
+    prefect_api: str,
+) -> None:
+    import json
+    import os
+
+    dsn = postgres_dsn.replace("postgres@", "postgres:${env:COLLECTOR_TEST_PG_PASSWORD}@", 1)
+    source_path = _postgres_source(
+        tmp_path, dsn, seeds={"template": site.url("/items/{i}.json"), "range": [0, 15]}
+    )
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": prefect_api,
+        "COLLECTOR_TEST_PG_PASSWORD": "pw-never-printed",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", str(source_path), "--json"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["stored"] == summary["records_written"] == summary["records_in_sink"] == 15
+    assert summary["stale_writes"] == 0 and summary["balanced"]
+    assert summary["sink"] == (
+        f"postgresql://postgres@127.0.0.1:{postgres_server.port}/collector_tests "
+        "table collector_records"
+    )
+    assert "pw-never-printed" not in done.stdout + done.stderr

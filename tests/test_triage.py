@@ -21,6 +21,7 @@ from collector.deadletter.sqlite import SqliteDeadLetterStore
 from collector.frontier import DeadLettered, Offer
 from collector.frontier.sqlite import SqliteFrontier
 from collector.ledger import LedgerBook, compensate
+from collector.sinks.base import SinkRecord
 from collector.sinks.jsonl import JsonlSink
 from collector.triage import Triage, is_recoverable_class, kind_of, tally
 from collector.validation import SuiteValidator
@@ -432,3 +433,39 @@ def test_an_entry_held_by_another_run_is_skipped_until_its_claim_expires(
     late = triage(source, store, frontier, validator, run_id="late", clock=lambda: NOW + 301)
     assert {e.id: e.outcome for e in late.entries} == {held.id: "repaired"}
     assert tally(store, source.name).as_dict()["repaired"] == 2
+
+
+def test_replay_into_postgres_is_fenced_idempotent_and_compensable(
+    source: Source, frontier: SqliteFrontier, validator: SuiteValidator, postgres_dsn: str
+) -> None:
+    from collector.sinks.postgres import PostgresSink
+
+    store = SqliteDeadLetterStore(source.deadletter_path)
+    sink = PostgresSink(postgres_dsn, source=source.name)
+    try:
+        sink.write([SinkRecord("0", {"id": 0, "name": "kept", "price": 1.0}, "u")], token=1,
+                   batch_id="collect:1")  # fmt: skip
+        letters = [
+            record_letter(source, n, {"id": n, "name": f" n{n} ", "price": str(n)})
+            for n in range(1, 4)
+        ]
+        store.put(letters)
+
+        def run(run_id: str) -> Any:
+            return Triage(source, store=store, frontier=frontier, sink=sink, run_id=run_id,
+                          validator=validator, clock=lambda: NOW).run()  # fmt: skip
+
+        first = run("p1")
+        assert (first.repaired, first.records_written) == (3, 3)
+        assert sink.count() == 4
+        assert sink.get("2") == {"id": 2, "name": "n2", "price": 2.0}
+        store.put(letters)  # seen again: replaying again writes nothing
+        second = run("p2")
+        assert (second.repaired, second.records_written, second.records_unchanged) == (3, 0, 3)
+        book = LedgerBook(source.ledger_path)
+        done = compensate(sink, book, source=source.name, batch_id="triage:p1", reason="undo")
+        assert done.removed == 3
+        assert sink.count() == 1 and sink.get("0") is not None
+    finally:
+        sink.close()
+        store.close()

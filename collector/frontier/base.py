@@ -222,4 +222,9 @@ class Frontier(Protocol):
         """Put dead or expired URLs back in the queue (triage, operator retry)."""
         ...
 
+    def make_stale(self, source: str, urls: Sequence[str]) -> int:
+        """Done URLs lose their freshness, so the next plan queues them again (compensation
+        removed their records); returns how many were done. Other states are left as they are."""
+        ...
+
     def close(self) -> None: ...

@@ -436,6 +436,22 @@ return requeued
 """
 )
 
+# ARGV: urls. Returns how many done items lost their freshness (the next plan queues them).
+_MAKE_STALE = (
+    _PRELUDE
+    + """
+local stale = 0
+for i = 1, #ARGV do
+  local rec, k, f = load(ARGV[i])
+  if rec and rec[1] == D then
+    rec[10] = nil; save(k, f, rec)
+    stale = stale + 1
+  end
+end
+return stale
+"""
+)
+
 # ARGV: a JSON array of urls. Returns a JSON array of, per url: the sha1 of its record ('' for
 # none: the version the apply script checks), state, fresh_until, last_fetched_at (exact text).
 _OFFER_READ = (
@@ -633,6 +649,7 @@ class RedisFrontier:
                 ("renew", _RENEW),
                 ("release", _RELEASE),
                 ("requeue", _REQUEUE),
+                ("make_stale", _MAKE_STALE),
                 ("offer_read", _OFFER_READ),
                 ("offer_apply", _OFFER_APPLY),
                 ("counts", _COUNTS),
@@ -799,6 +816,11 @@ class RedisFrontier:
             return 0
         args = [_num(now), _num(now + queue_ttl_s), *urls]
         return int(self._run("requeue", "requeue", source, args))
+
+    def make_stale(self, source: str, urls: Sequence[str]) -> int:
+        if not urls:
+            return 0
+        return int(self._run("make_stale", "make_stale", source, list(urls)))
 
     # --- reading ---------------------------------------------------------------------------
     def _counts(self, what: str, source: str, run_id: str | None) -> StateCounts:

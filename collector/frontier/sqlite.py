@@ -281,6 +281,17 @@ class SqliteFrontier:
                 for url in urls
             )
 
+    def make_stale(self, source: str, urls: Sequence[str]) -> int:
+        with self._transaction() as db:
+            return sum(
+                db.execute(
+                    "UPDATE items SET fresh_until = NULL"
+                    " WHERE source = ? AND url = ? AND state = 'done'",
+                    (source, url),
+                ).rowcount
+                for url in urls
+            )
+
     # --- reading ---------------------------------------------------------------------------
     def _count(self, where: str, params: tuple[str, ...]) -> StateCounts:
         counts = StateCounts()

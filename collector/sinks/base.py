@@ -49,6 +49,19 @@ class Sink(Protocol):
         """Undo the writes of one batch (compensation); returns how many records went."""
         ...
 
+    def batches(self) -> list[str]:
+        """The ids of the batches that hold at least one stored record, sorted.
+
+        A batch holds a key while the key's current version is the one it wrote, exactly the
+        records ``remove_batch`` would remove (so an audit can read what it would undo).
+        """
+        ...
+
+    def records(self, batch_id: str) -> list[SinkRecord]:
+        """The stored records that batch ``batch_id`` holds, with their keys and page URLs,
+        sorted by key (``[]`` if none)."""
+        ...
+
     def location(self) -> str:
         """Where records are, for summaries (a folder, a table)."""
         ...

@@ -163,16 +163,33 @@ class JsonlSink:
         entry = self._index.get(key)
         if entry is None:
             return None
+        row = self._line(entry)
+        row.pop(META, None)
+        return row
+
+    def _line(self, entry: _Entry) -> dict[str, Any]:
+        """The stored line ``entry`` points at, with its ``_collector`` metadata."""
         if self._handle is not None:
             self._handle.flush()
         with self._segment_path(entry.segment).open("rb") as handle:
             handle.seek(entry.offset)
             row: dict[str, Any] = orjson.loads(handle.readline())
-        row.pop(META, None)
         return row
 
     def count(self) -> int:
         return len(self._index)
+
+    def batches(self) -> list[str]:
+        return sorted({entry.batch for entry in self._index.values()})
+
+    def records(self, batch_id: str) -> list[SinkRecord]:
+        keys = sorted(key for key, entry in self._index.items() if entry.batch == batch_id)
+        found = []
+        for key in keys:
+            row = self._line(self._index[key])
+            meta = row.pop(META)
+            found.append(SinkRecord(key, row, str(meta["url"])))
+        return found
 
     def remove_batch(self, batch_id: str) -> int:
         doomed = [key for key, entry in self._index.items() if entry.batch == batch_id]

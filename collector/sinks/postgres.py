@@ -4,21 +4,24 @@ Why it exists beside the JSONL sink: several workers (processes, machines) can w
 table at once, and fencing then has to hold *between* them, which only the database can decide.
 So the token comparison happens inside Postgres, under the row lock, in one statement per batch:
 
-1. ``held``: the existing rows of the batch's keys are locked (``FOR UPDATE``, in key order so
-   two writers lock in the same order) and their token and content hash are read, as they are
-   now, not as the statement's snapshot saw them (READ COMMITTED re-reads a row that changed);
-2. ``updated``: each held row whose token is not newer than this write's is updated: its content
-   replaced when it changed, or only its token raised when the content is the same (so a later
-   write with an older token is still refused);
+1. ``held``: the existing rows of the batch's keys are found one by one through the primary key
+   (a ``LATERAL`` lookup, so the plan does not depend on table statistics) and locked
+   (``FOR UPDATE``, in key order, the order the keys are sent in), which in READ COMMITTED
+   returns each row as it is now, not as the statement's snapshot saw it;
+2. ``updated``: each held row whose token is not newer than this write's is updated (found by
+   its ``ctid``): its content replaced when it changed, or only its token raised when the
+   content is the same (so a later write with an older token is still refused);
 3. ``inserted``: keys that were not there are inserted with ``ON CONFLICT DO NOTHING``.
 
-The statement returns, per key, what it found (token, hash) and whether it inserted, and Python
-derives ``written`` / ``unchanged`` / ``stale`` from that, exactly as the JSONL sink counts (see
-``tests/sinks/conformance.py``). A key that another writer inserted after our snapshot was taken
-is neither held nor inserted: it is run again in a second statement of the same transaction,
-which sees it and locks it. The transaction commits before ``write`` returns, so what it reports
-is durable. A deadlock between writers (possible only when two batches share keys in an order
-the lock ordering cannot cover) rolls the transaction back; the write is then simply run again.
+The statement returns, per key, what it found (token, hash), whether it inserted, and whether an
+update it meant to make found nothing, and Python derives ``written`` / ``unchanged`` / ``stale``
+from that, exactly as the JSONL sink counts (see ``tests/sinks/conformance.py``). Two races send
+a key to a second statement, which sees the newer row and decides again: another writer inserted
+it after our snapshot was taken (neither held nor inserted), or updated it after our snapshot
+(locked at its new version, which the snapshot-bound update cannot see). Each statement is its
+own transaction (autocommit), so a write is one round trip and durable when it returns; a
+deadlock between writers aborts the statement, which then changed nothing and is run again.
+Parameters go as binary arrays (psycopg dumps text arrays ~50x slower).
 
 Compensation (``remove_batch``) deletes the rows whose current version the batch wrote, like the
 JSONL sink: a key the batch overwrote is removed, not rolled back to its previous version (the
@@ -39,6 +42,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.types.numeric import Int8
 
 from collector.errors import BackendError
 from collector.scrub import Scrubber
@@ -50,7 +54,7 @@ __all__ = ["DEFAULT_TABLE", "PostgresSink", "check_table_name", "describe_dsn"]
 
 _COLUMNS = {"source", "key", "record", "token", "batch_id", "url", "digest", "stored_at"}
 _DDL_LOCK = 0x636F6C6C  # pg_advisory_xact_lock key: one DDL at a time across workers
-_RACE_ROUNDS = 20  # statements per write for keys inserted by others under our feet
+_RACE_ROUNDS = 20  # statements per write for keys others inserted or changed under our feet
 _DEADLOCK_RETRIES = 5
 _CONNECT_TIMEOUT_S = 5
 
@@ -107,7 +111,11 @@ class PostgresSink:
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
         self._write_sql = self._build_write_sql()
-        self._run("open", self._prepare_table)
+        try:
+            self._run("open", self._prepare_table)
+        except BackendError:
+            self.close()
+            raise
 
     # --- plumbing ------------------------------------------------------------------------------
     def location(self) -> str:
@@ -130,26 +138,23 @@ class PostgresSink:
         return self._conn
 
     def _run(self, what: str, step: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Run ``step`` in one transaction; again after a deadlock (it was rolled back)."""
+        """Run ``step`` on the (re)opened connection; psycopg errors become one-line
+        BackendErrors. The connection is in autocommit mode: each statement is its own
+        transaction, so a write is one round trip and durable when it returns."""
         with self._lock:
-            for attempt in range(_DEADLOCK_RETRIES + 1):
-                conn = self._connection()
-                try:
-                    with conn.transaction():
-                        return step(conn)
-                except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
-                    if attempt == _DEADLOCK_RETRIES:
-                        raise BackendError(
-                            f"sink {self.location()}: {what} failed: still deadlocked after "
-                            f"{_DEADLOCK_RETRIES} retries"
-                        ) from None
-                except psycopg.Error as exc:
-                    raise BackendError(
-                        f"sink {self.location()}: {what} failed: {_one_line(exc, self._scrub)}"
-                    ) from exc
-        raise AssertionError("unreachable")
+            conn = self._connection()
+            try:
+                return step(conn)
+            except psycopg.Error as exc:
+                raise BackendError(
+                    f"sink {self.location()}: {what} failed: {_one_line(exc, self._scrub)}"
+                ) from exc
 
     def _prepare_table(self, conn: psycopg.Connection[Any]) -> None:
+        with conn.transaction():  # the advisory lock below lasts until this commits
+            self._create_table(conn)
+
+    def _create_table(self, conn: psycopg.Connection[Any]) -> None:
         name = self._table.as_string(conn)
         if conn.execute("SELECT to_regclass(%s)", [name]).fetchone() == (None,):
             # Several workers may start at once; CREATE ... IF NOT EXISTS alone can still race
@@ -191,50 +196,65 @@ class PostgresSink:
         return sql.SQL(
             """
             WITH input AS (
-                SELECT * FROM unnest(%(keys)s::text[], %(records)s::text[], %(urls)s::text[],
-                                     %(digests)s::bytea[], %(firsts)s::bytea[], %(same)s::bool[])
+                SELECT * FROM unnest(%(keys)b::text[], %(records)b::text[], %(urls)b::text[],
+                                     %(digests)b::bytea[], %(firsts)b::bytea[], %(same)b::bool[])
                     AS i(key, record, url, digest, first_digest, all_same)
             ),
             held AS (
-                SELECT t.key, t.token, t.digest FROM {t} t
-                WHERE t.source = %(source)s AND t.key = ANY(%(keys)s::text[])
-                ORDER BY t.key
-                FOR UPDATE
+                SELECT h.* FROM input i CROSS JOIN LATERAL (
+                    SELECT t.ctid AS row_id, t.key, t.token, t.digest FROM {t} t
+                    WHERE t.source = %(source)b AND t.key = i.key
+                    FOR UPDATE
+                ) h
             ),
-            plan AS (
-                SELECT i.*, h.token AS held_token,
-                       (i.all_same AND i.first_digest = h.digest) AS same_content
+            todo AS (
+                SELECT i.*, h.row_id, (i.all_same AND i.first_digest = h.digest) AS same_content
                 FROM input i JOIN held h ON h.key = i.key
-                WHERE h.token <= %(token)s
+                WHERE h.token < %(token)b
+                   OR (h.token = %(token)b AND NOT (i.all_same AND i.first_digest = h.digest))
             ),
             updated AS (
                 UPDATE {t} t SET
-                    token = %(token)s,
+                    token = %(token)b,
                     record = CASE WHEN p.same_content THEN t.record ELSE p.record::json END,
                     digest = CASE WHEN p.same_content THEN t.digest ELSE p.digest END,
                     url = CASE WHEN p.same_content THEN t.url ELSE p.url END,
-                    batch_id = CASE WHEN p.same_content THEN t.batch_id ELSE %(batch)s END,
+                    batch_id = CASE WHEN p.same_content THEN t.batch_id ELSE %(batch)b END,
                     stored_at = CASE WHEN p.same_content THEN t.stored_at ELSE now() END
-                FROM plan p
-                WHERE t.source = %(source)s AND t.key = p.key
-                  AND NOT (p.same_content AND p.held_token = %(token)s)
+                FROM todo p
+                WHERE t.ctid = p.row_id
                 RETURNING t.key
             ),
             inserted AS (
                 INSERT INTO {t} (source, key, record, token, batch_id, url, digest, stored_at)
-                SELECT %(source)s, i.key, i.record::json, %(token)s, %(batch)s, i.url, i.digest,
+                SELECT %(source)b, i.key, i.record::json, %(token)b, %(batch)b, i.url, i.digest,
                        now()
                 FROM input i WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.key = i.key)
                 ORDER BY i.key
                 ON CONFLICT (source, key) DO NOTHING
                 RETURNING key
             )
-            SELECT i.key, h.token, h.digest, n.key IS NOT NULL
+            SELECT i.key, h.token, h.digest, n.key IS NOT NULL,
+                   d.key IS NOT NULL AND u.key IS NULL
             FROM input i
             LEFT JOIN held h ON h.key = i.key
             LEFT JOIN inserted n ON n.key = i.key
+            LEFT JOIN todo d ON d.key = i.key
+            LEFT JOIN updated u ON u.key = i.key
             """
         ).format(t=self._table)
+
+    def _execute_write(
+        self, conn: psycopg.Connection[Any], params: dict[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        """One write statement; again if a deadlock aborted it (it then changed nothing)."""
+        for attempt in range(_DEADLOCK_RETRIES + 1):
+            try:
+                return conn.execute(self._write_sql, params, prepare=True).fetchall()
+            except psycopg.errors.DeadlockDetected:
+                if attempt == _DEADLOCK_RETRIES:
+                    raise
+        raise AssertionError("unreachable")
 
     def write(self, records: Sequence[SinkRecord], *, token: int, batch_id: str) -> WriteResult:
         if not records:
@@ -257,11 +277,11 @@ class PostgresSink:
             found: dict[str, tuple[int | None, bytes | None]] = {}
             pending = sorted(last)
             for _ in range(_RACE_ROUNDS):
-                rows = conn.execute(
-                    self._write_sql,
+                rows = self._execute_write(
+                    conn,
                     {
                         "source": self.source,
-                        "token": token,
+                        "token": Int8(token),
                         "batch": batch_id,
                         "keys": pending,
                         "records": [encoded[key] for key in pending],
@@ -270,14 +290,15 @@ class PostgresSink:
                         "firsts": [digests[first[key]] for key in pending],
                         "same": [same[key] for key in pending],
                     },
-                    prepare=True,
-                ).fetchall()
+                )
                 pending = []
-                for key, held_token, held_digest, inserted in rows:
+                for key, held_token, held_digest, inserted, missed in rows:
                     if inserted:
                         found[key] = (None, None)
-                    elif held_token is None:
-                        pending.append(key)  # inserted by another writer after our snapshot
+                    elif held_token is None or missed:
+                        # Another writer inserted or changed the row after this statement's
+                        # snapshot: the next statement sees it (and decides again).
+                        pending.append(key)
                     else:
                         found[key] = (int(held_token), bytes(held_digest))
                 if not pending:
@@ -319,6 +340,24 @@ class PostgresSink:
         query = sql.SQL("SELECT count(*) FROM {t} WHERE source = %s").format(t=self._table)
         row = self._run("count", lambda conn: conn.execute(query, [self.source]).fetchone())
         return int(row[0]) if row else 0
+
+    def batches(self) -> list[str]:
+        query = sql.SQL(
+            "SELECT batch_id FROM {t} WHERE source = %s"
+            ' GROUP BY batch_id ORDER BY batch_id COLLATE "C"'
+        ).format(t=self._table)
+        rows = self._run("batches", lambda conn: conn.execute(query, [self.source]).fetchall())
+        return [str(row[0]) for row in rows]
+
+    def records(self, batch_id: str) -> list[SinkRecord]:
+        query = sql.SQL(
+            "SELECT key, record::text, url FROM {t} WHERE source = %s AND batch_id = %s"
+            ' ORDER BY key COLLATE "C"'
+        ).format(t=self._table)
+        rows = self._run(
+            "records", lambda conn: conn.execute(query, [self.source, batch_id]).fetchall()
+        )
+        return [SinkRecord(key, json.loads(record), url) for key, record, url in rows]
 
     def remove_batch(self, batch_id: str) -> int:
         query = sql.SQL("DELETE FROM {t} WHERE source = %s AND batch_id = %s").format(t=self._table)

@@ -226,6 +226,21 @@ class FrontierConformance:
         assert requeued == 1
         assert frontier.counts(SRC) == counts(queued=2, leased=1, done=1)
 
+    def test_make_stale_requeues_done_urls_at_the_next_plan(self, frontier: Frontier) -> None:
+        self._make_done(frontier, url("a"))
+        self._make_done(frontier, url("b"))
+        self._make_dead(frontier, url("dead"))
+        offer(frontier, [url("queued")])
+        assert offer(frontier, [url("a"), url("b")], now=T0 + 1) == _result(fresh_skipped=2)
+        names = [url(x) for x in ("a", "dead", "queued", "unknown")]
+        assert frontier.make_stale(SRC, names) == 1
+        assert frontier.make_stale(SRC, []) == 0
+        assert frontier.counts(SRC) == counts(queued=1, done=2, dead=1)  # states unchanged
+        assert offer(frontier, [url("a"), url("b")], now=T0 + 2) == _result(
+            enqueued=1, fresh_skipped=1
+        )
+        assert url("a") in urls_of(claim(frontier, 10, now=T0 + 3))
+
     def test_expired_reoffered_is_enqueued(self, frontier: Frontier) -> None:
         offer(frontier, [url(1)], queue_ttl_s=100)
         assert claim(frontier, now=T0 + 200).expired == 1

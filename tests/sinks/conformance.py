@@ -171,12 +171,56 @@ class SinkConformance:
         assert sink.get("b") is None
         assert sink.count() == 1
 
+    def test_remove_batch_that_overwrote_a_key_removes_the_key(self, sink: Sink) -> None:
+        """Compensation deletes what the batch holds; the version it replaced is not restored
+        (the same on every backend: the item is fetched and written again)."""
+        sink.write([rec("a", v=1), rec("b", v=1)], token=1, batch_id="b1")
+        sink.write([rec("a", v=2)], token=2, batch_id="b2")
+        assert sink.remove_batch("b2") == 1
+        assert sink.get("a") is None
+        assert sink.get("b") == {"id": "b", "v": 1}
+        assert sink.count() == 1
+        assert sink.remove_batch("b1") == 1
+
     def test_key_can_be_written_again_after_its_batch_was_removed(self, sink: Sink) -> None:
         sink.write([rec("a", v=1)], token=5, batch_id="b5")
         assert sink.remove_batch("b5") == 1
         assert sink.write([rec("a", v=2)], token=6, batch_id="b6") == result(written=1)
         assert sink.get("a") == {"id": "a", "v": 2}
         assert sink.count() == 1
+
+    def test_batches_and_records_list_what_each_batch_holds(
+        self, sink: Sink, reopen: Reopen
+    ) -> None:
+        assert sink.batches() == []
+        assert sink.records("nope") == []
+        sink.write([rec("b", v=1), rec("a", v=1), rec("c", v=1)], token=1, batch_id="r:1")
+        sink.write([rec("d", v=1)], token=2, batch_id="r:2")
+        sink.write([rec("a", v=2)], token=3, batch_id="r:3")  # r:3 now holds a
+        sink.write([rec("d", v=1)], token=4, batch_id="r:4")  # unchanged: d stays r:2's
+        sink.write([rec("e", v=1)], token=0, batch_id="r:0")
+        sink.write([rec("e", v=2)], token=1, batch_id="r:9")  # e moves to r:9: r:0 holds none
+        want = {
+            "r:1": [{"id": "b", "v": 1}, {"id": "c", "v": 1}],
+            "r:2": [{"id": "d", "v": 1}],
+            "r:3": [{"id": "a", "v": 2}],
+            "r:9": [{"id": "e", "v": 2}],
+        }
+
+        def held(s: Sink) -> dict[str, list[dict[str, Any]]]:
+            return {batch: [r.record for r in s.records(batch)] for batch in s.batches()}
+
+        assert sink.batches() == sorted(want)
+        assert held(sink) == want
+        assert sink.records("r:0") == sink.records("r:4") == []
+        assert sink.records("r:2") == [rec("d", v=1)]  # with its key and page URL
+        again = reopen()
+        assert held(again) == want
+        again.remove_batch("r:1")
+        assert again.batches() == ["r:2", "r:3", "r:9"]
+        assert again.records("r:1") == []
+        assert len(again.records("r:3")) == again.remove_batch("r:3") == 1
+        assert reopen().batches() == ["r:2", "r:9"]
 
     def test_count_is_distinct_keys(self, sink: Sink) -> None:
         for token in range(1, 6):

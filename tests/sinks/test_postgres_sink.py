@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -221,7 +222,7 @@ _WRITER = textwrap.dedent(
 def test_concurrent_writers_never_let_a_lower_token_win(tmp_path: Path, postgres_dsn: str) -> None:
     script = tmp_path / "writer.py"
     script.write_text(_WRITER, encoding="utf-8")
-    batches = 60
+    batches = 100
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), postgres_dsn, str(worker), str(batches)],
@@ -288,3 +289,31 @@ END $$;
 CREATE TRIGGER audit_update BEFORE UPDATE ON collector_records
     FOR EACH ROW EXECUTE FUNCTION audit_update();
 """
+
+
+def test_workers_starting_together_create_the_table_once(postgres_dsn: str) -> None:
+    workers = 6
+    start = threading.Barrier(workers)
+    opened: list[PostgresSink] = []
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        start.wait()
+        try:
+            opened.append(PostgresSink(postgres_dsn, source=SOURCE))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    try:
+        assert errors == []
+        assert len(opened) == workers
+        opened[0].write([rec("a", v=1)], token=1, batch_id="b")
+        assert all(sink.count() == 1 for sink in opened)
+    finally:
+        for sink in opened:
+            sink.close()

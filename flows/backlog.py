@@ -1,0 +1,103 @@
+"""The ``backlog-monitor`` flow: each source's depth against its capacity, events on change.
+
+Per source it reads the frontier's counts (``collector.backlog`` decides depth, capacity and the
+level with hysteresis), keeps the level and the last samples in the Prefect Variable
+``collector-backlog-<source>`` (so the state works the same for SQLite and Redis frontiers and
+for any worker), emits ``collector.backlog.warning|critical|recovered`` only on a level change,
+and publishes the trend as a markdown artifact (``collector-<source>-backlog``). Meant to run on
+a schedule (deployment ``backlog-monitor``), one run at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
+from prefect.events import emit_event
+from prefect.variables import Variable
+from pydantic import Field
+
+from collector.backends import open_frontier
+from collector.backlog import BacklogState, sample_of, trend_markdown
+from collector.config import Source, load_source
+from collector.errors import CollectorError
+from flows._variables import variable_name
+
+__all__ = ["backlog_monitor", "state_variable"]
+
+
+def state_variable(source: str) -> str:
+    """The Prefect Variable holding a source's backlog level and samples."""
+    return variable_name("collector-backlog", source)
+
+
+def _artifact_key(source: str) -> str:
+    safe = "".join(ch if ch.isalnum() else "-" for ch in source.lower())
+    return f"collector-{safe}-backlog"[:100]
+
+
+async def _observe(loaded: Source) -> dict[str, Any]:
+    frontier = open_frontier(loaded)
+    try:
+        counts = frontier.counts(loaded.name)
+    finally:
+        frontier.close()
+    settings = loaded.backlog
+    sample = sample_of(counts, settings, now=time.time())
+    name = state_variable(loaded.name)
+    state = BacklogState.from_json(await Variable.aget(name, default=None))
+    transition = state.observe(sample, settings.thresholds, keep=settings.samples)
+    if transition is not None:
+        # Before saving the state: a failed save repeats the event next run, never loses it.
+        emit_event(
+            event=transition.event,
+            resource={"prefect.resource.id": f"collector.source.{loaded.name}"},
+            payload=transition.payload(loaded.name),
+        )
+    await Variable.aset(name, state.to_json(), overwrite=True)
+    await create_markdown_artifact(
+        trend_markdown(loaded.name, state, settings.thresholds),
+        key=_artifact_key(loaded.name),
+        description=f"Backlog trend of {loaded.name}",
+    )
+    return {
+        "source": loaded.name,
+        "depth": sample.depth,
+        "capacity": sample.capacity,
+        "ratio": round(sample.ratio, 4),
+        "level": state.level,
+        "event": transition.event if transition else None,
+    }
+
+
+@flow(name="backlog-monitor", validate_parameters=True)
+async def backlog_monitor(
+    sources: Annotated[
+        list[str], Field(min_length=1, description="Paths of the source YAML files to watch.")
+    ],
+) -> list[dict[str, Any]]:
+    """Sample every source's backlog; one bad source does not hide the others (it fails the
+    run at the end, after the rest were sampled)."""
+    logger = get_run_logger()
+    results: list[dict[str, Any]] = []
+    failures: list[str] = []
+    for path in sources:
+        try:
+            loaded = load_source(Path(path).expanduser())
+            result = await _observe(loaded)
+        except CollectorError as exc:
+            failures.append(f"{path}: {exc}")
+            logger.error("backlog of %s not sampled: %s", path, exc)
+            continue
+        logger.info(
+            "%s: depth %d / capacity %d = %.0f %% (%s)",
+            result["source"], result["depth"], result["capacity"], 100 * result["ratio"],
+            result["level"],
+        )  # fmt: skip
+        results.append(result)
+    if failures:
+        raise CollectorError("backlog not sampled for: " + " | ".join(failures))
+    return results
