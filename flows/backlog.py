@@ -11,7 +11,6 @@ a schedule (deployment ``backlog-monitor``), one run at a time.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 from prefect import flow, get_run_logger
@@ -22,9 +21,10 @@ from pydantic import Field
 
 from collector.backends import open_frontier
 from collector.backlog import BacklogState, sample_of, trend_markdown
-from collector.config import Source, load_source
+from collector.config import Source
 from collector.errors import CollectorError
 from flows._variables import variable_name
+from flows.sources import resolve_source
 
 __all__ = ["backlog_monitor", "state_variable"]
 
@@ -76,7 +76,7 @@ async def _observe(loaded: Source) -> dict[str, Any]:
 @flow(name="backlog-monitor", validate_parameters=True)
 async def backlog_monitor(
     sources: Annotated[
-        list[str], Field(min_length=1, description="Paths of the source YAML files to watch.")
+        list[str], Field(min_length=1, description="Sources to watch: file paths, or block:<name>.")
     ],
 ) -> list[dict[str, Any]]:
     """Sample every source's backlog; one bad source does not hide the others (it fails the
@@ -86,7 +86,7 @@ async def backlog_monitor(
     failures: list[str] = []
     for path in sources:
         try:
-            loaded = load_source(Path(path).expanduser())
+            loaded = resolve_source(path)
             result = await _observe(loaded)
         except CollectorError as exc:
             failures.append(f"{path}: {exc}")

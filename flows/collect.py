@@ -16,7 +16,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from prefect import flow, get_run_logger, task
@@ -33,7 +32,6 @@ from prefect.runtime import flow_run
 from pydantic import Field
 
 from collector import defaults
-from collector.config import Source, load_source
 from collector.errors import CollectorError, ConfigError, PermanentFetchError
 from collector.fetch import FetchEngine, FetchResult, host_of
 from collector.frontier import Lease
@@ -41,6 +39,7 @@ from collector.locks import host_slots
 from collector.observability import init_sentry
 from collector.pipeline import BatchReport, Collection
 from flows._locks import domain_slots, source_lock
+from flows.sources import resolve_source, source_reference
 
 __all__ = ["collect", "progress_listeners"]
 
@@ -111,33 +110,6 @@ class Batch:
         return f"Batch(token={self.lease.token}, items={len(self.lease.items)})"
 
 
-def _resolve_source(source: str) -> Source:
-    """A source from a file path, or from a ``CollectorSource`` block named
-    ``block:<name>`` / ``collector-source/<name>`` (checked by the same model as a file)."""
-    from blocks.source import block_name_of
-
-    name = block_name_of(source)
-    if name is None:
-        return load_source(Path(source).expanduser())
-    from blocks.source import CollectorSource
-    from collector.config import SourceError, parse_source
-
-    try:
-        block = CollectorSource.load(name, _sync=True)  # type: ignore[call-arg]
-    except ValueError as exc:  # Prefect: "Unable to find block document named ..."
-        raise SourceError([f"block {name!r}: {exc}"]) from None
-    return parse_source(block.as_document(), label=f"block {name}", base_dir=block.base_path)
-
-
-def _source_reference(source: str) -> str:
-    """How other flows can name this source again: a block name as given, a path made absolute."""
-    from blocks.source import block_name_of
-
-    if block_name_of(source) is not None:
-        return source
-    return str(Path(source).expanduser().resolve())
-
-
 def _dead_letter_markdown(summary: dict[str, Any]) -> str:
     reasons = summary["deadletter_reasons"]
     lines = [f"# Dead letters of `{summary['source']}`", ""]
@@ -161,7 +133,7 @@ def _report_failed_run(flow: Any, flow_run: Any, state: State[Any]) -> None:
         return
     path = str((flow_run.parameters or {}).get("source", ""))
     try:
-        loaded = _resolve_source(path)
+        loaded = resolve_source(path)
         observability.register_secrets(loaded.secret_values())
         name = loaded.name
     except Exception:
@@ -220,7 +192,7 @@ async def collect(
     """Collect one source: plan its URLs, fetch them in leased batches, store, account."""
     logger = get_run_logger()
     init_sentry()  # once per process, only when SENTRY_DSN is set
-    loaded = _resolve_source(source)
+    loaded = resolve_source(source)
     run_id = str(flow_run.get_id() or uuid.uuid4())
     lock = (
         source_lock(
@@ -266,7 +238,7 @@ async def collect(
                     await run.aclose()
             run.finish(planned=planned)
             summary = {**run.summary(), "role": role}
-            summary["source_path"] = _source_reference(source)  # for triggered triage
+            summary["source_path"] = source_reference(source)  # for triggered triage
     await _publish(summary)
     if not run.ledger.balanced:
         logger.error("ledger does not balance: %s", "; ".join(run.ledger.problems))

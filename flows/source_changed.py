@@ -11,7 +11,6 @@ fingerprint, after the run was created: if starting fails, the next event tries 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 from prefect import flow, get_run_logger
@@ -20,10 +19,10 @@ from prefect.exceptions import ObjectNotFound
 from prefect.variables import Variable
 from pydantic import Field
 
-from collector.config import load_source
 from collector.errors import ConfigError
 from collector.fingerprint import fingerprint
 from flows._variables import variable_name
+from flows.sources import resolve_source
 
 __all__ = ["fingerprint_variable", "source_changed"]
 
@@ -37,7 +36,9 @@ def fingerprint_variable(source: str) -> str:
 
 @flow(name="source-changed", validate_parameters=True)
 async def source_changed(
-    source: Annotated[str, Field(description="Path of the source YAML file that changed.")],
+    source: Annotated[
+        str, Field(description="The source that changed: a file path, or block:<name>.")
+    ],
     deployment: Annotated[
         str,
         Field(
@@ -48,7 +49,7 @@ async def source_changed(
 ) -> dict[str, Any]:
     """Start one collect run of ``source`` if it changed since the last started version."""
     logger = get_run_logger()
-    loaded = load_source(Path(source).expanduser())
+    loaded = resolve_source(source)
     current = fingerprint(loaded)
     name = fingerprint_variable(loaded.name)
     previous = await Variable.aget(name, default=None)

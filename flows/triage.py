@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from pathlib import Path
 from typing import Annotated, Any
 
 from prefect import flow, get_run_logger
@@ -24,8 +23,8 @@ from pydantic import Field
 
 from collector import defaults
 from collector.backends import open_deadletters, open_frontier, open_sink
-from collector.config import load_source
 from collector.triage import Triage, TriageReport
+from flows.sources import resolve_source
 
 __all__ = ["run_triage", "triage"]
 
@@ -36,7 +35,7 @@ def _artifact_key(source: str, what: str) -> str:
 
 
 def _triage(source_path: str, run_id: str, limit: int, dry_run: bool) -> TriageReport:
-    source = load_source(Path(source_path).expanduser())
+    source = resolve_source(source_path)
     validator = None
     if source.suite_path is not None:
         from collector.validation import SuiteValidator  # GX is imported only where it runs
@@ -68,7 +67,7 @@ def _triage(source_path: str, run_id: str, limit: int, dry_run: bool) -> TriageR
 
 @flow(name="triage", log_prints=False, validate_parameters=True)
 async def triage(
-    source: Annotated[str, Field(description="Path to the source YAML file.")],
+    source: Annotated[str, Field(description="Path to the source YAML file, or block:<name>.")],
     limit: Annotated[
         int, Field(ge=1, description="Open dead letters looked at in this run.")
     ] = defaults.TRIAGE_LIMIT,

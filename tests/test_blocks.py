@@ -11,7 +11,7 @@ import yaml
 from blocks import CollectorBackends, CollectorSource, block_name_of, register_block_types
 from collector.config import SourceError
 from flows.cli import main
-from flows.collect import _resolve_source
+from flows.sources import resolve_source
 
 
 def _document(name: str = "blocky") -> dict[str, Any]:
@@ -49,7 +49,7 @@ def test_source_from_block_is_checked_like_a_file_with_backends_applied(
         "blocky", overwrite=True
     )
     for parameter in ("block:blocky", "collector-source/blocky"):
-        source = _resolve_source(parameter)
+        source = resolve_source(parameter)
         assert source.name == "blocky"
         assert source.base_dir == tmp_path.resolve()
         assert source.state_path == tmp_path.resolve() / ".collector"
@@ -78,14 +78,14 @@ def test_block_secrets_are_masked_on_the_server(prefect_api: str) -> None:
 
 def test_bad_block_or_definition_is_one_line_naming_it(prefect_api: str) -> None:
     with pytest.raises(SourceError) as missing:
-        _resolve_source("block:no-such-block")
+        resolve_source("block:no-such-block")
     assert missing.value.problems[0].startswith("block 'no-such-block': ")
 
     broken = _document("broken")
     broken["ttl"] = {"http_timeout_s": -1}
     CollectorSource(definition=broken).save("broken", overwrite=True)
     with pytest.raises(SourceError) as invalid:
-        _resolve_source("block:broken")
+        resolve_source("block:broken")
     assert any(p.startswith("block broken: ttl.http_timeout_s") for p in invalid.value.problems)
 
     with pytest.raises(ValueError, match="definition: needs a `name`"):
@@ -103,10 +103,26 @@ def test_cli_registers_types_and_saves_a_source_file_as_a_block(
     path.write_text(yaml.safe_dump(_document("from-file")), encoding="utf-8")
     assert main(["blocks", "save", "from-file", str(path)]) == 0
     assert "source=block:from-file" in capsys.readouterr().out
-    loaded = _resolve_source("block:from-file")
+    loaded = resolve_source("block:from-file")
     assert loaded.name == "from-file"
     assert loaded.sink_path == tmp_path.resolve() / "out"  # relative to the file's folder
 
     path.write_text("name: x\nseeds: {}\n", encoding="utf-8")
     assert main(["blocks", "save", "bad", str(path)]) == 2
     assert str(path) in capsys.readouterr().err
+
+
+async def test_every_flow_takes_a_block_source(prefect_api: str, tmp_path: Path) -> None:
+    """Triage and the backlog monitor resolve `block:<name>` like collect does (the deployed
+    triage is started with the collect run's source reference, which may be a block)."""
+    from flows.backlog import backlog_monitor
+    from flows.triage import triage
+
+    path = tmp_path / "items.yaml"
+    path.write_text(yaml.safe_dump(_document("flow-block")), encoding="utf-8")
+    assert main(["blocks", "save", "flow-block", str(path)]) == 0
+
+    report = await triage(source="block:flow-block", dry_run=True)
+    assert report["source"] == "flow-block"
+    [sample] = await backlog_monitor(sources=["block:flow-block"])
+    assert sample["source"] == "flow-block"

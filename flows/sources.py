@@ -1,0 +1,40 @@
+"""How every flow names a source: a file path, or a ``CollectorSource`` block by name.
+
+One resolver for all flows, so a source kept in a block (edited in the UI) can be collected,
+triaged, monitored and watched for changes exactly like a file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from collector.config import Source, load_source
+
+__all__ = ["resolve_source", "source_reference"]
+
+
+def resolve_source(source: str) -> Source:
+    """A source from a file path, or from a ``CollectorSource`` block named
+    ``block:<name>`` / ``collector-source/<name>`` (checked by the same model as a file)."""
+    from blocks.source import block_name_of
+
+    name = block_name_of(source)
+    if name is None:
+        return load_source(Path(source).expanduser())
+    from blocks.source import CollectorSource
+    from collector.config import SourceError, parse_source
+
+    try:
+        block = CollectorSource.load(name, _sync=True)  # type: ignore[call-arg]
+    except ValueError as exc:  # Prefect: "Unable to find block document named ..."
+        raise SourceError([f"block {name!r}: {exc}"]) from None
+    return parse_source(block.as_document(), label=f"block {name}", base_dir=block.base_path)
+
+
+def source_reference(source: str) -> str:
+    """How other flows can name this source again: a block name as given, a path made absolute."""
+    from blocks.source import block_name_of
+
+    if block_name_of(source) is not None:
+        return source
+    return str(Path(source).expanduser().resolve())
