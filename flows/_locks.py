@@ -1,9 +1,8 @@
 """Cross-worker locks on Prefect global concurrency limits (names from ``collector.locks``).
 
 ``source_lock``: ``source:<name>`` (limit 1, created when missing) held for a whole ``run``, with a
-lease Prefect renews every 3/4 of ``locks.lease_s`` from a thread. A run that dies keeps the lock
-until its lease expires and the Prefect server's repossessor service revokes it (a server started
-with ``prefect server start``; the temporary in-process servers run no services, see README).
+lease Prefect renews every 3/4 of ``locks.lease_s`` from a thread, and a heartbeat Variable that
+lets a waiter recognise a holder that died and take its slot back (see ``_heartbeat``).
 
 ``domain_slots``: the ``domain:<host>`` slots of one batch, taken in host order (so two workers
 never hold part of each other's hosts while waiting), released when the batch's fetch ends.
@@ -11,7 +10,9 @@ never hold part of each other's hosts while waiting), released when the batch's 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Literal
 from uuid import UUID
@@ -25,10 +26,12 @@ from prefect.concurrency.asyncio import (
     concurrency,
 )
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+from prefect.logging import get_logger
 
 from collector import defaults
 from collector.config import Source
 from collector.locks import SourceBusy, domain_lock_name, source_lock_name
+from flows._variables import variable_name
 
 __all__ = ["domain_slots", "ensure_limit", "source_lock"]
 
@@ -70,31 +73,108 @@ async def source_lock(
     name = source_lock_name(source.name)
     await ensure_limit(name, 1)
     waits = on_busy == "wait" and wait_s > 0
+    deadline = time.monotonic() + wait_s
+    # Wait in steps, so a holder that died while we wait is noticed and its slot taken back.
+    step_s = max(5.0, source.locks.lease_s / 4)
     async with contextlib.AsyncExitStack() as stack:
         busy: BaseException | None = None
-        try:
-            await stack.enter_async_context(
-                concurrency(
-                    name,
-                    occupy=1,
-                    timeout_seconds=wait_s if waits else None,
-                    max_retries=None if waits else 0,
-                    lease_duration=source.locks.lease_s,
-                    strict=True,
-                    holder=_holder(holder),
+        while True:
+            await _reclaim_if_holder_died(source, name)
+            remaining = deadline - time.monotonic()
+            try:
+                await stack.enter_async_context(
+                    concurrency(
+                        name,
+                        occupy=1,
+                        timeout_seconds=max(0.1, min(remaining, step_s)) if waits else None,
+                        max_retries=None if waits else 0,
+                        lease_duration=source.locks.lease_s,
+                        strict=True,
+                        holder=_holder(holder),
+                    )
                 )
-            )
-        except (AcquireConcurrencySlotTimeoutError, ConcurrencySlotAcquisitionError) as exc:
-            if isinstance(exc, ConcurrencySlotAcquisitionError) and not _locked(exc):
-                raise
-            busy = exc
+                busy = None
+                break
+            except (AcquireConcurrencySlotTimeoutError, ConcurrencySlotAcquisitionError) as exc:
+                if isinstance(exc, ConcurrencySlotAcquisitionError) and not _locked(exc):
+                    raise
+                busy = exc
+                if not waits or time.monotonic() >= deadline:
+                    break
         if busy is not None and on_busy == "wait":
             raise SourceBusy(
                 f"another run of {source.name!r} holds the Prefect concurrency limit {name!r} "
-                f"(waited {wait_s:g}s); if that run died, its lease ends after "
-                f"{source.locks.lease_s:g}s on a server that runs the repossessor service"
+                f"(waited {wait_s:g}s); a run that died is detected {source.locks.lease_s:g}s "
+                "after its last heartbeat and its slot taken back"
             ) from busy
+        if busy is None:
+            beat = asyncio.create_task(_heartbeat(source, holder))
+            stack.push_async_callback(_stop_heartbeat, beat, source, holder)
         yield busy is None
+
+
+def _heartbeat_variable(source: Source) -> str:
+    return variable_name("collector-lock", source.name)
+
+
+async def _heartbeat(source: Source, holder: str) -> None:
+    """Tell waiters this holder is alive: a Prefect Variable rewritten every lease_s / 4.
+
+    Prefect ends a dead holder's lease only through the server's repossessor service, which
+    temporary local servers do not run, and offers no API to list a limit's holders; so the
+    holder's liveness is published here, where any waiter can read it.
+    """
+    from prefect.variables import Variable
+
+    name = _heartbeat_variable(source)
+    while True:
+        with contextlib.suppress(Exception):  # a missed beat only shortens what others wait
+            await Variable.aset(name, {"holder": holder, "at": time.time()}, overwrite=True)
+        await asyncio.sleep(source.locks.lease_s / 4)
+
+
+async def _stop_heartbeat(beat: asyncio.Task[None], source: Source, holder: str) -> None:
+    from prefect.variables import Variable
+
+    beat.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await beat
+    name = _heartbeat_variable(source)
+    with contextlib.suppress(Exception):
+        current = await Variable.aget(name, default=None)
+        if isinstance(current, dict) and current.get("holder") == holder:
+            await Variable.aunset(name)
+
+
+async def _reclaim_if_holder_died(source: Source, name: str) -> bool:
+    """Free ``source:<name>`` when its holder's heartbeat is older than the lock's lease.
+
+    That is the repossessor's rule (an unrenewed lease is over) applied by the waiter, so a run
+    killed with SIGKILL does not block its source forever on a server without that service.
+    Two waiters may both free it; the limit still lets only one of them in, and the fencing
+    tokens protect the data even if a holder that was merely paused comes back.
+    """
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+    from prefect.variables import Variable
+
+    variable = _heartbeat_variable(source)
+    beat = await Variable.aget(variable, default=None)
+    if not isinstance(beat, dict):
+        return False  # no Collector holder on record (or it ended cleanly): nothing to judge
+    age_s = time.time() - float(beat.get("at", 0.0))
+    if age_s <= source.locks.lease_s:
+        return False
+    async with get_client() as client:
+        await client.update_global_concurrency_limit(
+            name, GlobalConcurrencyLimitUpdate(active_slots=0)
+        )
+    with contextlib.suppress(Exception):
+        await Variable.aunset(variable)
+    get_logger(__name__).warning(
+        "%s: holder %s gave no sign of life for %.0fs (lease %gs): its slot was taken back",
+        name, beat.get("holder"), age_s, source.locks.lease_s,
+    )  # fmt: skip
+    return True
 
 
 def _locked(exc: BaseException) -> bool:

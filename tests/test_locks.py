@@ -103,6 +103,48 @@ async def test_a_run_holds_the_source_lock_and_a_second_one_waits_skips_or_exits
     assert await _active_slots(source_lock_name(name)) == 0  # released at the end
 
 
+async def test_a_dead_holders_slot_is_taken_back_after_its_heartbeat_goes_stale(
+    tmp_path: Path, prefect_api: str
+) -> None:
+    """A run killed with SIGKILL keeps its slot (no repossessor on local servers); its heartbeat
+    Variable stops. A waiter frees the slot once the heartbeat is older than the lease, and
+    never while it is fresh."""
+    import time
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+    from prefect.variables import Variable
+
+    from collector.locks import SourceBusy
+
+    name = "locks-dead-holder"
+    lock = source_lock_name(name)
+    heartbeat = f"collector-lock-{name}"
+    with WorkerSite() as site:
+        source = write_source(
+            tmp_path,
+            name=name,
+            seeds={"template": site.url("/items/{i}.json"), "range": [0, 5]},
+            locks={"wait_s": 2, "lease_s": 60},
+        )
+        await ensure_limit(lock, 1)
+        async with get_client() as client:  # the dead run's slot, as SIGKILL leaves it
+            await client.update_global_concurrency_limit(
+                lock, GlobalConcurrencyLimitUpdate(active_slots=1)
+            )
+
+        await Variable.aset(heartbeat, {"holder": "alive", "at": time.time()}, overwrite=True)
+        with pytest.raises(SourceBusy):
+            await collect(source=str(source))
+        assert site.fetches() == [] and await _active_slots(lock) == 1
+
+        await Variable.aset(heartbeat, {"holder": "dead", "at": time.time() - 61}, overwrite=True)
+        summary = await collect(source=str(source))
+        assert summary["balanced"] and summary["stored"] == 5
+    assert await _active_slots(lock) == 0
+    assert await Variable.aget(heartbeat, default=None) is None  # ended cleanly: no heartbeat
+
+
 async def test_shared_domain_slots_cap_every_batch_at_the_limits_size(
     tmp_path: Path, prefect_api: str
 ) -> None:
