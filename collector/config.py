@@ -14,8 +14,10 @@ reaches a server.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
@@ -184,7 +186,11 @@ class LimitsSettings(_Section):
 class ValidationSettings(_Section):
     """Great Expectations suite that every batch of records is checked with."""
 
-    suite: Path | None = Field(None, description="Path to a GX expectation suite JSON file.")
+    suite: dict[str, Any] | Path | None = Field(
+        None,
+        description="Path to a GX expectation suite JSON file, or the suite itself inline (so a "
+        "source kept in a Prefect block carries its suite, editable in the UI).",
+    )
 
 
 def _is_ref(value: str) -> bool:
@@ -414,7 +420,11 @@ class Source(_Section):
 
     @property
     def suite_path(self) -> Path | None:
-        return self.path(self.validation.suite) if self.validation.suite else None
+        """The suite file; an inline suite is written to ``<state_dir>/suites/<name>.json``."""
+        suite = self.validation.suite
+        if isinstance(suite, dict):
+            return write_inline_suite(suite, self.state_path / "suites" / f"{self.name}.json")
+        return self.path(suite) if suite else None
 
     # --- seeds -----------------------------------------------------------------------------
     def iter_seed_urls(self) -> Iterator[str]:
@@ -515,6 +525,24 @@ def _problems_from(exc: ValidationError, label: str) -> list[str]:
     return lines
 
 
+def write_inline_suite(suite: dict[str, Any], target: Path) -> Path:
+    """Write an inline suite where the GX runtime and the validation worker read suites from.
+
+    Rewritten only when its content changed, atomically, so a reader never sees half a suite.
+    """
+    text = json.dumps(suite, indent=2, sort_keys=True)
+    try:
+        current = target.read_text(encoding="utf-8")
+    except OSError:
+        current = None
+    if current != text:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, target)
+    return target
+
+
 def parse_source(data: Any, *, label: str, base_dir: Path) -> Source:
     """Check a parsed YAML/JSON document as a source; raise SourceError with every problem."""
     if not isinstance(data, dict):
@@ -560,11 +588,17 @@ def _deep_checks(source: Source, label: str) -> list[str]:
         reason = check_url_syntax(sample)
         if reason is not None:
             problems.append(f"{label}: seeds.template: {reason}")
-    if source.suite_path is not None:
+    if source.validation.suite is not None:
         from collector.validation import check_suite_file
 
         try:
-            check_suite_file(source.suite_path)
+            if isinstance(source.validation.suite, dict):  # checked without touching state_dir
+                with tempfile.TemporaryDirectory() as folder:
+                    check_suite_file(
+                        write_inline_suite(source.validation.suite, Path(folder) / "inline.json")
+                    )
+            else:
+                check_suite_file(source.path(source.validation.suite))
         except ConfigError as exc:
             problems.append(f"{label}: validation.suite: {exc}")
     try:
