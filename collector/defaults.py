@@ -76,7 +76,8 @@ BACKLOG_SAMPLES = 48  # trend samples kept per source (a Prefect Variable holds 
 BACKLOG_MAX_SAMPLES = 100  # upper bound of `backlog.samples`, so the state fits in one Variable
 
 # --- Locks (Prefect global concurrency limits) ---------------------------------------------
-LOCK_WAIT_S = 60.0  # a `run` waits this long for source:<name> before exiting with code 3
+LOCK_WAIT_S = 90.0  # a `run` waits this long for source:<name> before exiting with code 3;
+#                    longer than LOCK_LEASE_S, so the lock of a run that died is outwaited
 LOCK_LEASE_S = 60.0  # lease of a held lock, renewed every 3/4 of it (Prefect's minimum: 60)
 DOMAIN_LOCK_WAIT_S = 600.0  # a batch waits this long for its domain:<host> slots
 DRAIN_POLL_S = 1.0  # while draining waits for others' leases, the frontier is looked at this often

@@ -11,7 +11,9 @@ never hold part of each other's hosts while waiting), released when the batch's 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Literal
@@ -76,6 +78,9 @@ async def source_lock(
     deadline = time.monotonic() + wait_s
     # Wait in steps, so a holder that died while we wait is noticed and its slot taken back.
     step_s = max(5.0, source.locks.lease_s / 4)
+    lock_holder = _holder(holder)
+    if lock_holder is not None:
+        _expected_timeouts.holders.add(lock_holder.id)
     async with contextlib.AsyncExitStack() as stack:
         busy: BaseException | None = None
         while True:
@@ -90,7 +95,7 @@ async def source_lock(
                         max_retries=None if waits else 0,
                         lease_duration=source.locks.lease_s,
                         strict=True,
-                        holder=_holder(holder),
+                        holder=lock_holder,
                     )
                 )
                 busy = None
@@ -111,6 +116,40 @@ async def source_lock(
             beat = asyncio.create_task(_heartbeat(source, holder))
             stack.push_async_callback(_stop_heartbeat, beat, source, holder)
         yield busy is None
+
+
+class _ExpectedLockTimeouts(logging.Filter):
+    """Drop Prefect's ERROR record for a source-lock try that timed out.
+
+    We wait for the lock in steps (to notice a dead holder between them), and Prefect's slot
+    service logs every step that times out at ERROR with a repr of its arguments, after the
+    waiter has already moved on. A busy lock is expected and reported by us in one line
+    (SourceBusy), so only those records, recognised by the holder and a TimeoutError, go.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holders: set[UUID] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for arg in record.args if isinstance(record.args, tuple) else ():
+            if not isinstance(arg, tuple):
+                continue
+            holder = next((a for a in arg if isinstance(a, ConcurrencyLeaseHolder)), None)
+            future = next((a for a in arg if isinstance(a, concurrent.futures.Future)), None)
+            if (
+                holder is not None
+                and holder.id in self.holders
+                and future is not None
+                and future.done()
+                and isinstance(future.exception(), TimeoutError)
+            ):
+                return False
+        return True
+
+
+_expected_timeouts = _ExpectedLockTimeouts()
+logging.getLogger("prefect._internal.concurrency").addFilter(_expected_timeouts)
 
 
 def _heartbeat_variable(source: Source) -> str:
