@@ -79,6 +79,7 @@ BACKLOG_MAX_SAMPLES = 100  # upper bound of `backlog.samples`, so the state fits
 LOCK_WAIT_S = 90.0  # a `run` waits this long for source:<name> before exiting with code 3;
 #                    longer than LOCK_LEASE_S, so the lock of a run that died is outwaited
 LOCK_LEASE_S = 60.0  # lease of a held lock, renewed every 3/4 of it (Prefect's minimum: 60)
+LOCK_POLL_S = 2.0  # a waiting `run` tries source:<name> again this often (one API call a try)
 DOMAIN_LOCK_WAIT_S = 600.0  # a batch waits this long for its domain:<host> slots
 DRAIN_POLL_S = 1.0  # while draining waits for others' leases, the frontier is looked at this often
 WORK_IDLE_WAIT_S = 30.0  # `collector work` waits this long for items when the frontier is empty

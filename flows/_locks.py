@@ -23,7 +23,6 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 from prefect.client.schemas.objects import ConcurrencyLeaseHolder
 from prefect.concurrency.asyncio import (
-    AcquireConcurrencySlotTimeoutError,
     ConcurrencySlotAcquisitionError,
     concurrency,
 )
@@ -76,23 +75,23 @@ async def source_lock(
     await ensure_limit(name, 1)
     waits = on_busy == "wait" and wait_s > 0
     deadline = time.monotonic() + wait_s
-    # Wait in steps, so a holder that died while we wait is noticed and its slot taken back.
-    step_s = max(5.0, source.locks.lease_s / 4)
+    # Poll with single non-blocking tries rather than one blocking wait: a holder that died
+    # while we wait is noticed between tries, and a try that fails leaves nothing behind (a
+    # blocking try that times out keeps retrying inside Prefect's slot service and would take
+    # the slot later for a run that stopped waiting).
     lock_holder = _holder(holder)
     if lock_holder is not None:
-        _expected_timeouts.holders.add(lock_holder.id)
+        _expected_failures.holders.add(lock_holder.id)
     async with contextlib.AsyncExitStack() as stack:
         busy: BaseException | None = None
         while True:
             await _reclaim_if_holder_died(source, name)
-            remaining = deadline - time.monotonic()
             try:
                 await stack.enter_async_context(
                     concurrency(
                         name,
                         occupy=1,
-                        timeout_seconds=max(0.1, min(remaining, step_s)) if waits else None,
-                        max_retries=None if waits else 0,
+                        max_retries=0,
                         lease_duration=source.locks.lease_s,
                         strict=True,
                         holder=lock_holder,
@@ -100,12 +99,14 @@ async def source_lock(
                 )
                 busy = None
                 break
-            except (AcquireConcurrencySlotTimeoutError, ConcurrencySlotAcquisitionError) as exc:
-                if isinstance(exc, ConcurrencySlotAcquisitionError) and not _locked(exc):
+            except ConcurrencySlotAcquisitionError as exc:
+                if not _locked(exc):
                     raise
                 busy = exc
-                if not waits or time.monotonic() >= deadline:
+                remaining = deadline - time.monotonic()
+                if not waits or remaining <= 0:
                     break
+                await asyncio.sleep(min(remaining, defaults.LOCK_POLL_S))
         if busy is not None and on_busy == "wait":
             raise SourceBusy(
                 f"another run of {source.name!r} holds the Prefect concurrency limit {name!r} "
@@ -118,13 +119,13 @@ async def source_lock(
         yield busy is None
 
 
-class _ExpectedLockTimeouts(logging.Filter):
-    """Drop Prefect's ERROR record for a source-lock try that timed out.
+class _ExpectedLockFailures(logging.Filter):
+    """Drop Prefect's ERROR record for a source-lock try that found the lock taken.
 
-    We wait for the lock in steps (to notice a dead holder between them), and Prefect's slot
-    service logs every step that times out at ERROR with a repr of its arguments, after the
-    waiter has already moved on. A busy lock is expected and reported by us in one line
-    (SourceBusy), so only those records, recognised by the holder and a TimeoutError, go.
+    We poll for the lock (to notice a dead holder between tries), and Prefect's slot service
+    logs every refused try at ERROR with a repr of its arguments. A busy lock is expected and
+    reported by us in one line (SourceBusy), so those records, recognised by our holder id and
+    a failed future, go.
     """
 
     def __init__(self) -> None:
@@ -142,14 +143,14 @@ class _ExpectedLockTimeouts(logging.Filter):
                 and holder.id in self.holders
                 and future is not None
                 and future.done()
-                and isinstance(future.exception(), TimeoutError)
+                and future.exception() is not None
             ):
                 return False
         return True
 
 
-_expected_timeouts = _ExpectedLockTimeouts()
-logging.getLogger("prefect._internal.concurrency").addFilter(_expected_timeouts)
+_expected_failures = _ExpectedLockFailures()
+logging.getLogger("prefect._internal.concurrency").addFilter(_expected_failures)
 
 
 def _heartbeat_variable(source: Source) -> str:
