@@ -154,6 +154,11 @@ class LimitsSettings(_Section):
     headers: dict[str, str] = Field(
         default_factory=dict, description="Request headers; values may use ${env:NAME}."
     )
+    transport: Literal["aiohttp", "httpx"] = Field(
+        defaults.TRANSPORT,  # type: ignore[arg-type]
+        description="Connection pool under httpx: aiohttp (HTTP/1.1, ~1.6x the pages/s) or "
+        "httpx's own (httpcore). Redirects, host checks, timeouts and the size cap are the same.",
+    )
     shared_domain_concurrency: bool = Field(
         False,
         description="Also take slots of the Prefect global concurrency limit domain:<host> per "

@@ -41,7 +41,8 @@ CONCURRENCY = 32  # requests in flight per worker
 PER_DOMAIN_CONCURRENCY = 32  # requests in flight per host per worker
 MAX_RESPONSE_BYTES = 10 * 1024 * 1024  # a larger body is refused (permanent error)
 MAX_REDIRECTS = 5  # redirects followed per request
-CONNECTIONS_PER_CLIENT = 2  # httpx degrades with many connections per client, so we pool
+TRANSPORT = "aiohttp"  # connection pool under httpx: aiohttp's (fast) or httpx's own
+CONNECTIONS_PER_CLIENT = 2  # httpx's own pool degrades with many connections per client
 #                             several small clients (see docs/architecture.md, measurements)
 USER_AGENT = "collector/0.1 (+https://github.com/collector)"
 

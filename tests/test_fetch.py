@@ -1,9 +1,14 @@
-"""The fetch engine against the real local fault site: limits, deadlines, caps, retries."""
+"""The fetch engine against the real local fault site: limits, deadlines, caps, retries.
+
+Every test runs on both connection pools under httpx (aiohttp's and httpx's own): the engine's
+promises must not depend on which one carries the bytes.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -12,13 +17,26 @@ from collector.fetch import FetchEngine, FetchResult
 from collector.frontier.base import ClaimedItem
 from collector.ratelimit import LimitsRateLimiter
 from collector.retry import RetryBudget, RetrySettings
+from collector.transport import TransportKind
 from collector.urls import HostPolicy
 
 FAST_RETRY = RetrySettings(base_s=0.01, cap_s=0.05, max_attempts=3, max_inline_delay_s=2)
 
+_transport: TransportKind = "aiohttp"
+
+
+@pytest.fixture(autouse=True, params=["aiohttp", "httpx"])
+def transport(request: pytest.FixtureRequest) -> Iterator[TransportKind]:
+    """Run the test on each pool; engine() picks it up."""
+    global _transport
+    _transport = request.param
+    yield request.param
+    _transport = "aiohttp"
+
 
 def engine(**options: object) -> FetchEngine:
     defaults: dict[str, object] = {
+        "transport": _transport,
         "retry": FAST_RETRY,
         "host_policy": HostPolicy(allow_private_networks=True),
         "http_timeout_s": 2.0,
