@@ -37,7 +37,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from collector.scrub import Scrubber
+from collector.scrub import process_scrubber, remember_secrets
 
 if TYPE_CHECKING:
     from collector.deadletter import DeadLetter
@@ -53,8 +53,6 @@ __all__ = [
 
 _lock = threading.Lock()
 _enabled = False
-_secrets: set[str] = set()
-_scrubber = Scrubber()
 
 
 def sentry_enabled() -> bool:
@@ -63,23 +61,18 @@ def sentry_enabled() -> bool:
 
 
 def register_secrets(values: Iterable[str]) -> None:
-    """Add resolved secret values that must never leave in a Sentry event."""
-    global _scrubber
-    new = {v for v in values if v} - _secrets
-    if new:
-        with _lock:
-            _secrets.update(new)
-            _scrubber = Scrubber(_secrets)
+    """Add resolved secret values that must never leave in a Sentry event (nor a log line)."""
+    remember_secrets(values)
 
 
 def scrub_event(event: dict[str, Any], hint: Any = None) -> dict[str, Any]:
     """``before_send``: the event with every known secret and credential-like value removed."""
-    scrubbed: dict[str, Any] = _scrubber(event)
+    scrubbed: dict[str, Any] = process_scrubber()(event)
     return scrubbed
 
 
 def _scrub_breadcrumb(crumb: dict[str, Any], hint: Any = None) -> dict[str, Any]:
-    scrubbed: dict[str, Any] = _scrubber(crumb)
+    scrubbed: dict[str, Any] = process_scrubber()(crumb)
     return scrubbed
 
 

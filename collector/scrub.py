@@ -4,16 +4,29 @@ Two kinds of secrets are removed: *known values* (resolved ``${env:...}`` header
 block values), replaced wherever they appear in a string; and *secret-looking fields*: URL query
 parameters and mapping keys named like credentials (``token``, ``api_key``, ``password``,
 ``authorization``...), whose values are replaced whatever they are.
+
+Values are known per process once a source is loaded (:func:`remember_secrets`), and from then
+on every log record any handler emits is scrubbed too (:class:`ScrubLogRecords`): Prefect's own
+lines, such as "Finished in state Failed(...)" with an exception's text, included.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["REDACTED", "Scrubber", "is_secret_name"]
+__all__ = [
+    "REDACTED",
+    "ScrubLogRecords",
+    "Scrubber",
+    "is_secret_name",
+    "process_scrubber",
+    "remember_secrets",
+]
 
 REDACTED = "[redacted]"
 # Matched against names split at case changes and lowered ("apiKey" -> "api_key"), as whole
@@ -96,3 +109,71 @@ class Scrubber:
         if isinstance(value, (list, tuple)):
             return [self(item) for item in value]
         return value
+
+
+# --- secrets known to this process ---------------------------------------------------------
+
+_known_lock = threading.Lock()
+_known: set[str] = set()
+_process_scrubber = Scrubber()
+
+
+def process_scrubber() -> Scrubber:
+    """The scrubber for every secret value this process has learnt so far."""
+    return _process_scrubber
+
+
+def remember_secrets(values: Iterable[str]) -> None:
+    """Learn resolved secret values; scrub them from every log record from now on.
+
+    Also (re)attaches :class:`ScrubLogRecords` to every configured log handler, so handlers
+    set up after an earlier call (Prefect configures its own lazily) are covered as well.
+    """
+    global _process_scrubber
+    new = {v for v in values if v} - _known
+    if new:
+        with _known_lock:
+            _known.update(new)
+            _process_scrubber = Scrubber(_known)
+    install_log_scrubbing()
+
+
+class ScrubLogRecords(logging.Filter):
+    """A handler filter that removes secrets from a record's message and traceback text.
+
+    On handlers rather than loggers: a logger's filters do not see records propagated from its
+    children, a handler's see every record it is about to emit. Records that hold no secret are
+    left exactly as they are.
+    """
+
+    _formatter = logging.Formatter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        scrub = _process_scrubber
+        message = record.getMessage()
+        clean = scrub.text(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            text = self._formatter.formatException(record.exc_info)
+            clean = scrub.text(text)
+            if clean != text:
+                record.exc_text = clean  # formatters use exc_text when it is set
+        return True
+
+
+_LOG_FILTER = ScrubLogRecords()
+
+
+def install_log_scrubbing() -> None:
+    """Attach the scrubbing filter to every handler of every logger configured now."""
+    loggers: list[logging.Logger] = [logging.getLogger()]
+    loggers += [
+        logger
+        for logger in list(logging.Logger.manager.loggerDict.values())
+        if isinstance(logger, logging.Logger)
+    ]
+    for logger in loggers:
+        for handler in list(logger.handlers):
+            if _LOG_FILTER not in handler.filters:
+                handler.addFilter(_LOG_FILTER)

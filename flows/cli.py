@@ -168,8 +168,8 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
         return EXIT_FAILED, None
     from collector.observability import init_sentry, register_secrets
 
-    if init_sentry():  # only when SENTRY_DSN is set; fast options (see collector.observability)
-        register_secrets(loaded.secret_values())
+    init_sentry()  # only when SENTRY_DSN is set; fast options (see collector.observability)
+    register_secrets(loaded.secret_values())  # scrubbed from Sentry events and every log line
     if loaded.suite_path is not None:
         from collector.validation_worker import prewarm
 
