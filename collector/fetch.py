@@ -39,7 +39,7 @@ from collector.ratelimit import LimitsRateLimiter, RateLimiter
 from collector.retry import RetryBudget, RetryDecision, RetrySettings, is_recoverable_status
 from collector.retry import parse_retry_after as _parse_retry_after
 from collector.transport import POOL_ERROR as _POOL_ERROR
-from collector.transport import TransportKind, make_clients, transport_error_class
+from collector.transport import TransportKind, make_clients, pool_failure
 from collector.urls import HostPolicy
 
 __all__ = ["FetchEngine", "FetchResult", "host_of"]
@@ -165,6 +165,7 @@ class FetchEngine:
             self.transport,
             connections=self.concurrency,
             tls=httpx.create_ssl_context(),
+            host_policy=self.host_policy,
             timeout=httpx.Timeout(self.http_timeout_s),
             headers=self.headers,
             follow_redirects=self.follow_redirects,
@@ -387,10 +388,9 @@ class FetchEngine:
 
     def _failure(self, exc: Exception) -> FetchError:
         """The fetch error an exception from httpx (or the pool under it) stands for."""
-        from_pool = transport_error_class(exc)  # aiohttp's cause, named more precisely
+        from_pool = pool_failure(exc)  # aiohttp's cause, named more precisely
         if from_pool is not None:
-            error_class, message = from_pool
-            return RecoverableFetchError(message, error_class=error_class)
+            return from_pool
         if isinstance(exc, httpx.TimeoutException):
             return RecoverableFetchError(
                 f"timed out ({type(exc).__name__}) after {self.http_timeout_s:g} s",

@@ -10,24 +10,33 @@ streamed size cap), but the bytes can travel through one of two pools:
 * ``httpx``: httpx's own pool (httpcore). It slows down when one client holds many
   connections, so the engine keeps several small clients and lends one per request.
 
-Whatever the pool, errors reach the engine as httpx exceptions; :func:`transport_error_class`
-names the cause more precisely than httpx-aiohttp's mapping does (it reports a dropped
-keep-alive connection as ``ConnectTimeout``, for instance).
+Whatever the pool, errors reach the engine as httpx exceptions; :func:`pool_failure` names the
+cause more precisely than httpx-aiohttp's mapping does (it reports a dropped keep-alive
+connection as ``ConnectTimeout``, for instance).
+
+On aiohttp's pool the source's host policy is also applied when a connection is made: every
+address a name resolves to is checked then (:class:`_CheckedResolver`), so a name that passed
+the URL check and then re-resolves to a private address (DNS rebinding) is refused.
 """
 
 from __future__ import annotations
 
 import math
+import socket
 import ssl
 from typing import Literal
 
 import aiohttp
 import httpx
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
 from httpx_aiohttp import AiohttpTransport
 
 from collector import defaults
+from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
+from collector.urls import HostPolicy
 
-__all__ = ["POOL_ERROR", "TransportKind", "make_clients", "transport_error_class"]
+__all__ = ["POOL_ERROR", "RefusedAddress", "TransportKind", "make_clients", "pool_failure"]
 
 # What the aiohttp pool raises as it is (httpx-aiohttp maps only some of aiohttp's errors).
 POOL_ERROR = aiohttp.ClientError
@@ -44,18 +53,20 @@ def make_clients(
     *,
     connections: int,
     tls: ssl.SSLContext,
+    host_policy: HostPolicy | None = None,
     **client_options: object,
 ) -> list[httpx.AsyncClient]:
     """Clients that together hold at most ``connections`` connections.
 
     Lend them round-robin (``clients[i % len(clients)]`` for ``i < connections``) to respect
     each one's pool. ``client_options`` go to every ``httpx.AsyncClient`` (timeout, headers,
-    redirects, hooks). Create and close them inside the running event loop.
+    redirects, hooks). Create and close them inside the running event loop. With
+    ``host_policy``, aiohttp's pool checks each resolved address before it connects.
     """
     if kind == "aiohttp":
         return [
             httpx.AsyncClient(
-                transport=_aiohttp_transport(connections, tls),
+                transport=_aiohttp_transport(connections, tls, host_policy),
                 trust_env=False,
                 **client_options,  # type: ignore[arg-type]
             )
@@ -72,11 +83,18 @@ def make_clients(
     ]
 
 
-def _aiohttp_transport(connections: int, tls: ssl.SSLContext) -> httpx.AsyncBaseTransport:
+def _aiohttp_transport(
+    connections: int, tls: ssl.SSLContext, host_policy: HostPolicy | None
+) -> httpx.AsyncBaseTransport:
     def session() -> aiohttp.ClientSession:
         # Called by the transport on its first request, so inside the running loop.
+        checked = host_policy is not None and not host_policy.allow_private_networks
         connector = aiohttp.TCPConnector(
-            limit=connections, limit_per_host=0, ssl=tls, keepalive_timeout=KEEPALIVE_EXPIRY_S
+            limit=connections,
+            limit_per_host=0,
+            ssl=tls,
+            keepalive_timeout=KEEPALIVE_EXPIRY_S,
+            resolver=_CheckedResolver(host_policy) if checked and host_policy else None,
         )
         # httpx keeps cookies and sets the headers; aiohttp must not add a second cookie jar or
         # read proxies from the environment behind the source's back.
@@ -102,16 +120,49 @@ class _ReadBodyFirst(AiohttpTransport):
         return await super().handle_async_request(request)
 
 
-def transport_error_class(exc: BaseException) -> tuple[str, str] | None:
-    """``(error_class, message)`` for an error raised inside the aiohttp pool, else None.
+class RefusedAddress(OSError):
+    """A name resolved, when connecting, to an address the source may not reach."""
+
+
+class _CheckedResolver(AbstractResolver):
+    """aiohttp's resolver, with every address it returns checked against the host policy.
+
+    The whole name is refused when any address is refused, as the URL check does, so which
+    address aiohttp would have tried first does not matter.
+    """
+
+    def __init__(self, policy: HostPolicy) -> None:
+        self._inner = DefaultResolver()
+        self._policy = policy
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        for result in results:
+            reason = self._policy.address_refusal(host, result["host"])
+            if reason is not None:
+                raise RefusedAddress(reason)
+        return results
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def pool_failure(exc: BaseException) -> FetchError | None:
+    """The fetch error an exception from inside the aiohttp pool stands for, else None.
 
     httpx-aiohttp re-raises aiohttp's errors as httpx ones, keeping the original as
     ``__cause__``; unmapped ones (a malformed status line, oversized headers) arrive as they
-    are. All of them are recoverable: the server or the network may behave next time.
+    are. An address refused when connecting is permanent; everything else is recoverable (the
+    server or the network may behave next time).
     """
     cause = exc if isinstance(exc, aiohttp.ClientError) else exc.__cause__
     if not isinstance(cause, aiohttp.ClientError):
         return None
+    refused = getattr(cause, "os_error", None)
+    if isinstance(refused, RefusedAddress):
+        return PermanentFetchError(str(refused), error_class="refused_url")
     # aiohttp's messages can span lines and quote what the server sent: one short line.
     text = cause.message if isinstance(cause, aiohttp.ClientResponseError) else str(cause)
     text = " ".join(text.split())
@@ -119,9 +170,11 @@ def transport_error_class(exc: BaseException) -> tuple[str, str] | None:
         text = text[: _MESSAGE_CHARS - 3] + "..."
     what = type(cause).__name__
     if isinstance(cause, aiohttp.ServerTimeoutError | aiohttp.SocketTimeoutError):
-        return "timeout", f"timed out ({what}): {text}"
+        return RecoverableFetchError(f"timed out ({what}): {text}", error_class="timeout")
     if isinstance(cause, aiohttp.ClientConnectorError):
-        return "connect_error", f"cannot connect: {text}"
+        return RecoverableFetchError(f"cannot connect: {text}", error_class="connect_error")
     if isinstance(cause, aiohttp.ClientResponseError):
-        return "network_error", f"malformed response ({what}): {text}"
-    return "network_error", f"{what}: {text}"
+        return RecoverableFetchError(
+            f"malformed response ({what}): {text}", error_class="network_error"
+        )
+    return RecoverableFetchError(f"{what}: {text}", error_class="network_error")

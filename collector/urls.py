@@ -80,6 +80,25 @@ class HostPolicy:
             self._verdicts[host] = self._host_refusal(host)
         return self._verdicts[host]
 
+    def address_refusal(self, host: str, address: str) -> str | None:
+        """Why ``host`` may not be reached at ``address``, found when connecting, or None.
+
+        The connection-time half of the check: :meth:`host_refusal` judged the name when the URL
+        was checked, but a name can resolve differently a moment later (DNS rebinding).
+        """
+        if self.allow_private_networks:
+            return None
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])  # no IPv6 zone id
+        except ValueError:
+            return f"host {host!r} resolved to {address!r}, which is not an IP address"
+        if _is_public(ip):
+            return None
+        return (
+            f"host {host!r} resolved to a private/loopback address ({ip}) when connecting; "
+            "set allow_private_networks: true to allow it"
+        )
+
     def check(self, url: str) -> None:
         """Raise PermanentFetchError(refused_url) when ``url`` must not be fetched."""
         reason = self.refusal(url)

@@ -153,6 +153,23 @@ async def test_private_hosts_are_refused_before_any_request(site: FaultSite) -> 
     assert site.request_count() == 0
 
 
+async def test_a_name_that_rebinds_to_a_private_address_is_refused_when_connecting(
+    site: FaultSite, transport: TransportKind
+) -> None:
+    """DNS rebinding: the name passed the URL check (as if it had resolved to a public address
+    then), but resolves to loopback when the connection is made. aiohttp's pool checks again."""
+    if transport == "httpx":
+        pytest.skip("httpx's own pool has no connect-time address check (docs/architecture.md)")
+    policy = HostPolicy(allow_private_networks=False)
+    policy._verdicts["localhost"] = None  # the earlier lookup's verdict: public
+    port = site.base_url.rsplit(":", 1)[1]
+    (result,) = await fetch(engine(host_policy=policy), f"http://localhost:{port}/items/1.json")
+    assert result.status == "failed" and result.error is not None
+    assert result.error.error_class == "refused_url" and result.attempts == 1
+    assert "resolved to a private/loopback address" in str(result.error)
+    assert site.request_count() == 0
+
+
 async def test_unreachable_port_is_a_recoverable_connect_error() -> None:
     (result,) = await fetch(
         engine(retry=RetrySettings(max_attempts=1)), "http://127.0.0.1:9/nothing.json"
@@ -178,8 +195,10 @@ async def test_per_domain_rate_is_enforced(site: FaultSite) -> None:
     assert all(r.status == "ok" for r in results)
     assert time.monotonic() - began >= 2.0  # 10 now, 10 after 1 s, 5 after 2 s
     arrivals = sorted(r.at for r in site.requests)
-    for start in arrivals:  # no 1-second window holds more than 10 requests
-        assert sum(1 for t in arrivals if start <= t < start + 0.95) <= 10
+    # No 1-second window holds more than 10 requests; arrivals are stamped by the server, so
+    # allow them 0.2 s of delivery jitter (a loaded box delays a sent request that much).
+    for start in arrivals:
+        assert sum(1 for t in arrivals if start <= t < start + 0.8) <= 10
 
 
 async def test_retry_budget_defers_instead_of_retrying(site: FaultSite) -> None:
