@@ -44,6 +44,7 @@ POOL_ERROR = aiohttp.ClientError
 TransportKind = Literal["aiohttp", "httpx"]
 
 _MESSAGE_CHARS = 200  # longest error message kept from the pool
+H11_HEADER_BYTES = 16 * 1024  # h11's default max_incomplete_event_size
 # httpx's default keep-alive expiry, used for both pools.
 KEEPALIVE_EXPIRY_S = 5.0
 
@@ -99,7 +100,13 @@ def _aiohttp_transport(
         # httpx keeps cookies and sets the headers; aiohttp must not add a second cookie jar or
         # read proxies from the environment behind the source's back.
         return aiohttp.ClientSession(
-            connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,
+            # aiohttp refuses any header line over 8 KiB; h11 (httpx's own pool) takes a 16 KiB
+            # header block. Real sites send long CSP and cookie headers: allow as much as h11.
+            max_line_size=H11_HEADER_BYTES,
+            max_field_size=H11_HEADER_BYTES,
         )
 
     return _ReadBodyFirst(client=session)

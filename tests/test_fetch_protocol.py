@@ -30,6 +30,10 @@ REPLIES: dict[str, bytes | None] = {
         b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 200_000 + b"\r\nContent-Length: 2\r\n\r\n{}"
     ),
     "/ok": OK,
+    "/long-header": (  # a long CSP header, as real sites send: fine on both pools
+        b"HTTP/1.1 200 OK\r\nContent-Security-Policy: " + b"c" * 12_000 + b"\r\n"
+        b"Content-Length: 9\r\n\r\n{\"id\": 1}"
+    ),
 }
 
 
@@ -102,3 +106,14 @@ async def test_ok_pages_around_broken_ones_are_fetched(
         )
     assert [r.status for r in results] == ["ok"] * 6 + ["failed"]
     assert all(r.body == b'{"id": 1}' for r in results[:6])
+
+
+async def test_a_long_but_reasonable_header_is_accepted(
+    raw_server: str, transport: TransportKind
+) -> None:
+    async with engine(transport) as e:
+        (result,) = await e.fetch_batch(
+            [ClaimedItem(raw_server + "/long-header", 0, None, 0.0)],
+            budget=RetryBudget(ratio=1.0, min_retries=10),
+        )
+    assert result.status == "ok" and result.body == b'{"id": 1}', result.error
