@@ -32,7 +32,7 @@ REPLIES: dict[str, bytes | None] = {
     "/ok": OK,
     "/long-header": (  # a long CSP header, as real sites send: fine on both pools
         b"HTTP/1.1 200 OK\r\nContent-Security-Policy: " + b"c" * 12_000 + b"\r\n"
-        b"Content-Length: 9\r\n\r\n{\"id\": 1}"
+        b'Content-Length: 9\r\n\r\n{"id": 1}'
     ),
 }
 
