@@ -177,7 +177,7 @@ def pool_failure(exc: BaseException) -> FetchError | None:
         text = text[: _MESSAGE_CHARS - 3] + "..."
     what = type(cause).__name__
     if isinstance(cause, aiohttp.ServerTimeoutError | aiohttp.SocketTimeoutError):
-        return RecoverableFetchError(f"timed out ({what}): {text}", error_class="timeout")
+        return RecoverableFetchError(f"timed out ({what})", error_class="timeout")
     if isinstance(cause, aiohttp.ClientConnectorError):
         return RecoverableFetchError(f"cannot connect: {text}", error_class="connect_error")
     if isinstance(cause, aiohttp.ClientResponseError):
