@@ -30,6 +30,9 @@ REPLIES: dict[str, bytes | None] = {
         b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 200_000 + b"\r\nContent-Length: 2\r\n\r\n{}"
     ),
     "/ok": OK,
+    "/set-cookie": (
+        b'HTTP/1.1 200 OK\r\nSet-Cookie: session=abc; Path=/\r\nContent-Length: 9\r\n\r\n{"id": 1}'
+    ),
     "/long-header": (  # a long CSP header, as real sites send: fine on both pools
         b"HTTP/1.1 200 OK\r\nContent-Security-Policy: " + b"c" * 12_000 + b"\r\n"
         b'Content-Length: 9\r\n\r\n{"id": 1}'
@@ -37,12 +40,18 @@ REPLIES: dict[str, bytes | None] = {
 }
 
 
+HEADS: list[bytes] = []  # request heads the raw server received, in order
+
+
 @pytest.fixture
 async def raw_server() -> AsyncIterator[str]:
+    HEADS.clear()
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                HEADS.append(head)
                 path = head.split(b" ", 2)[1].decode()
                 reply = REPLIES[path.split("?")[0]]
                 if reply is None:
@@ -117,3 +126,19 @@ async def test_a_long_but_reasonable_header_is_accepted(
             budget=RetryBudget(ratio=1.0, min_retries=10),
         )
     assert result.status == "ok" and result.body == b'{"id": 1}', result.error
+
+
+async def test_a_cookie_a_response_sets_is_sent_back(
+    raw_server: str, transport: TransportKind
+) -> None:
+    """The engine skips cookie bookkeeping for responses without Set-Cookie, not the cookies."""
+    async with engine(transport) as e:
+        budget = RetryBudget(ratio=1.0, min_retries=10)
+        for path in ("/ok?before", "/set-cookie", "/ok?after"):
+            (result,) = await e.fetch_batch(
+                [ClaimedItem(raw_server + path, 0, None, 0.0)], budget=budget
+            )
+            assert result.status == "ok", result.error
+    before, _, after = HEADS
+    assert b"cookie:" not in before.lower()
+    assert b"cookie: session=abc" in after.lower()
