@@ -19,8 +19,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ import orjson
 from collector import defaults
 from collector.deadletter.base import DeadLetter
 from collector.errors import BackendError
+from collector.sqlite_tx import write_transaction
 
 __all__ = ["JsonlArchive", "SqliteDeadLetterStore"]
 
@@ -210,23 +211,8 @@ class SqliteDeadLetterStore:
         if self.archive is not None and rows:
             self.archive.append(event, rows)
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction (``BEGIN IMMEDIATE``: other processes wait, never interleave)."""
-        with self._lock:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise BackendError(f"dead letters {self.path}: {exc}") from exc
-            try:
-                yield self._db
-                self._db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._db.execute("ROLLBACK")
-                raise BackendError(f"dead letters {self.path}: {exc}") from exc
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return write_transaction(self._db, self._lock, f"dead letters {self.path}")
 
     def put(self, entries: Sequence[DeadLetter]) -> int:
         if not entries:

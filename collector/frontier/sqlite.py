@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from itertools import islice
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from collector.frontier.base import (
     StoredRow,
     plan_decision,
 )
+from collector.sqlite_tx import write_transaction
 
 __all__ = ["SqliteFrontier"]
 
@@ -95,20 +96,8 @@ class SqliteFrontier:
     def __repr__(self) -> str:
         return f"SqliteFrontier({self.path!r})"
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise BackendError(f"frontier {self.path}: {exc}") from exc
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            else:
-                self._db.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return write_transaction(self._db, self._lock, f"frontier {self.path}")
 
     # --- planning --------------------------------------------------------------------------
     def offer(
