@@ -1,6 +1,6 @@
 """Throughput: the best raw httpx loop vs `collector run` with every policy on, in one run.
 
-    .venv/bin/python bench/throughput.py [--pages 20000] [--batch-size 500]
+    .venv/bin/python bench/throughput.py [--pages 20000] [--batch-size 500] [--transport httpx]
 
 Serves PAGES small JSON pages from nginx on loopback, then measures side by side:
 
@@ -81,7 +81,9 @@ async def raw_httpx(
     return len(urls) / elapsed
 
 
-def collector_run(site: StaticSite, pages: int, batch_size: int, concurrency: int) -> dict:
+def collector_run(
+    site: StaticSite, pages: int, batch_size: int, concurrency: int, transport: str
+) -> dict:
     folder = Path(tempfile.mkdtemp(prefix="collector-bench-src-"))
     (folder / "suite.json").write_text(json.dumps(SUITE))
     source = {
@@ -102,6 +104,7 @@ def collector_run(site: StaticSite, pages: int, batch_size: int, concurrency: in
             "concurrency": concurrency,
             "per_domain_concurrency": concurrency,
             "per_domain_rate": "100000/second",
+            "transport": transport,
         },
         "validation": {"suite": "suite.json"},
         "sink": {"type": "jsonl", "path": "out"},
@@ -132,6 +135,12 @@ def main() -> int:
         "--batch-size", type=int, nargs="+", default=[500, 1000], help="one collector run each"
     )
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument(
+        "--transport",
+        choices=["aiohttp", "httpx"],
+        default="aiohttp",
+        help="the pool collector fetches through (limits.transport); aiohttp is the default",
+    )
     args = parser.parse_args()
 
     with StaticSite(args.pages) as site:
@@ -152,7 +161,7 @@ def main() -> int:
             raw_aiohttp = asyncio.run(
                 raw_httpx(urls, clients=1, connections=args.concurrency, aiohttp_pool=True)
             )
-            summary = collector_run(site, args.pages, size, args.concurrency)
+            summary = collector_run(site, args.pages, size, args.concurrency, args.transport)
             summary["load_average"] = {
                 "before": load_before,
                 "after": [round(x, 2) for x in os.getloadavg()],
@@ -163,6 +172,7 @@ def main() -> int:
         "pages": args.pages,
         "raw_httpx_pages_per_second_by_shape": shapes,
         "raw_httpx_best_shape": f"{best_shape} (clients x connections)",
+        "collector_transport": args.transport,
         "target_ratio": 0.7,
     }
     for size, (raw, raw_aiohttp, summary) in runs.items():
