@@ -109,12 +109,22 @@ class Tally:
 
 
 def tally(store: DeadLetterStore, source: str) -> Tally:
-    """Count every entry of ``source`` once, by the term of the balance it is in."""
+    """Count every entry of ``source`` once, by the term of the balance it is in.
+
+    From the store's counts in one consistent read (:meth:`DeadLetterStore.status_kinds`), not
+    by loading every entry: the same terms as :func:`kind_of` gives entry by entry.
+    """
     counts = Tally()
-    for entry in store.list(source=source, status=None, limit=1 << 40):
-        counts.quarantined += 1
-        kind = kind_of(entry)
-        setattr(counts, kind, getattr(counts, kind) + 1)
+    for key, n in store.status_kinds(source).items():
+        status, _, kind = key.partition(":")
+        if status == "open":
+            term = "open"
+        elif status == "review" or kind == "reviewed":
+            term = "escalated"
+        else:
+            term = kind if kind in KINDS else "other"
+        counts.quarantined += n
+        setattr(counts, term, getattr(counts, term) + n)
     return counts
 
 

@@ -469,3 +469,27 @@ def test_replay_into_postgres_is_fenced_idempotent_and_compensable(
     finally:
         sink.close()
         store.close()
+
+
+def test_tally_from_counts_equals_kind_of_entry_by_entry(tmp_path: Path) -> None:
+    """The balance read from the store's counts is the one kind_of gives per entry."""
+    store = SqliteDeadLetterStore(tmp_path / "dl.db")
+    urls = [f"https://example.test/{n}" for n in range(9)]
+    entries = [
+        DeadLetter(source="s", url=url, stage="fetch", error_class="http_500", message="x",
+                   attempts=1, first_seen=1.0, last_seen=1.0)
+        for url in urls
+    ]  # fmt: skip
+    store.put(entries)
+    resolutions = ["repaired: a", "reenqueued: b", "discarded: c", "reviewed: d", "by hand", ""]
+    for entry, resolution in zip(entries, resolutions, strict=False):
+        store.resolve(entry.id, resolution)
+    store.escalate(entries[6].id, "look")
+    by_entry: dict[str, int] = {}
+    for entry in store.list(source="s", status=None, limit=100):
+        by_entry[kind_of(entry)] = by_entry.get(kind_of(entry), 0) + 1
+    counted = tally(store, "s").as_dict()
+    assert counted["quarantined"] == 9 and counted["balanced"]
+    assert {k: v for k, v in counted.items() if k not in ("quarantined", "balanced") and v} == (
+        by_entry
+    )

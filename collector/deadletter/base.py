@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import builtins
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["DeadLetter", "DeadLetterStore", "Stage", "dead_letter_id"]
+__all__ = ["DeadLetter", "DeadLetterStore", "Stage", "count_status_kinds", "dead_letter_id"]
 
 Stage = Literal["plan", "fetch", "parse", "validate", "store"]
 Status = Literal["open", "review", "resolved"]
@@ -93,6 +93,15 @@ class DeadLetterStore(Protocol):
         """Open entries per ``stage/error_class``."""
         ...
 
+    def status_kinds(self, source: str) -> dict[str, int]:
+        """Entries of ``source`` by state, in one consistent read, without loading them.
+
+        Keys: ``open``, ``review``, and ``resolved:<kind>`` where kind is the resolution text
+        before its first ``:``, stripped (triage writes ``"repaired: ..."``). What the triage
+        balance is computed from, so it costs a count, not a read of every payload.
+        """
+        ...
+
     def resolve(self, entry_id: str, resolution: str, *, requeued: bool = False) -> bool:
         """Mark an open entry resolved; False if it was not open (resolve happens once).
 
@@ -143,3 +152,12 @@ class DeadLetterStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def count_status_kinds(rows: Iterable[tuple[str, str, int]]) -> dict[str, int]:
+    """``(status, resolution prefix, count)`` rows as :meth:`DeadLetterStore.status_kinds` keys."""
+    counts: dict[str, int] = {"open": 0, "review": 0}
+    for status, prefix, n in rows:
+        key = f"resolved:{prefix.strip()}" if status == "resolved" else status
+        counts[key] = counts.get(key, 0) + int(n)
+    return counts

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from collector import defaults
-from collector.deadletter.base import DeadLetter
+from collector.deadletter.base import DeadLetter, count_status_kinds
 from collector.errors import BackendError
 from collector.sqlite_tx import write_transaction
 
@@ -300,6 +300,19 @@ class SqliteDeadLetterStore:
             params.append(status)
         with self._lock:
             return dict(self._db.execute(sql + " GROUP BY 1 ORDER BY 2 DESC", params).fetchall())
+
+    def status_kinds(self, source: str) -> dict[str, int]:
+        # One statement, so one snapshot; the prefix is grouped here and stripped in Python
+        # (SQL's trim() knows only spaces).
+        sql = (
+            "SELECT status, CASE WHEN status = 'resolved' THEN"
+            " substr(coalesce(resolution, ''), 1,"
+            " instr(coalesce(resolution, '') || ':', ':') - 1) ELSE '' END, COUNT(*)"
+            " FROM deadletters WHERE source = ? GROUP BY 1, 2"
+        )
+        with self._lock:
+            found = self._db.execute(sql, (source,)).fetchall()
+        return count_status_kinds(found)
 
     def resolve(self, entry_id: str, resolution: str, *, requeued: bool = False) -> bool:
         with self._transaction() as db:

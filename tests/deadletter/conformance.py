@@ -201,6 +201,29 @@ class DeadLetterConformance:
         assert store.counts("other") == {"open": 1, "review": 0, "resolved": 0}
         assert store.counts("nobody") == {"open": 0, "review": 0, "resolved": 0}
 
+    def test_status_kinds_count_resolutions_by_kind(self, store: DeadLetterStore) -> None:
+        urls = [f"https://example.test/{n}" for n in range(8)]
+        store.put([letter(url) for url in urls])
+        store.put([letter("https://example.test/x", source="other")])
+        resolutions = [
+            "repaired: coerced price", "repaired: trimmed", " discarded : spam", "reviewed: ok",
+            "no colon here", "",
+        ]  # fmt: skip
+        for url, resolution in zip(urls, resolutions, strict=False):
+            assert store.resolve(letter(url).id, resolution)
+        assert store.escalate(letter(urls[6]).id, "needs a human")
+        assert store.status_kinds("src") == {
+            "open": 1,
+            "review": 1,
+            "resolved:repaired": 2,
+            "resolved:discarded": 1,
+            "resolved:reviewed": 1,
+            "resolved:no colon here": 1,
+            "resolved:": 1,
+        }
+        assert store.status_kinds("other") == {"open": 1, "review": 0}
+        assert store.status_kinds("nobody") == {"open": 0, "review": 0}
+
     def test_reasons_are_stage_slash_error_class(self, store: DeadLetterStore) -> None:
         store.put(
             [
