@@ -389,10 +389,6 @@ class FetchEngine:
     def _failure(self, exc: Exception) -> FetchError:
         """The fetch error an exception from httpx (or the pool under it) stands for."""
         from_pool = pool_failure(exc)  # aiohttp's cause, named more precisely
-        if from_pool is not None and from_pool.error_class == "timeout":
-            return RecoverableFetchError(
-                f"{from_pool} after {self.http_timeout_s:g} s", error_class="timeout"
-            )
         if from_pool is not None:
             return from_pool
         if isinstance(exc, httpx.TimeoutException):

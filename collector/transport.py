@@ -43,6 +43,7 @@ POOL_ERROR = aiohttp.ClientError
 
 TransportKind = Literal["aiohttp", "httpx"]
 
+_AIOHTTP_TIMEOUTS = (aiohttp.ServerTimeoutError, aiohttp.SocketTimeoutError)
 _MESSAGE_CHARS = 200  # longest error message kept from the pool
 H11_HEADER_BYTES = 16 * 1024  # h11's default max_incomplete_event_size
 # httpx's default keep-alive expiry, used for both pools.
@@ -100,7 +101,7 @@ def _aiohttp_transport(
             limit_per_host=0,
             ssl=tls,
             keepalive_timeout=KEEPALIVE_EXPIRY_S,
-            resolver=_CheckedResolver(host_policy) if checked and host_policy else None,
+            resolver=_CheckedResolver(host_policy) if checked else None,  # type: ignore[arg-type]
         )
         # httpx keeps cookies and sets the headers; aiohttp must not add a second cookie jar or
         # read proxies from the environment behind the source's back.
@@ -180,12 +181,13 @@ def pool_failure(exc: BaseException) -> FetchError | None:
 
     httpx-aiohttp re-raises aiohttp's errors as httpx ones, keeping the original as
     ``__cause__``; unmapped ones (a malformed status line, oversized headers) arrive as they
-    are. An address refused when connecting is permanent; everything else is recoverable (the
-    server or the network may behave next time).
+    are. Real timeouts are left to the caller's httpx handling (mapped right, unlike a dropped
+    connection, which arrives as ``ConnectTimeout``). An address refused when connecting is
+    permanent; everything else is recoverable (the server or the network may behave again).
     """
     cause = exc if isinstance(exc, aiohttp.ClientError) else exc.__cause__
-    if not isinstance(cause, aiohttp.ClientError):
-        return None
+    if not isinstance(cause, aiohttp.ClientError) or isinstance(cause, _AIOHTTP_TIMEOUTS):
+        return None  # not from the pool, or a real timeout (httpx-aiohttp maps those right)
     refused = getattr(cause, "os_error", None)
     if isinstance(refused, RefusedAddress):
         return PermanentFetchError(str(refused), error_class="refused_url")
@@ -195,8 +197,6 @@ def pool_failure(exc: BaseException) -> FetchError | None:
     if len(text) > _MESSAGE_CHARS:
         text = text[: _MESSAGE_CHARS - 3] + "..."
     what = type(cause).__name__
-    if isinstance(cause, aiohttp.ServerTimeoutError | aiohttp.SocketTimeoutError):
-        return RecoverableFetchError(f"timed out ({what})", error_class="timeout")
     if isinstance(cause, aiohttp.ClientConnectorError):
         return RecoverableFetchError(f"cannot connect: {text}", error_class="connect_error")
     if isinstance(cause, aiohttp.ClientResponseError):

@@ -66,12 +66,14 @@ def resolution(kind: Kind | Literal["reviewed"], detail: str) -> str:
 
 def kind_of(entry: DeadLetter) -> str:
     """Which term of the balance an entry is in now (``other``: resolved outside Collector)."""
-    if entry.status == "open":
+    return _term(entry.status, (entry.resolution or "").split(":", 1)[0].strip())
+
+
+def _term(status: str, kind: str) -> str:
+    """The balance term of an entry in ``status`` whose resolution has ``kind``."""
+    if status == "open":
         return "open"
-    if entry.status == "review":
-        return "escalated"
-    kind = (entry.resolution or "").split(":", 1)[0].strip()
-    if kind == "reviewed":  # escalated, then settled by a person: still counted as escalated
+    if status == "review" or kind == "reviewed":  # settled by a person: still escalated
         return "escalated"
     return kind if kind in KINDS else "other"
 
@@ -117,12 +119,7 @@ def tally(store: DeadLetterStore, source: str) -> Tally:
     counts = Tally()
     for key, n in store.status_kinds(source).items():
         status, _, kind = key.partition(":")
-        if status == "open":
-            term = "open"
-        elif status == "review" or kind == "reviewed":
-            term = "escalated"
-        else:
-            term = kind if kind in KINDS else "other"
+        term = _term(status, kind)
         counts.quarantined += n
         setattr(counts, term, getattr(counts, term) + n)
     return counts
