@@ -8,7 +8,7 @@ Serves PAGES small JSON pages from nginx on loopback, then measures side by side
    (several small AsyncClients, as measured in docs/architecture.md), fetching and
    json-decoding every page, nothing else. This is the figure the target is set against;
 2. raw httpx on aiohttp's pool (httpx-aiohttp, one client of 32 connections): the same loop on
-   the pool collector fetches through by default (collector/transport.py), for reference;
+   the pool collector fetches through by default (collector/fetch/transport.py), for reference;
 3. `collector run --json` on a source with TTL rules, priority rules, leases, retries, a rate
    limit far above the load, a Great Expectations suite, and the JSONL sink, in a fresh state
    folder, against a temporary Prefect server (as a user's first run would);
@@ -19,7 +19,7 @@ figure is pages over the run's own loop time (``pages_per_second``) and, for hon
 whole command's wall time including Prefect start-up and GX import. Each collector run also
 reports its Great Expectations cost: GX time per 500-record-ish batch and per record (measured
 in the validation worker), and how many GX calls it made for how many batches (waiting batches
-are validated together, see collector/validation_worker.py). The load average is printed
+are validated together, see collector/settle/validation_worker.py). The load average is printed
 before and after each pair: on this shared box, read the ratios, not the absolute figures.
 For GX alone, side by side with one GX call per batch, see bench/validation.py.
 """

@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from collector import defaults  # noqa: E402
 from collector.demo.scenario import SUITE  # noqa: E402
-from collector.validation import SuiteValidator  # noqa: E402
-from collector.validation_worker import ValidationWorker  # noqa: E402
+from collector.settle.validation import SuiteValidator  # noqa: E402
+from collector.settle.validation_worker import ValidationWorker  # noqa: E402
 
 CATEGORIES = ["books", "tools", "games", "food"]
 

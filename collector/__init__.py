@@ -18,10 +18,10 @@ from collector.errors import (
     RecoverableFetchError,
     StaleLeaseError,
 )
-from collector.fetch import FetchEngine, FetchResult
+from collector.fetch.engine import FetchEngine, FetchResult
 from collector.frontier import Frontier, Lease, SqliteFrontier
-from collector.ledger import Ledger
-from collector.pipeline import BatchReport, Collection
+from collector.run.collection import BatchReport, Collection
+from collector.run.ledger import Ledger
 from collector.sinks import JsonlSink, Sink, SinkRecord
 
 __all__ = [

@@ -25,7 +25,7 @@ def _redis_url(
 ) -> str:
     """The Redis URL of a backend: from its RedisDatabase block, or its (resolved) url."""
     if settings.block is not None:
-        from collector.secrets import redis_url_from_block
+        from collector.ops.secrets import redis_url_from_block
 
         return redis_url_from_block(settings.block, field=f"{field}.block")
     assert settings.url is not None

@@ -35,14 +35,14 @@ from pydantic import (
 )
 
 from collector import defaults
-from collector.backlog import BacklogSettings
 from collector.errors import ConfigError
-from collector.priority import PrioritySettings
-from collector.repair import RepairRules
-from collector.retry import RetrySettings
+from collector.ops.backlog import BacklogSettings
+from collector.policy.priority import PrioritySettings
+from collector.policy.retry import RetrySettings
+from collector.policy.ttl import TTLSettings, alignment_problems
+from collector.policy.urls import check_url_syntax
+from collector.recovery.repair import RepairRules
 from collector.sinks._names import DEFAULT_TABLE, check_table_name
-from collector.ttl import TTLSettings, alignment_problems
-from collector.urls import check_url_syntax
 
 __all__ = [
     "BacklogSettings",
@@ -362,7 +362,7 @@ class Source(_Section):
     locks: LocksSettings = Field(default_factory=LocksSettings)
     repair: RepairRules = Field(
         default_factory=RepairRules,
-        description="Fixes triage may apply to quarantined records (collector.repair).",
+        description="Fixes triage may apply to quarantined records (collector.recovery.repair).",
     )
     backlog: BacklogSettings = Field(default_factory=BacklogSettings)
     allow_private_networks: bool = Field(
@@ -406,7 +406,7 @@ class Source(_Section):
 
     @property
     def ledger_path(self) -> Path:
-        """The durable ledger of compensations (collector.ledger.LedgerBook)."""
+        """The durable ledger of compensations (collector.run.ledger.LedgerBook)."""
         return self.state_path / "ledger.jsonl"
 
     @property
@@ -463,7 +463,7 @@ class Source(_Section):
         def substitute(match: re.Match[str]) -> str:
             kind, name = match.groups()
             if kind == "secret":
-                from collector.secrets import load_secret
+                from collector.ops.secrets import load_secret
 
                 return load_secret(name, field=field)
             if name not in os.environ:
@@ -485,7 +485,7 @@ class Source(_Section):
 
     def secret_values(self) -> list[str]:
         """Values that must never appear in logs, artifacts or dead letters."""
-        from collector.secrets import known_secret
+        from collector.ops.secrets import known_secret
 
         values = []
         urls = [self.frontier.url, self.deadletters.url, self.limits.rate_storage]
@@ -594,7 +594,7 @@ def _deep_checks(source: Source, label: str) -> list[str]:
         if reason is not None:
             problems.append(f"{label}: seeds.template: {reason}")
     if source.validation.suite is not None:
-        from collector.validation import check_suite_file
+        from collector.settle.validation import check_suite_file
 
         try:
             if isinstance(source.validation.suite, dict):  # checked without touching state_dir

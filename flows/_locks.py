@@ -1,4 +1,4 @@
-"""Cross-worker locks on Prefect global concurrency limits (names from ``collector.locks``).
+"""Cross-worker locks on Prefect global concurrency limits (names from ``collector.run.locks``).
 
 ``source_lock``: ``source:<name>`` (limit 1, created when missing) held for a whole ``run``, with a
 lease Prefect renews every 3/4 of ``locks.lease_s`` from a thread, and a heartbeat Variable that
@@ -31,7 +31,7 @@ from prefect.logging import get_logger
 
 from collector import defaults
 from collector.config import Source
-from collector.locks import SourceBusy, domain_lock_name, source_lock_name
+from collector.run.locks import SourceBusy, domain_lock_name, source_lock_name
 from flows._variables import variable_name
 
 __all__ = ["domain_slots", "ensure_limit", "source_lock"]

@@ -1,6 +1,6 @@
 """The ``backlog-monitor`` flow: each source's depth against its capacity, events on change.
 
-Per source it reads the frontier's counts (``collector.backlog`` decides depth, capacity and the
+Per source it reads the frontier's counts (``collector.ops.backlog`` decides depth, capacity and the
 level with hysteresis), keeps the level and the last samples in the Prefect Variable
 ``collector-backlog-<source>`` (so the state works the same for SQLite and Redis frontiers and
 for any worker), emits ``collector.backlog.warning|critical|recovered`` only on a level change,
@@ -20,9 +20,9 @@ from prefect.variables import Variable
 from pydantic import Field
 
 from collector.backends import open_frontier
-from collector.backlog import BacklogState, sample_of, trend_markdown
 from collector.config import Source
 from collector.errors import CollectorError
+from collector.ops.backlog import BacklogState, sample_of, trend_markdown
 from flows._variables import variable_name
 from flows.sources import resolve_source
 

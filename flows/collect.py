@@ -33,11 +33,11 @@ from pydantic import Field
 
 from collector import defaults
 from collector.errors import CollectorError, ConfigError, PermanentFetchError
-from collector.fetch import FetchEngine, FetchResult, host_of
+from collector.fetch.engine import FetchEngine, FetchResult, host_of
 from collector.frontier import Lease
-from collector.locks import host_slots
-from collector.observability import init_sentry
-from collector.pipeline import BatchReport, Collection
+from collector.ops.observability import init_sentry
+from collector.run.collection import BatchReport, Collection
+from collector.run.locks import host_slots
 from flows._locks import domain_slots, source_lock
 from flows.sources import resolve_source, source_reference
 
@@ -127,7 +127,7 @@ def _dead_letter_markdown(summary: dict[str, Any]) -> str:
 
 def _report_failed_run(flow: Any, flow_run: Any, state: State[Any]) -> None:
     """on_failure hook: one Sentry event for the failed run (no-op without SENTRY_DSN)."""
-    from collector import observability
+    from collector.ops import observability
 
     if not observability.sentry_enabled():
         return

@@ -2,7 +2,7 @@
 
 Run by the ``on-source-changed`` deployment, whose trigger reacts to the event
 ``collector.source.changed`` (payload ``source``: the source file's path). It fingerprints the
-source as loaded (``collector.fingerprint``: formatting, comments, key order and spelled-out
+source as loaded (``collector.ops.fingerprint``: formatting, comments, key order and spelled-out
 defaults change nothing) and compares with the fingerprint kept in the Prefect Variable
 ``collector-source-fp-<name>``. Only when they differ does it start one run of the collect
 deployment of the source's priority class (``collect/collect-<class>``) and store the new
@@ -20,7 +20,7 @@ from prefect.variables import Variable
 from pydantic import Field
 
 from collector.errors import ConfigError
-from collector.fingerprint import fingerprint
+from collector.ops.fingerprint import fingerprint
 from flows._variables import variable_name
 from flows.sources import resolve_source
 

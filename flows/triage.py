@@ -1,7 +1,8 @@
-"""The ``triage`` flow: settle a source's open dead letters (``collector.triage``), report, tell.
+"""The ``triage`` flow: settle a source's open dead letters (``recovery.triage``), report, tell.
 
 Deployed as ``triage-on-quarantine``, triggered by ``collector.deadletter.quarantined``. The
-work is :class:`collector.triage.Triage` (plain Python); this flow adds the run (so it shows in
+work is :class:`collector.recovery.triage.Triage` (plain Python); this flow adds the run (so it
+shows in
 the UI with its parameters), a markdown report and a table per expectation as artifacts, and the
 ``collector.triage.completed`` event with the outcome counts. Two triage runs may overlap (two
 quarantine events close together): each entry is claimed in the store first, so each is settled
@@ -23,7 +24,7 @@ from pydantic import Field
 
 from collector import defaults
 from collector.backends import open_deadletters, open_frontier, open_sink
-from collector.triage import Triage, TriageReport
+from collector.recovery.triage import Triage, TriageReport
 from flows.sources import resolve_source
 
 __all__ = ["run_triage", "triage"]
@@ -38,7 +39,7 @@ def _triage(source_path: str, run_id: str, limit: int, dry_run: bool) -> TriageR
     source = resolve_source(source_path)
     validator = None
     if source.suite_path is not None:
-        from collector.validation import SuiteValidator  # GX is imported only where it runs
+        from collector.settle.validation import SuiteValidator  # GX is imported only where it runs
 
         validator = SuiteValidator(source.suite_path)
     store = open_deadletters(source)

@@ -1,4 +1,5 @@
-"""`collector.audit`: written batches checked against the current suite, failing ones undone.
+"""`collector.recovery.audit`: written batches checked against the current suite; failing ones
+undone.
 
 The same checks on the JSONL and the Postgres sink, with the real GX suite (SuiteValidator).
 """
@@ -12,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from collector.audit import audit
-from collector.ledger import LedgerBook
+from collector.recovery.audit import audit
+from collector.run.ledger import LedgerBook
+from collector.settle.validation import SuiteValidator
 from collector.sinks.base import Sink, SinkRecord
 from collector.sinks.jsonl import JsonlSink
-from collector.validation import SuiteValidator
 
 SOURCE = "audited"
 

@@ -10,7 +10,7 @@ import pytest
 
 from collector.config import load_source
 from collector.demo.site import FaultSite, record
-from collector.ledger import LedgerBook
+from collector.run.ledger import LedgerBook
 from flows.cli import main
 from flows.collect import collect
 from tests.helpers import sink_lines, write_source

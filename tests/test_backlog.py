@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collector.backlog import (
+from collector.config import SourceError, parse_source
+from collector.frontier.base import StateCounts
+from collector.ops.backlog import (
     BacklogSettings,
     BacklogState,
     Sample,
@@ -19,8 +21,6 @@ from collector.backlog import (
     sparkline,
     trend_markdown,
 )
-from collector.config import SourceError, parse_source
-from collector.frontier.base import StateCounts
 
 T = Thresholds()  # 60 / 50 and 80 / 70 %
 

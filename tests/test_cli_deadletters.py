@@ -13,7 +13,7 @@ from collector.config import Source, load_source
 from collector.deadletter import DeadLetter, SqliteDeadLetterStore
 from collector.frontier import Completed, DeadLettered, Offer
 from collector.frontier.sqlite import SqliteFrontier
-from collector.ledger import LedgerBook
+from collector.run.ledger import LedgerBook
 from collector.sinks.base import SinkRecord
 from collector.sinks.jsonl import JsonlSink
 from flows.cli import main, parse_age

@@ -16,8 +16,8 @@ import pytest
 
 from collector.config import load_source
 from collector.deadletter import SqliteDeadLetterStore
-from collector.ledger import LedgerBook
-from collector.triage import tally
+from collector.recovery.triage import tally
+from collector.run.ledger import LedgerBook
 from flows.cli import main
 from flows.collect import collect
 from flows.triage import triage

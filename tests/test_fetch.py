@@ -13,12 +13,12 @@ from collections.abc import Iterator
 import pytest
 
 from collector.demo.site import FaultSite
-from collector.fetch import FetchEngine, FetchResult
+from collector.fetch.engine import FetchEngine, FetchResult
+from collector.fetch.ratelimit import LimitsRateLimiter
+from collector.fetch.transport import TransportKind
 from collector.frontier.base import ClaimedItem
-from collector.ratelimit import LimitsRateLimiter
-from collector.retry import RetryBudget, RetrySettings
-from collector.transport import TransportKind
-from collector.urls import HostPolicy
+from collector.policy.retry import RetryBudget, RetrySettings
+from collector.policy.urls import HostPolicy
 
 FAST_RETRY = RetrySettings(base_s=0.01, cap_s=0.05, max_attempts=3, max_inline_delay_s=2)
 

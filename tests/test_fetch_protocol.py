@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from collector.fetch import FetchEngine
+from collector.fetch.engine import FetchEngine
+from collector.fetch.transport import TransportKind
 from collector.frontier.base import ClaimedItem
-from collector.retry import RetryBudget, RetrySettings
-from collector.transport import TransportKind
-from collector.urls import HostPolicy
+from collector.policy.retry import RetryBudget, RetrySettings
+from collector.policy.urls import HostPolicy
 
 OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9\r\n\r\n{"id": 1}'
 

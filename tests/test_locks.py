@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from collector.fetch import FetchEngine
+from collector.fetch.engine import FetchEngine
 from collector.frontier import ClaimedItem
-from collector.locks import domain_lock_name, host_slots, source_lock_name
-from collector.retry import RetryBudget, RetrySettings
-from collector.urls import HostPolicy
+from collector.policy.retry import RetryBudget, RetrySettings
+from collector.policy.urls import HostPolicy
+from collector.run.locks import domain_lock_name, host_slots, source_lock_name
 from flows._locks import ensure_limit
 from flows.collect import collect
 from tests.helpers import sink_lines, write_source
@@ -115,7 +115,7 @@ async def test_a_dead_holders_slot_is_taken_back_after_its_heartbeat_goes_stale(
     from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
     from prefect.variables import Variable
 
-    from collector.locks import SourceBusy
+    from collector.run.locks import SourceBusy
 
     name = "locks-dead-holder"
     lock = source_lock_name(name)

@@ -19,9 +19,9 @@ import pytest
 from sentry_sdk.envelope import Envelope
 from sentry_sdk.transport import Transport
 
-from collector import observability
 from collector.deadletter import DeadLetter
 from collector.demo.site import FaultSite
+from collector.ops import observability
 from flows.collect import collect
 from tests.helpers import write_source
 
@@ -69,8 +69,8 @@ def sentry() -> Iterator[None]:
 def test_without_a_dsn_nothing_is_initialised() -> None:
     code = (
         "import sys\n"
-        "from collector import observability\n"
-        "from collector.pipeline import Collection\n"
+        "from collector.ops import observability\n"
+        "from collector.run.collection import Collection\n"
         "assert observability.init_sentry() is False\n"
         "assert not observability.sentry_enabled()\n"
         "assert 'sentry_sdk' not in sys.modules, 'sentry_sdk was imported'\n"

@@ -1,4 +1,4 @@
-"""Response bodies to records (collector.parse)."""
+"""Response bodies to records (collector.settle.parse)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.errors import ConfigError, PermanentFetchError
-from collector.parse import RecordParser, dotted_get
+from collector.settle.parse import RecordParser, dotted_get
 
 URL = "https://example.com/items.json"
 

@@ -1,4 +1,4 @@
-"""Properties of the priority score (collector.priority): monotonicity, rank/score
+"""Properties of the priority score (collector.policy.priority): monotonicity, rank/score
 consistency, the anti-starvation bound, and per-URL rules."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from collector import defaults
-from collector.priority import (
+from collector.policy.priority import (
     MAX_BASE_SCORE,
     PriorityRule,
     PrioritySettings,

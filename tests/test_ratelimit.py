@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from collector.config import SourceError, load_source
-from collector.ratelimit import LimitsRateLimiter
+from collector.fetch.ratelimit import LimitsRateLimiter
 from tests.helpers import write_source
 
 

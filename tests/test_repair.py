@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from collector.config import SourceError, load_source
-from collector.repair import RepairRules, coerce_value
+from collector.recovery.repair import RepairRules, coerce_value
 from tests.helpers import write_source
 
 

@@ -1,4 +1,4 @@
-"""Backoff, retry decisions, the retry budget and Retry-After parsing (collector.retry)."""
+"""Backoff, retry decisions, the retry budget and Retry-After parsing (collector.policy.retry)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
-from collector.retry import (
+from collector.policy.retry import (
     RECOVERABLE_STATUS,
     RetryBudget,
     RetrySettings,

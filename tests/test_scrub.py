@@ -1,4 +1,4 @@
-"""Secrets removed from everything Collector writes (collector.scrub)."""
+"""Secrets removed from everything Collector writes (collector.ops.scrub)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.scrub import REDACTED, Scrubber
+from collector.ops.scrub import REDACTED, Scrubber
 
 PROPS = settings(max_examples=200, deadline=None)
 

@@ -6,7 +6,7 @@ import io
 import logging
 import uuid
 
-from collector.scrub import REDACTED, remember_secrets
+from collector.ops.scrub import REDACTED, remember_secrets
 
 SECRET = "hunter2-" + uuid.uuid4().hex[:12]
 

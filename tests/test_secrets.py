@@ -16,7 +16,7 @@ from collector.backends import open_deadletters, open_frontier, open_sink
 from collector.config import load_source
 from collector.errors import ConfigError
 from collector.frontier import Offer
-from collector.secrets import known_secret, redis_url_from_block
+from collector.ops.secrets import known_secret, redis_url_from_block
 from tests.servers import PostgresServer
 from tests.test_config import minimal, write
 

@@ -15,7 +15,7 @@ from prefect.variables import Variable
 
 from collector.config import SourceError, load_source
 from collector.errors import ConfigError
-from collector.fingerprint import fingerprint
+from collector.ops.fingerprint import fingerprint
 from flows.collect import collect
 from flows.source_changed import fingerprint_variable, source_changed
 from tests.helpers import write_source

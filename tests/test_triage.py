@@ -20,11 +20,11 @@ from collector.deadletter.base import DeadLetter, DeadLetterStore
 from collector.deadletter.sqlite import SqliteDeadLetterStore
 from collector.frontier import DeadLettered, Offer
 from collector.frontier.sqlite import SqliteFrontier
-from collector.ledger import LedgerBook, compensate
+from collector.recovery.triage import Triage, is_recoverable_class, kind_of, tally
+from collector.run.ledger import LedgerBook, compensate
+from collector.settle.validation import SuiteValidator
 from collector.sinks.base import SinkRecord
 from collector.sinks.jsonl import JsonlSink
-from collector.triage import Triage, is_recoverable_class, kind_of, tally
-from collector.validation import SuiteValidator
 from tests.helpers import duplicate_keys, sink_lines, write_source
 
 NOW = 1_800_000_000.0

@@ -1,4 +1,4 @@
-"""Freshness rules and hooks, and the alignment of the four TTLs (collector.ttl)."""
+"""Freshness rules and hooks, and the alignment of the four TTLs (collector.policy.ttl)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from collector import defaults
 from collector.errors import ConfigError
-from collector.ttl import FreshnessRule, TTLSettings
+from collector.policy.ttl import FreshnessRule, TTLSettings
 
 ALIGNED = {"http_timeout_s": 5, "request_deadline_s": 10, "batch_timeout_s": 60, "lease_s": 120}
 

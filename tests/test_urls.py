@@ -1,4 +1,4 @@
-"""URL syntax checks and the SSRF host policy (collector.urls). No real DNS lookups of public
+"""URL syntax checks and the SSRF host policy (collector.policy.urls). No real DNS lookups of public
 names: literals and numeric forms are decided locally, '.invalid' fails fast offline."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from collector.errors import PermanentFetchError, RecoverableFetchError
-from collector.urls import HostPolicy, check_url_syntax
+from collector.policy.urls import HostPolicy, check_url_syntax
 
 
 # --- check_url_syntax ----------------------------------------------------------------------------

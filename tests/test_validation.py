@@ -1,4 +1,4 @@
-"""Tests for collector.validation against real Great Expectations (no mocks).
+"""Tests for collector.settle.validation against real Great Expectations (no mocks).
 
 GX is imported once per test process (a few seconds); validators are module-scoped and every
 batch is validated once per module, so the file stays well under a minute.
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from collector.errors import ConfigError
-from collector.validation import (
+from collector.settle.validation import (
     BatchValidation,
     FailedExpectation,
     RowFailure,
@@ -484,7 +484,9 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_import_does_not_import_great_expectations() -> None:
-    done = _run("import collector.validation, sys; assert 'great_expectations' not in sys.modules")
+    done = _run(
+        "import collector.settle.validation, sys; assert 'great_expectations' not in sys.modules"
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -495,7 +497,7 @@ def test_load_and_empty_batch_do_not_import_gx_and_validation_prints_nothing(
     code = textwrap.dedent(
         f"""
         import sys
-        from collector.validation import SuiteValidator, check_suite_file
+        from collector.settle.validation import SuiteValidator, check_suite_file
         check_suite_file({str(path)!r})
         v = SuiteValidator({str(path)!r})
         assert v.validate([]).good == []

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from collector.validation import BatchValidation, SuiteValidator
-from collector.validation_worker import ValidationWorker
+from collector.settle.validation import BatchValidation, SuiteValidator
+from collector.settle.validation_worker import ValidationWorker
 
 ROW_LOCAL = [
     {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "name"}},

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from collector import validation_worker
-from collector.validation import SuiteValidator
-from collector.validation_worker import ValidationWorker, prewarm
+from collector.settle import validation_worker
+from collector.settle.validation import SuiteValidator
+from collector.settle.validation_worker import ValidationWorker, prewarm
 
 SUITE = {
     "name": "items",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collector.frontier.base import StateCounts
-from collector.ledger import Ledger
+from collector.run.ledger import Ledger
 
 
 def test_a_worker_balances_over_what_it_claimed() -> None:

@@ -52,7 +52,7 @@ from collector import defaults
 from collector.deadletter.base import DeadLetter, count_status_kinds
 from collector.deadletter.sqlite import JsonlArchive, _dumps
 from collector.errors import BackendError
-from collector.scrub import Scrubber
+from collector.ops.scrub import Scrubber
 
 __all__ = ["REVIEW_GROUP", "RedisDeadLetterStore"]
 

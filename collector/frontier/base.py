@@ -161,7 +161,7 @@ class StateCounts:
 
 
 RankFor = Callable[[str, float | None, float], float]
-"""``rank_for(url, age_s, fresh_s) -> rank`` supplied by the planner (see collector.priority)."""
+"""``rank_for(url, age_s, fresh_s) -> rank`` from the planner (see collector.policy.priority)."""
 
 
 @runtime_checkable

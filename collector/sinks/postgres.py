@@ -45,7 +45,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.numeric import Int8
 
 from collector.errors import BackendError
-from collector.scrub import Scrubber
+from collector.ops.scrub import Scrubber
 from collector.sinks._encode import digest, dumps
 from collector.sinks._names import DEFAULT_TABLE, check_table_name
 from collector.sinks.base import SinkRecord, WriteResult

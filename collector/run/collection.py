@@ -23,12 +23,11 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from collector import observability
 from collector.backends import open_deadletters, open_frontier, open_sink
 from collector.config import Source
 from collector.deadletter import DeadLetter, DeadLetterStore
 from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
-from collector.fetch import FetchEngine, FetchResult
+from collector.fetch.engine import FetchEngine, FetchResult
 from collector.frontier import (
     Completed,
     DeadLettered,
@@ -38,15 +37,16 @@ from collector.frontier import (
     Outcome,
     RetryLater,
 )
-from collector.ledger import Ledger
-from collector.parse import RecordParser, dotted_get
-from collector.retry import RetryBudget
-from collector.scrub import Scrubber
+from collector.ops import observability
+from collector.ops.scrub import Scrubber
+from collector.policy.retry import RetryBudget
+from collector.policy.urls import HostPolicy
+from collector.run.ledger import Ledger
+from collector.settle.parse import RecordParser, dotted_get
 from collector.sinks import Sink, SinkRecord
-from collector.urls import HostPolicy
 
 if TYPE_CHECKING:
-    from collector.validation_worker import ValidationWorker
+    from collector.settle.validation_worker import ValidationWorker
 
 __all__ = ["BatchReport", "Collection"]
 
@@ -135,7 +135,7 @@ class Collection:
     def validator(self) -> ValidationWorker | None:
         """The source's suite in a worker process, started on first use (see validation_worker)."""
         if self._validator is None and self.source.suite_path is not None:
-            from collector.validation_worker import ValidationWorker
+            from collector.settle.validation_worker import ValidationWorker
 
             self._validator = ValidationWorker(self.source.suite_path)
         return self._validator
@@ -246,7 +246,7 @@ class Collection:
 
         ``after`` (the previous batch's settle) is awaited once the batch is parsed and
         validated, before anything is written: batches are stored and acked in claim order,
-        while their validations may run together (see collector.validation_worker).
+        while their validations may run together (see collector.settle.validation_worker).
         """
         began = time.monotonic()
         try:
@@ -512,7 +512,7 @@ class Collection:
         return None if at is None else max(0.0, at - now)
 
     def finish(self, *, planned: bool = True) -> Ledger:
-        """Close the books: read the end state and check conservation (see collector.ledger).
+        """Close the books: read the end state and check conservation (see collector.run.ledger).
 
         A drain-only worker (``planned=False``) checks only what it claimed.
         """

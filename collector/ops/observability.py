@@ -12,7 +12,7 @@ Choices, and why:
   process ends), dedupe (the same exception object is sent once) and excepthook.
   No tracing, no local variables in stack frames (they may hold secrets under harmless names),
   no default PII.
-* **Scrubbed in ``before_send``** (and ``before_breadcrumb``) with collector.scrub.Scrubber:
+* **Scrubbed in ``before_send``** (and ``before_breadcrumb``) with collector.ops.scrub.Scrubber:
   every string of the event (message, exception values, tags, extra, breadcrumbs, request) loses
   the *known secret values* registered with :func:`register_secrets` (each loaded source's
   resolved ``${env:...}``/``${secret:...}`` values, see ``Source.secret_values``) and secret-looking
@@ -37,7 +37,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from collector.scrub import process_scrubber, remember_secrets
+from collector.ops.scrub import process_scrubber, remember_secrets
 
 if TYPE_CHECKING:
     from collector.deadletter import DeadLetter

@@ -4,10 +4,11 @@ The pipeline validates a batch *before* writing it, with the suite of that momen
 later gains or changes a table-level expectation (row count, column set, unique values, mean...),
 batches written under the old suite were never checked against it. :func:`audit` reads each
 batch back from the sink (``Sink.batches``, ``Sink.records``), runs the source's *current* suite
-on it (Great Expectations stays the evaluator: :class:`collector.validation.SuiteValidator`), and
+on it (Great Expectations stays the evaluator:
+:class:`collector.settle.validation.SuiteValidator`), and
 for each batch with a failed table-level expectation undoes exactly that batch's writes
-(:func:`collector.ledger.compensate`, i.e. ``Sink.remove_batch``) and records it in the
-:class:`~collector.ledger.LedgerBook`, with the failed expectations as the reason.
+(:func:`collector.run.ledger.compensate`, i.e. ``Sink.remove_batch``) and records it in the
+:class:`~collector.run.ledger.LedgerBook`, with the failed expectations as the reason.
 
 What "a batch" is: the records whose current version the batch wrote, as the sink holds them
 now, which are exactly the records ``remove_batch`` would remove. A record the batch wrote that
@@ -19,7 +20,7 @@ Idempotent by construction: a compensated batch holds no records any more, so a 
 does not see it. Given the source's frontier (as ``collector compensate`` does), the removed
 records' pages lose their freshness (``Frontier.make_stale``): the next run fetches them again,
 and its suite, which now checks the table-level expectation before writing, decides again.
-Plain Python over the protocols; ``collector audit`` (``flows/cli.py``) is the command.
+Plain Python over the protocols; ``collector audit`` (``flows/cli/recovery.py``) is the command.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from collector.frontier.base import Frontier
-from collector.ledger import LedgerBook, compensate
+from collector.run.ledger import LedgerBook, compensate
 from collector.sinks.base import Sink
 
 __all__ = ["AuditReport", "BatchAudit", "audit", "audit_reason"]
 
 
 class BatchValidator(Protocol):
-    """What the audit needs of a validator (``collector.validation.SuiteValidator`` has it)."""
+    """What the audit needs of a validator (``settle.validation.SuiteValidator`` has it)."""
 
     def validate(self, records: list[dict[str, Any]]) -> Any: ...
 
@@ -121,7 +122,7 @@ def audit(
 
     A batch id the sink does not hold is skipped (it holds no records, so there is nothing to
     check or undo). On a dry run nothing is removed or recorded. With ``frontier``, the pages of
-    removed records are fetched again by the next run (see :func:`collector.ledger.compensate`).
+    removed records are fetched again by the next run (see :func:`collector.run.ledger.compensate`).
     """
     report = AuditReport(source=source, dry_run=dry_run)
     held = sink.batches()

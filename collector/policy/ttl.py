@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from collector import defaults
 from collector._hooks import resolve_callable
-from collector._urlmatch import UrlMatch
+from collector.policy._urlmatch import UrlMatch
 
 __all__ = ["FreshnessRule", "TTLSettings", "alignment_problems"]
 

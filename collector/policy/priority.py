@@ -27,7 +27,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from collector import defaults
-from collector._urlmatch import UrlMatch
+from collector.policy._urlmatch import UrlMatch
 
 __all__ = [
     "MAX_BASE_SCORE",

@@ -34,7 +34,7 @@ from httpx_aiohttp import AiohttpTransport
 
 from collector import defaults
 from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
-from collector.urls import HostPolicy
+from collector.policy.urls import HostPolicy
 
 __all__ = ["POOL_ERROR", "RefusedAddress", "TransportKind", "make_clients", "pool_failure"]
 

@@ -8,15 +8,15 @@ What it guarantees for each URL of a batch:
   httpx timeout, ``http_timeout_s``, applies to each read inside it); the whole batch stops
   starting new work before the batch task's own timeout, so results are returned, not lost;
 * **safety**: scheme and host are checked before the first byte and at every redirect hop
-  (:mod:`collector.urls`), and bodies larger than ``max_response_bytes`` are cut off;
+  (:mod:`collector.policy.urls`), and bodies larger than ``max_response_bytes`` are cut off;
 * **retries**: recoverable failures are retried under the source's retry policy
-  (:mod:`collector.retry`); waits short enough are done here, longer ones are returned as
+  (:mod:`collector.policy.retry`); waits short enough are done here, longer ones are returned as
   ``later`` for the frontier to schedule.
 
 Requests go through httpx's API; the connection pool under it is aiohttp's by default (about
-1.6x the pages/s of httpx's own, see :mod:`collector.transport`). The engine lends a client per
-request from a queue holding one entry per allowed connection, which is also what bounds the
-requests in flight.
+1.6x the pages/s of httpx's own, see :mod:`collector.fetch.transport`). The engine lends a
+client per request from a queue holding one entry per allowed connection, which is also what
+bounds the requests in flight.
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ import httpx
 
 from collector import defaults
 from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
+from collector.fetch.ratelimit import LimitsRateLimiter, RateLimiter
+from collector.fetch.transport import POOL_ERROR as _POOL_ERROR
+from collector.fetch.transport import TransportKind, make_clients, pool_failure
 from collector.frontier.base import ClaimedItem
-from collector.ratelimit import LimitsRateLimiter, RateLimiter
-from collector.retry import RetryBudget, RetryDecision, RetrySettings, is_recoverable_status
-from collector.retry import parse_retry_after as _parse_retry_after
-from collector.transport import POOL_ERROR as _POOL_ERROR
-from collector.transport import TransportKind, make_clients, pool_failure
-from collector.urls import HostPolicy
+from collector.policy.retry import RetryBudget, RetryDecision, RetrySettings, is_recoverable_status
+from collector.policy.retry import parse_retry_after as _parse_retry_after
+from collector.policy.urls import HostPolicy
 
 __all__ = ["FetchEngine", "FetchResult", "host_of"]
 
@@ -209,7 +209,8 @@ class FetchEngine:
         ``skipped`` (back to the queue as it was); one cut off mid-attempt counts as a timeout.
 
         With ``host_slots`` (host -> slots granted by the shared ``domain:<host>`` limits, see
-        collector.locks), at most that many of the batch's items of a host are in flight at once.
+        collector.run.locks), at most that many of the batch's items of a host are in flight at
+        once.
         """
         if self._lendable is None:
             raise RuntimeError("FetchEngine must be used inside 'async with'")

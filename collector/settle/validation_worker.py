@@ -2,7 +2,7 @@
 
 GX costs ~7 s to import and tens of milliseconds per batch, all of it CPU under the GIL. In the
 crawler's process that time is taken straight from the event loop that drives the requests. A
-worker process (``python -m collector.validation_worker SUITE``) imports GX while the run is
+worker process (``python -m collector.settle.validation_worker SUITE``) imports GX while the run is
 still planning, and validates batch N while the loop fetches batch N+1; a batch of 500 records
 crosses the pipe in about a millisecond.
 
@@ -13,11 +13,12 @@ length and a pickle (the child is our own code, started by us). If the worker di
 start, batches are validated in-process instead (slower, never wrong).
 
 **Batches are validated together.** GX's cost is per call (~5 ms per expectation whatever the
-row count, see collector.validation), so :meth:`ValidationWorker.validate` does not send each
+row count, see collector.settle.validation), so :meth:`ValidationWorker.validate` does not send each
 batch at once: requests wait (up to ``linger_s``, or until ``max_batches`` wait, or until the
 caller is inside :meth:`~ValidationWorker.urgent`, as the collect flow is whenever it waits
 for a settle) and go to the worker in one round trip, where
-:meth:`~collector.validation.SuiteValidator.validate_many` makes one GX call for all of them when
+:meth:`~collector.settle.validation.SuiteValidator.validate_many` makes one GX call for all of
+them when
 that is exact (row-level suites) and one per batch otherwise (table-level expectations stay per
 batch). The answer carries only the failing rows' indexes and failures, not the records: the
 parent rebuilds each :class:`BatchValidation` around its own record objects.
@@ -37,7 +38,12 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from collector import defaults
-from collector.validation import BatchValidation, FailedExpectation, RowFailure, SuiteValidator
+from collector.settle.validation import (
+    BatchValidation,
+    FailedExpectation,
+    RowFailure,
+    SuiteValidator,
+)
 
 __all__ = ["ValidationWorker", "prewarm"]
 
@@ -61,7 +67,7 @@ def prewarm(suite_path: str | Path) -> None:
 
 def _spawn(suite_path: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "collector.validation_worker", suite_path],
+        [sys.executable, "-m", "collector.settle.validation_worker", suite_path],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env={**os.environ, "GX_ANALYTICS_ENABLED": "false"},

@@ -5,7 +5,8 @@ For each open entry (``Triage.run``):
 * **claim** it for this run (``DeadLetterStore.claim_for_triage``: one conditional write), so two
   triage runs that overlap never both work on one entry; the loser skips it;
 * a quarantined **record** (stage ``validate``) gets the source's repair rules
-  (:mod:`collector.repair`), is re-keyed and re-validated with the *current* suite; what passes
+  (:mod:`collector.recovery.repair`), is re-keyed and re-validated with the *current* suite;
+  what passes
   is **replayed** into the sink under a fresh fencing token from the frontier and a batch id of
   its own (``triage:<run id>``, so ``collector compensate`` can undo a replay too); what still
   fails is **escalated** to manual review;
@@ -34,8 +35,8 @@ from collector import defaults
 from collector.config import Source
 from collector.deadletter.base import DeadLetter, DeadLetterStore
 from collector.frontier.base import Frontier
-from collector.parse import dotted_get
-from collector.retry import is_recoverable_status
+from collector.policy.retry import is_recoverable_status
+from collector.settle.parse import dotted_get
 from collector.sinks.base import Sink, SinkRecord
 
 __all__ = [
@@ -221,7 +222,7 @@ class TriageReport:
 
 
 class RecordValidator(Protocol):
-    """What triage needs of a validator (``collector.validation.SuiteValidator`` has it)."""
+    """What triage needs of a validator (``collector.settle.validation.SuiteValidator`` has it)."""
 
     def validate(self, records: list[dict[str, Any]]) -> Any: ...
 

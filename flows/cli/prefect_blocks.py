@@ -1,0 +1,45 @@
+"""``collector blocks register|save``: Collector's block types, and sources kept as blocks."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from flows.cli._common import EXIT_INVALID, EXIT_OK, _prefect_environment
+
+
+def cmd_blocks(args: argparse.Namespace) -> int:
+    """Register block types, or save a source file as a block, on the current Prefect API."""
+    _prefect_environment()
+    from collector.config import SourceError, load_source
+
+    if args.action == "save":
+        try:
+            load_source(args.file)  # the block must hold a valid source
+        except SourceError as exc:
+            for problem in exc.problems:
+                print(problem, file=sys.stderr)
+            return EXIT_INVALID
+    from blocks import register_block_types
+    from blocks.source import CollectorSource
+
+    slugs = register_block_types()
+    if args.action == "register":
+        print("registered block types: " + ", ".join(slugs))
+        return EXIT_OK
+    block = CollectorSource.from_file(args.file)
+    block.save(args.name, overwrite=True, _sync=True)  # type: ignore[call-arg]
+    print(f"saved collector-source/{args.name}: run it with source=block:{args.name}")
+    return EXIT_OK
+
+
+def register(commands: Any) -> None:
+    """Add this group's subcommands to ``collector``'s parser."""
+    blocks = commands.add_parser("blocks", help="Prefect block types for sources and backends")
+    block_actions = blocks.add_subparsers(dest="action", required=True)
+    block_actions.add_parser("register", help="register the block types (idempotent)")
+    save = block_actions.add_parser("save", help="store a source file as a CollectorSource block")
+    save.add_argument("name", help="block name (run it with source=block:NAME)")
+    save.add_argument("file", metavar="SOURCE")
+    blocks.set_defaults(func=cmd_blocks)

@@ -1,0 +1,45 @@
+"""``collector schema`` and ``validate``: what a source file may say, and whether it does."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from flows.cli._common import EXIT_INVALID, EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from collector.config import source_json_schema
+
+    print(json.dumps(source_json_schema(), indent=2))
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from collector.config import SourceError, load_source
+
+    status = EXIT_OK
+    for path in args.sources:
+        try:
+            source = load_source(path)
+        except SourceError as exc:
+            for problem in exc.problems:
+                print(problem, file=sys.stderr)
+            status = EXIT_INVALID
+            continue
+        urls = sum(1 for _ in source.iter_seed_urls())
+        print(f"{path}: ok ({source.name}: {urls} seed URLs, sink {source.sink_label})")
+    return status
+
+
+def register(commands: Any) -> None:
+    """Add this group's subcommands to ``collector``'s parser."""
+    commands.add_parser("schema", help="print the JSON schema of a source file").set_defaults(
+        func=cmd_schema
+    )
+
+    validate = commands.add_parser("validate", help="check source files without running them")
+    validate.add_argument("sources", nargs="+", metavar="SOURCE")
+    validate.set_defaults(func=cmd_validate)
