@@ -27,7 +27,7 @@ import sys
 from collections.abc import Sequence
 
 from collector.errors import ConfigError
-from flows.cli import deadletters, prefect_blocks, recovery, running, sources
+from flows.cli import deadletters, prefect_blocks, recovery, running, server, sources
 from flows.cli._common import EXIT_BUSY, EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from flows.cli.deadletters import parse_age
 
@@ -41,7 +41,7 @@ __all__ = [
     "parse_age",
 ]
 
-_GROUPS = (sources, running, deadletters, prefect_blocks, recovery)
+_GROUPS = (sources, running, deadletters, prefect_blocks, recovery, server)
 
 
 def build_parser() -> argparse.ArgumentParser:
