@@ -271,8 +271,9 @@ def pages() -> dict[Path, str]:
     return {SOURCE_REFERENCE: source_reference(), CLI_REFERENCE: cli_reference()}
 
 
-def stale(root: Path = ROOT) -> list[Path]:
+def stale(root: Path | None = None) -> list[Path]:
     """The generated pages whose file differs from what the code says now."""
+    root = ROOT if root is None else root
     found = []
     for path, text in pages().items():
         try:
