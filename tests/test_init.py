@@ -98,6 +98,15 @@ def test_init_refuses_to_overwrite_and_writes_nothing(tmp_path: Path) -> None:
     assert (tmp_path / "shop.suite.json").read_text() == "mine"
 
 
+def test_a_failed_write_leaves_none_of_the_files(tmp_path: Path) -> None:
+    """All three or none: a write that fails part-way removes what this run wrote."""
+    (tmp_path / "shop.deployment.yaml").symlink_to(tmp_path / "elsewhere")  # exists() is False
+    done = collector("init", "shop", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "cannot write shop.deployment.yaml" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shop.deployment.yaml"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

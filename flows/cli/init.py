@@ -12,7 +12,9 @@ becomes ``{i}`` (``/api/items/1234.json`` -> ``/api/items/{i}.json``, ids 1234 t
 that host is allowed, and the TTLs and politeness are set for a site that is not yours.
 
 Files that exist are never overwritten: the command refuses, in one line, before writing any.
-The written source is then checked like ``collector validate`` does (exit 2 if it is not valid).
+It writes all three or none (a failure or Ctrl-C while writing removes what it wrote), so it can
+simply be run again. The written source is then checked like ``collector validate`` does (exit
+2 if it is not valid; the files stay, to be edited).
 """
 
 from __future__ import annotations
@@ -83,6 +85,22 @@ def _seeds_from_url(url: str) -> _Seeds:
     )
 
 
+_COMMENTED = re.compile(r"^(\s*[^\s#].*?)\s+# (.*)$")
+_COMMENT_COLUMN = 39
+
+
+def _aligned(text: str) -> str:
+    """Line up the comments after values in one column, so the file reads as a table."""
+    lines = []
+    for line in text.splitlines():
+        match = _COMMENTED.match(line)
+        if match:
+            code, comment = match.groups()
+            line = f"{code.ljust(_COMMENT_COLUMN - 1)} # {comment}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 def _source_text(name: str, seeds: _Seeds, suite_file: str) -> str:
     host_line = (
         f"  allowed_hosts: [{json.dumps(seeds.host)}]   # no request leaves this host\n"
@@ -90,7 +108,7 @@ def _source_text(name: str, seeds: _Seeds, suite_file: str) -> str:
         else "  allowed_hosts: []                  # e.g. [shop.example]: no request leaves them\n"
     )
     private = "true " if seeds.local else "false"
-    return f"""\
+    return _aligned(f"""\
 # {name}: a Collector source. Check it with `collector validate {name}.yaml`, run it with
 # `collector run {name}.yaml`. Every key: docs/reference/source.md (or `collector schema`).
 name: {name}
@@ -126,13 +144,13 @@ limits:                                # be polite to a site that is not yours
   concurrency: 8
   per_domain_concurrency: 4
   per_domain_rate: "5/second"
-{host_line}\
+{host_line}
 validation:
   suite: {suite_file}          # Great Expectations; failing records go to the dead letters
 
 allow_private_networks: {private}         # true only for sites on your own machine or network
 state_dir: .collector                  # the frontier and dead letters of this source
-"""
+""")
 
 
 def _suite_text(name: str) -> str:
@@ -213,13 +231,20 @@ def cmd_init(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INVALID
+    written: list[Path] = []
+    path = folder
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for path, text in files.items():
             with path.open("x", encoding="utf-8") as out:  # "x": never replace a file
+                written.append(path)
                 out.write(text)
-    except OSError as exc:
-        print(f"collector init: cannot write in {folder}: {exc.strerror or exc}", file=sys.stderr)
+    except BaseException as exc:  # Ctrl-C included: all three files, or none of them
+        for done in written:
+            done.unlink(missing_ok=True)
+        if not isinstance(exc, OSError):
+            raise
+        print(f"collector init: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_INVALID
     try:
         source = load_source(source_path)
