@@ -49,6 +49,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from collector import defaults
+from collector._closing import Closing
 from collector.deadletter.base import DeadLetter, count_status_kinds
 from collector.deadletter.sqlite import JsonlArchive, _dumps
 from collector.errors import BackendError
@@ -456,7 +457,7 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-class RedisDeadLetterStore:
+class RedisDeadLetterStore(Closing):
     """Dead letters in Redis, shared by every worker that uses the same URL and prefix.
 
     ``url_or_client`` is a ``redis://`` URL (the store then owns its client: no automatic

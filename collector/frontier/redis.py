@@ -89,6 +89,7 @@ from redis.commands.core import Script
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
+from collector._closing import Closing
 from collector.errors import BackendError
 from collector.frontier.base import (
     STATES,
@@ -436,6 +437,29 @@ return requeued
 """
 )
 
+# ARGV: a JSON array of url, fresh_until, fetched_at, cost per page (numbers as exact text).
+# Returns how many dead items became done.
+_REVIVE = (
+    _PRELUDE
+    + """
+local A = cjson.decode(ARGV[1])
+local revived = 0
+for i = 1, #A, 4 do
+  local url = A[i]
+  local rec, k, f = load(url)
+  if rec and rec[1] == X then
+    rec[10], rec[11], rec[12] = tonumber(A[i + 1]), tonumber(A[i + 2]), nz(tonumber(A[i + 3]))
+    rec[6], rec[7], rec[8] = nil, nil, nil
+    clear_error(url, rec)
+    move(rec, D); save(k, f, rec)
+    revived = revived + 1
+  end
+end
+flush_counts()
+return revived
+"""
+)
+
 # ARGV: urls. Returns how many done items lost their freshness (the next plan queues them).
 _MAKE_STALE = (
     _PRELUDE
@@ -600,7 +624,7 @@ def _client_url(client: redis.Redis) -> str:
     return f"redis://{host}:{port}/{kwargs.get('db', 0)}"
 
 
-class RedisFrontier:
+class RedisFrontier(Closing):
     """Frontier in a Redis database, shared by every worker that uses the same URL and prefix.
 
     ``url_or_client`` is a ``redis://`` / ``rediss://`` / ``unix://`` URL (this object then owns
@@ -650,6 +674,7 @@ class RedisFrontier:
                 ("release", _RELEASE),
                 ("requeue", _REQUEUE),
                 ("make_stale", _MAKE_STALE),
+                ("revive", _REVIVE),
                 ("offer_read", _OFFER_READ),
                 ("offer_apply", _OFFER_APPLY),
                 ("counts", _COUNTS),
@@ -664,6 +689,9 @@ class RedisFrontier:
 
     def __repr__(self) -> str:
         return f"RedisFrontier({self.url!r}, prefix={self.prefix!r})"
+
+    def location(self) -> str:
+        return f"{self.url} (prefix {self.prefix!r})"
 
     def _base(self, source: str) -> str:
         return "{" + f"{self.prefix}:{source}" + "}"
@@ -816,6 +844,15 @@ class RedisFrontier:
             return 0
         args = [_num(now), _num(now + queue_ttl_s), *urls]
         return int(self._run("requeue", "requeue", source, args))
+
+    def revive(self, source: str, pages: Sequence[Completed]) -> int:
+        if not pages:
+            return 0
+        flat: list[Any] = []
+        for p in pages:
+            flat += (p.url, _num(p.fresh_until), _num(p.fetched_at), _num(p.cost))
+        args = [json.dumps(flat, ensure_ascii=False)]
+        return int(self._run("revive", "revive", source, args))
 
     def make_stale(self, source: str, urls: Sequence[str]) -> int:
         if not urls:

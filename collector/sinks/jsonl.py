@@ -25,6 +25,7 @@ from typing import IO, Any
 
 import orjson
 
+from collector._closing import Closing
 from collector.errors import BackendError
 from collector.sinks._encode import digest as _digest
 from collector.sinks._encode import dumps as _dumps
@@ -45,7 +46,7 @@ class _Entry:
     batch: str
 
 
-class JsonlSink:
+class JsonlSink(Closing):
     def __init__(self, folder: str | Path, *, source: str) -> None:
         self.folder = Path(folder)
         self.source = source
