@@ -3,7 +3,8 @@
 Nothing is lost: every bad page or record ends as a dead letter or a repaired record, and after
 each triage run ``quarantined = repaired + reenqueued + escalated + discarded + open`` holds
 exactly: the archive's quarantined entries against the store's entries by state. A 1 GB body
-is cut off by the size cap while streaming. Compensation then removes exactly the replay batch's records.
+is cut off by the size cap while streaming.
+Compensation then removes exactly the replay batch's records.
 """
 
 from __future__ import annotations
