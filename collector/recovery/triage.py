@@ -269,7 +269,7 @@ class RecordValidator(Protocol):
     def validate(self, records: list[dict[str, Any]]) -> Any: ...
 
 
-def _names(failed: list[dict[str, Any]] | tuple[Any, ...]) -> list[str]:
+def expectation_names(failed: list[dict[str, Any]] | tuple[Any, ...]) -> list[str]:
     out = []
     for f in failed:
         name = f["expectation"] if isinstance(f, dict) else f.expectation
@@ -381,9 +381,9 @@ class Triage:
         table: list[str] = []
         if self.validator is not None:
             outcome = self.validator.validate([record for _, record, _, _ in repaired])
-            table = _names(outcome.table_failures)
+            table = expectation_names(outcome.table_failures)
             for row in outcome.bad:
-                failed_rows[row.index] = _names(row.failed)
+                failed_rows[row.index] = expectation_names(row.failed)
         passing: list[tuple[DeadLetter, SinkRecord, list[str]]] = []
         for index, (entry, record, changes, key) in enumerate(repaired):
             failed_after = failed_rows.get(index, []) + table
@@ -449,5 +449,5 @@ class Triage:
             error_class=entry.error_class,
             outcome=outcome,
             detail=detail,
-            failed_before=_names(entry.failed_expectations),
+            failed_before=expectation_names(entry.failed_expectations),
         )
