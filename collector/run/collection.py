@@ -562,6 +562,7 @@ class Collection:
             "validation": self._validation_summary(),
             "sink": self.sink.location(),
             "records_in_sink": self.sink.count(),
+            "frontier": self.frontier.location(),
             "deadletters": self.deadletters.location(),
             "deadletter_archive": str(self.source.deadletter_archive_path),
             "deadletter_reasons": self.deadletters.reasons(self.source.name),

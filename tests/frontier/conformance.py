@@ -125,6 +125,12 @@ class FrontierConformance:
     # --- basics -------------------------------------------------------------------------------
     def test_implements_protocol(self, frontier: Frontier) -> None:
         assert isinstance(frontier, Frontier)
+        assert isinstance(frontier.location(), str) and frontier.location()
+
+    def test_is_a_context_manager(self, frontier: Frontier) -> None:
+        with frontier as same:
+            assert same is frontier
+            assert same.counts(SRC) == counts()
 
     def test_empty_frontier(self, frontier: Frontier) -> None:
         assert frontier.counts(SRC) == StateCounts()
