@@ -472,6 +472,7 @@ class Collection:
         key: str = "",
         payload: Any = None,
         failed: list[dict[str, Any]] | None = None,
+        cause: str = "",
     ) -> DeadLetter:
         now = self.clock()
         return DeadLetter(
@@ -487,6 +488,7 @@ class Collection:
             payload=self.scrub(payload),
             failed_expectations=failed or [],
             flow_run_id=self.run_id,
+            cause=cause,
         )
 
     def _fetch_letter(
@@ -496,9 +498,14 @@ class Collection:
         if body:
             payload["body_excerpt"] = body[:_BODY_EXCERPT].decode("utf-8", "replace")
             payload["body_bytes"] = len(body)
-        reason = result.decision.reason if result.decision else error.error_class
         return self._dead_letter(
-            result.url, error.stage, reason, str(error), result.attempts, payload=payload
+            result.url,
+            error.stage,
+            error.error_class,
+            str(error),
+            result.attempts,
+            payload=payload,
+            cause=result.decision.cause if result.decision else "",
         )
 
     def _record_letter(
@@ -583,7 +590,8 @@ class Collection:
             validation=self._validation_summary(),
             sink=self.sink.location(),
             records_in_sink=self.sink.count(),
-            deadletters=str(self.source.deadletter_path),
+            frontier=self.frontier.location(),
+            deadletters=self.deadletters.location(),
             deadletter_archive=str(self.source.deadletter_archive_path),
             deadletter_reasons=self.deadletters.reasons(self.source.name),
             **how,

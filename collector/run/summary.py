@@ -63,6 +63,7 @@ class RunSummary:
     # where things are
     sink: str = ""
     records_in_sink: int = 0
+    frontier: str = ""
     deadletters: str = ""
     deadletter_archive: str = ""
     deadletter_reasons: dict[str, int] = field(default_factory=dict)

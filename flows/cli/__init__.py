@@ -8,6 +8,7 @@
 ``collector demo``                   start the local demo site and collect it
 ``collector deadletters list|show``  look at what failed and why
 ``collector deadletters retry|discard``  fetch again, or resolve with a reason that is kept
+``collector review SOURCE``          settle escalated dead letters by hand (accept, discard)
 ``collector triage SOURCE``          run the triage flow (repair, replay, re-enqueue, escalate)
 ``collector compensate SOURCE --batch ID``  undo exactly one batch's writes (recorded)
 ``collector blocks register``        register Collector's Prefect block types (UI-editable)
@@ -28,7 +29,7 @@ import sys
 from collections.abc import Sequence
 
 from collector.errors import ConfigError
-from flows.cli import deadletters, init, prefect_blocks, recovery, running, server, sources
+from flows.cli import deadletters, init, prefect_blocks, recovery, review, running, server, sources
 from flows.cli._common import EXIT_BUSY, EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from flows.cli.deadletters import parse_age
 
@@ -42,7 +43,7 @@ __all__ = [
     "parse_age",
 ]
 
-_GROUPS = (init, sources, running, deadletters, prefect_blocks, recovery, server)
+_GROUPS = (init, sources, running, deadletters, review, prefect_blocks, recovery, server)
 
 
 def build_parser() -> argparse.ArgumentParser:

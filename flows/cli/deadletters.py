@@ -104,42 +104,40 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
 
 
 def _discard(source: Any, store: Any, args: argparse.Namespace) -> int:
-    from collector.recovery.triage import resolution
-
     entries = _selected(source, store, args)
     reason = _discard_reason(args)
     if reason is None:
         print("collector: discard needs a reason (--reason TEXT, or answer the prompt)",
               file=sys.stderr)  # fmt: skip
         return EXIT_INVALID
-    done = sum(store.resolve(e.id, resolution("discarded", reason)) for e in entries)
+    done = sum(store.resolve(e.id, "discarded", reason) for e in entries)
     print(f"discarded {done} of {len(entries)} dead letters ({len(entries) - done} were not open)")
     return EXIT_OK
 
 
 def _retry(source: Any, store: Any, args: argparse.Namespace) -> int:
-    """Fetch the entries' URLs again: back to the frontier's queue, entries resolved once."""
+    """Fetch the entries' pages again: back to the frontier's queue if dead (or expired),
+    whatever the entry's status (a repaired entry's page may still be dead); each entry not
+    resolved yet is resolved once. Exit 1 when a page was not dead, so nothing was done."""
     from collector.backends import open_frontier
-    from collector.recovery.triage import resolution
 
     entries = _selected(source, store, args)
-    frontier = open_frontier(source)
     requeued = refused = 0
-    try:
+    queued_urls: set[str] = set()
+    with open_frontier(source) as frontier:
         for entry in entries:
-            if entry.status == "resolved":
-                continue
-            if not frontier.requeue(
-                source.name, [entry.url], now=time.time(), queue_ttl_s=source.ttl.queue_ttl_s
-            ):
-                refused += 1
-                print(f"{entry.id}: the frontier does not hold {entry.url} as dead or expired;"
-                      " not re-enqueued", file=sys.stderr)  # fmt: skip
-                continue
-            if store.resolve(entry.id, resolution("reenqueued", "operator retry"), requeued=True):
-                requeued += 1
-    finally:
-        frontier.close()
+            if entry.url not in queued_urls:
+                if not frontier.requeue(
+                    source.name, [entry.url], now=time.time(), queue_ttl_s=source.ttl.queue_ttl_s
+                ):
+                    refused += 1
+                    print(f"{entry.id}: the frontier does not hold {entry.url} as dead or expired;"
+                          " not re-enqueued", file=sys.stderr)  # fmt: skip
+                    continue
+                queued_urls.add(entry.url)
+            if entry.status != "resolved":
+                store.resolve(entry.id, "reenqueued", "operator retry", requeued=True)
+            requeued += 1
     print(f"re-enqueued {requeued} of {len(entries)} dead letters; the next run fetches them")
     return EXIT_OK if not refused else EXIT_FAILED
 

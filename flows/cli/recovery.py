@@ -50,6 +50,9 @@ def cmd_triage(args: argparse.Namespace) -> int:
             f" + discarded {balance['discarded']} + open {balance['open']}"
             + (f" + other {balance['other']}" if balance["other"] else "")
         )
+    if not report["balance"]["balanced"]:
+        print(f"collector: dead letters do not balance: {report['balance']['difference']}",
+              file=sys.stderr)  # fmt: skip
     return EXIT_OK if report["balance"]["balanced"] else EXIT_FAILED
 
 
