@@ -64,6 +64,10 @@ def _tell(event: str, **data: Any) -> None:
         listener(event, data)
 
 
+def _tell_fetched(result: FetchResult) -> None:
+    _tell("fetched", status=result.status, decision=result.decision)
+
+
 def _retry_unless_permanent(task: Any, task_run: TaskRun, state: State[Any]) -> bool:
     """Prefect retry condition: never retry a batch that failed for a permanent reason."""
     try:
@@ -227,6 +231,10 @@ async def collect(
             progress = await _ProgressArtifact.create(run, to_fetch)
             idle_s = 0.0 if planned else idle_wait_s
             async with run.engine() as engine:
+                if progress_listeners:  # per-item progress for the terminal
+                    engine.on_item = lambda r: _tell(
+                        "fetched", status=r.status, decision=r.decision
+                    )
                 _contexts[run_id] = _RunContext(run, engine)
                 try:
                     await _drain(

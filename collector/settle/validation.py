@@ -96,6 +96,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collector._text import one_line, quoted
 from collector.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -201,15 +202,15 @@ class _Suite:
 
 
 def _one_line(text: object, limit: int = 300) -> str:
-    """Collapse whitespace so a message (often a multi-line GX/pydantic text) is one line."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+    """A message (often a multi-line GX/pydantic text) on one line; spaces inside a line are
+    kept (a value like ``'  tools '`` must show its spaces): :func:`collector._text.one_line`."""
+    return one_line(text, limit)
 
 
 def _show(value: object, limit: int = 60) -> str:
     """A short repr of a record value for messages."""
     try:
-        text = repr(value)
+        text = quoted(value)  # repr, except that a regex keeps its single backslashes
     except Exception:  # a hostile __repr__ must not break validation
         text = f"<{type(value).__name__}>"
     text = _one_line(text, 1000)
