@@ -126,7 +126,6 @@ def cmd_compensate(args: argparse.Namespace) -> int:
         print(f"batch {args.batch} was already compensated ({already.removed} records removed:"
               f" {already.reason})", file=sys.stderr)  # fmt: skip
         return EXIT_FAILED
-    reason = None if args.dry_run else _reason(args, "Reason for compensating (kept): ")
     with open_backends(source) as stores:
         where = stores.sink.location()
         if args.batch not in stores.sink.batches():
@@ -139,7 +138,7 @@ def cmd_compensate(args: argparse.Namespace) -> int:
             print(f"dry run: compensating batch {args.batch} would remove {len(records)} records"
                   f" from {where}; nothing changed")  # fmt: skip
             return EXIT_OK
-        assert reason is not None
+        reason = _reason(args, "Reason for compensating (kept in the ledger): ")
         done = compensate(
             stores.sink,
             book,
