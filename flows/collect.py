@@ -358,7 +358,7 @@ class _ProgressArtifact:
 
     def __init__(self, run: Collection, to_fetch: int, artifact_id: Any) -> None:
         self.run = run
-        self.to_fetch = max(to_fetch, 1)
+        self.to_fetch = to_fetch
         self.artifact_id = artifact_id
         self.sent_at = time.monotonic()
 
@@ -374,7 +374,8 @@ class _ProgressArtifact:
             return
         ledger = self.run.ledger
         done = ledger.stored + ledger.dead_lettered - ledger.already_dead - ledger.refused_at_plan
-        percent = min(100.0, 100.0 * done / self.to_fetch)
+        # A run with nothing to fetch is complete, not stuck at 0 %.
+        percent = min(100.0, 100.0 * done / self.to_fetch) if self.to_fetch > 0 else 100.0
         self.sent_at = time.monotonic()
         await update_progress_artifact(self.artifact_id, percent)
 

@@ -252,9 +252,18 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table.add_row("[bold]discovered", f"[bold]{summary['discovered']}", "")
     console.print(table)
     if summary["requests"] == 0 and summary["discovered"]:
+        why = [
+            f"{count} {what}"
+            for count, what in (
+                (summary["fresh_skipped"], "still fresh"),
+                (earlier, "already dead from earlier runs"),
+                (refused, "refused at plan"),
+            )
+            if count
+        ]
         console.print(
-            "nothing to fetch: every discovered item was still fresh or already dead "
-            "(a no-op run, not a failure)"
+            f"nothing fetched: {', '.join(why)}"
+            + ("" if refused else " (a no-op run, not a failure)")
         )
     verdict = "[green]balanced" if summary["balanced"] else "[red]NOT balanced"
     console.print(
