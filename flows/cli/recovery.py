@@ -56,11 +56,11 @@ def cmd_triage(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, default=str))
     else:
-        _print_triage(report, dry_run=args.dry_run)
+        _print_triage(report, args.source, dry_run=args.dry_run)
     return EXIT_OK if report["balance"]["balanced"] else EXIT_FAILED
 
 
-def _print_triage(report: dict[str, Any], *, dry_run: bool) -> None:
+def _print_triage(report: dict[str, Any], reference: str, *, dry_run: bool) -> None:
     """What triage did (or, in a dry run, would do), then the store's balance as it stands."""
     names = ("repaired", "reenqueued", "escalated", "discarded", "open", "skipped")
     counts = ", ".join(f"{name} {report[name]}" for name in names)
@@ -78,8 +78,8 @@ def _print_triage(report: dict[str, Any], *, dry_run: bool) -> None:
         + (f" + other {balance['other']}" if balance["other"] else "")
     )
     if not dry_run and report["escalated"]:
-        print(f"escalated entries wait for a person: collector deadletters list "
-              f"{report.get('source_path') or report['source']} --status review")  # fmt: skip
+        print(f"escalated entries wait for a person: collector deadletters list {reference}"
+              " --status review")  # fmt: skip
 
 
 def cmd_batches(args: argparse.Namespace) -> int:
