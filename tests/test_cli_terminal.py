@@ -458,3 +458,25 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
         assert done.returncode == 0
         assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
         assert len(done.stdout.splitlines()) == 1
+
+
+# --- 16.4 one resolver ------------------------------------------------------------------------
+def test_every_command_takes_a_block_name_like_the_flows(tmp_path: Path, prefect_api: str) -> None:
+    path = write_source(tmp_path, seeds={"urls": ["http://h.example/0"]})
+    name = f"cli-{time.time_ns()}"
+    missing = collector("validate", f"block:{name}", api=prefect_api)
+    assert missing.returncode == 2 and f"block '{name}'" in missing.stderr
+    assert "file not found" not in missing.stderr
+    saved = collector("blocks", "save", name, str(path), api=prefect_api)
+    assert saved.returncode == 0, saved.stderr[-2000:]
+    checked = collector("validate", f"block:{name}", api=prefect_api)
+    assert checked.returncode == 0 and "ok (test-items: 1 seed URLs" in checked.stdout
+    listed = collector("deadletters", "list", f"block:{name}", api=prefect_api)
+    assert listed.returncode == 0 and "no dead letters of test-items match" in listed.stderr
+
+
+def test_the_block_prefixes_are_the_blocks_own() -> None:
+    from blocks.source import BLOCK_PREFIXES
+    from flows import sources
+
+    assert sources.BLOCK_PREFIXES == BLOCK_PREFIXES
