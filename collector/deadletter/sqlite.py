@@ -14,7 +14,6 @@ review finishes or the entry is resolved another way.
 from __future__ import annotations
 
 import builtins
-import json
 import os
 import sqlite3
 import threading
@@ -24,9 +23,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from collector import defaults
+from collector import _json, defaults
 from collector.deadletter.base import DeadLetter, count_status_kinds
 from collector.errors import BackendError
 from collector.sqlite_tx import write_transaction
@@ -151,8 +148,8 @@ def _row_to_entry(row: tuple[Any, ...]) -> DeadLetter:
         first_seen=first,
         last_seen=last,
         record_key=key,
-        payload=orjson.loads(payload) if payload is not None else None,
-        failed_expectations=orjson.loads(failed) if failed else [],
+        payload=_json.loads(payload) if payload is not None else None,
+        failed_expectations=_json.loads(failed) if failed else [],
         flow_run_id=run_id,
         status=status,
         resolution=resolution,
@@ -161,10 +158,7 @@ def _row_to_entry(row: tuple[Any, ...]) -> DeadLetter:
 
 
 def _dumps(value: Any) -> bytes:
-    try:
-        return orjson.dumps(value, default=str)
-    except orjson.JSONEncodeError:  # e.g. integers beyond 64 bits
-        return json.dumps(value, default=str).encode()
+    return _json.dumps(value)
 
 
 def _entry_to_row(e: DeadLetter) -> tuple[Any, ...]:

@@ -15,6 +15,7 @@
 ``collector backlog SOURCE...``      sample each source's backlog (the backlog-monitor flow)
 ``collector blocks register``        register Collector's Prefect block types (UI-editable)
 ``collector blocks save NAME FILE``  store a source file as a ``CollectorSource`` block
+``collector server status|start|stop``  the local Prefect server every command reuses
 
 SOURCE is a file path or ``block:NAME`` everywhere (one resolver, :mod:`flows.sources`).
 Prefect is imported only by the commands that run flows, so ``validate`` and ``schema`` answer
@@ -33,7 +34,7 @@ from collections.abc import Sequence
 
 from collector.config import SourceError
 from collector.errors import ConfigError
-from flows.cli import backlog, deadletters, prefect_blocks, recovery, running, sources
+from flows.cli import backlog, deadletters, prefect_blocks, recovery, running, server, sources
 from flows.cli._common import (
     EXIT_BUSY,
     EXIT_FAILED,
@@ -55,7 +56,7 @@ __all__ = [
     "parse_age",
 ]
 
-_GROUPS = (sources, running, deadletters, recovery, backlog, prefect_blocks)
+_GROUPS = (sources, running, deadletters, recovery, backlog, prefect_blocks, server)
 
 
 _DESCRIPTION = "Collect web data into a sink, every item accounted for."

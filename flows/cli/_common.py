@@ -45,6 +45,13 @@ def _prefect_environment() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def _prefect_server() -> None:
+    """Use the user's Prefect API, or the local background server (started on first use)."""
+    from flows.local_server import use_local_server
+
+    use_local_server(say=lambda line: print(f"collector: {line}", file=sys.stderr))
+
+
 def _console(stderr: bool = True) -> Any:
     from rich.console import Console
 
@@ -61,6 +68,7 @@ def load(reference: str) -> Source:
 
     if block_name_of(reference) is not None:
         _prefect_environment()
+        _prefect_server()
     return resolve_source(reference)
 
 

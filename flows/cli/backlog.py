@@ -17,6 +17,7 @@ from flows.cli._common import (
     EXIT_FAILED,
     EXIT_OK,
     _prefect_environment,
+    _prefect_server,
     add_json,
     add_source,
     load,
@@ -27,6 +28,7 @@ def cmd_backlog(args: argparse.Namespace) -> int:
     _prefect_environment()
     for reference in args.sources:
         load(reference)  # every source valid before Prefect starts (else exit 2, main)
+    _prefect_server()
     from flows.backlog import backlog_monitor
 
     try:

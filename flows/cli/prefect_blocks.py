@@ -6,12 +6,13 @@ import argparse
 from typing import Any
 
 from collector.config import load_source
-from flows.cli._common import EXIT_OK, _prefect_environment
+from flows.cli._common import EXIT_OK, _prefect_environment, _prefect_server
 
 
 def cmd_blocks(args: argparse.Namespace) -> int:
     """Register block types, or save a source file as a block, on the current Prefect API."""
     _prefect_environment()
+    _prefect_server()
     if args.action == "save":
         load_source(args.file)  # the block must hold a valid source file (else exit 2, main)
     from blocks import register_block_types

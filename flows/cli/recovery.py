@@ -15,6 +15,7 @@ from flows.cli._common import (
     EXIT_FAILED,
     EXIT_OK,
     _prefect_environment,
+    _prefect_server,
     add_json,
     add_source,
     load,
@@ -46,6 +47,7 @@ def _reason(args: argparse.Namespace, question: str) -> str:
 def cmd_triage(args: argparse.Namespace) -> int:
     _prefect_environment()
     load(args.source)  # an invalid source: exit 2 before Prefect starts (main)
+    _prefect_server()
     from flows.triage import run_triage
 
     try:

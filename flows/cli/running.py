@@ -18,6 +18,7 @@ from flows.cli._common import (
     EXIT_OK,
     _console,
     _prefect_environment,
+    _prefect_server,
     add_source,
     load,
     print_warnings,
@@ -162,12 +163,14 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
             from collector.settle.validation_worker import prewarm
 
             prewarm(loaded.suite_path)  # GX imports on the other core while Prefect starts
+        _prefect_server()  # after the checks above: a source that cannot run starts nothing
         from collector.run.locks import SourceBusy
+        from collector.run.stop import EXIT_CODES, StoppedWaiting
         from flows.collect import progress_listeners, run_collect
 
         progress_listeners.append(progress)
         try:
-            summary = run_collect(
+            result = run_collect(
                 source,
                 batch_size=args.batch_size,
                 max_items=args.max_items,
@@ -181,6 +184,10 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
             progress.finish(None)
             print(f"collector: busy: {exc}", file=sys.stderr)
             return EXIT_BUSY, None
+        except StoppedWaiting as exc:
+            progress.finish(None)
+            print(f"collector: {exc}; nothing was claimed", file=sys.stderr)
+            return EXIT_CODES.get(exc.reason, EXIT_FAILED), None
         except ConfigError as exc:
             progress.finish(None)
             print(f"{source}: {exc}", file=sys.stderr)
@@ -191,13 +198,22 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
             return EXIT_FAILED, None
         finally:
             progress_listeners.remove(progress)
+        summary = result.as_dict()
     finally:
         progress.finish(summary)
-    if summary.get("skipped"):
+    if result.interrupted:
+        print(
+            f"collector: interrupted by {result.interrupted}: {result.stored} stored, "
+            f"{result.returned + result.released} returned to the queue unchanged, lock "
+            "released; run again to continue",
+            file=sys.stderr,
+        )
+        return EXIT_CODES.get(result.interrupted, EXIT_FAILED), summary
+    if result.skipped:
         return EXIT_OK, summary
-    if summary.get("refused_at_plan"):
+    if result.refused_at_plan:
         summary["refusal"] = _first_refusal(loaded)
-    return (EXIT_OK if summary["balanced"] else EXIT_FAILED), summary
+    return (EXIT_OK if result.balanced else EXIT_FAILED), summary
 
 
 def _first_refusal(loaded: Source) -> str | None:
