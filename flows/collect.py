@@ -71,6 +71,10 @@ def _tell(event: str, **data: Any) -> None:
         listener(event, data)
 
 
+def _tell_fetched(result: FetchResult) -> None:
+    _tell("fetched", status=result.status, decision=result.decision)
+
+
 def _retry_unless_permanent(task: Any, task_run: TaskRun, state: State[Any]) -> bool:
     """Prefect retry condition: never retry a batch that failed for a permanent reason."""
     try:
@@ -277,6 +281,8 @@ async def _collect(
                 await progress.update()
 
         async with run.engine() as engine:
+            if progress_listeners:  # per-item progress for the terminal (`collector run`)
+                engine.on_item = _tell_fetched
             _contexts[run_id] = _RunContext(run, engine)
             try:
                 end = await drain(run, fetch, policy, stop=process_stop, listener=listen)
@@ -315,7 +321,7 @@ class _ProgressArtifact:
 
     def __init__(self, run: Collection, to_fetch: int, artifact_id: Any) -> None:
         self.run = run
-        self.to_fetch = max(to_fetch, 1)
+        self.to_fetch = to_fetch
         self.artifact_id = artifact_id
         self.sent_at = time.monotonic()
 
@@ -331,7 +337,8 @@ class _ProgressArtifact:
             return
         ledger = self.run.ledger
         done = ledger.stored + ledger.dead_lettered - ledger.already_dead - ledger.refused_at_plan
-        percent = min(100.0, 100.0 * done / self.to_fetch)
+        # A run with nothing to fetch is complete, not stuck at 0 %.
+        percent = min(100.0, 100.0 * done / self.to_fetch) if self.to_fetch > 0 else 100.0
         self.sent_at = time.monotonic()
         await update_progress_artifact(self.artifact_id, percent)
 

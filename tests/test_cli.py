@@ -158,7 +158,8 @@ def test_deadletters_list_and_show(tmp_path: Path, capsys: pytest.CaptureFixture
 
     assert main(["deadletters", "list", str(source_path), "--error-class", "http_500"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and "http://h/b" in out[0]
+    assert len(out) == 2 and out[0].split()[:3] == ["ID", "STATUS", "STAGE"]
+    assert "http://h/b" in out[1]
 
     assert main(["deadletters", "list", str(source_path), "--stage", "fetch", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)

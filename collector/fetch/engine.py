@@ -25,7 +25,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Self
@@ -125,6 +125,9 @@ class FetchEngine:
         self.transport: TransportKind = transport
         self.rng = rng or random.Random()
         self.requests_sent = 0
+        # Called with each item's result as soon as its fetch ends (a progress display counts
+        # items, not batches); must be quick and must not raise. Cut-off items are not reported.
+        self.on_item: Callable[[FetchResult], None] | None = None
         self._clients: list[httpx.AsyncClient] = []
         self._lendable: asyncio.Queue[httpx.AsyncClient] | None = None
         self._domain_slots: dict[str, asyncio.Semaphore] = {}
@@ -236,9 +239,13 @@ class FetchEngine:
         async def fetch_one(p: _Progress) -> FetchResult:
             cap = caps.get(_host_of(p.item.url)) if caps else None
             if cap is None:
-                return await self._fetch_item(p, budget, start_by)
-            async with cap:
-                return await self._fetch_item(p, budget, start_by)
+                result = await self._fetch_item(p, budget, start_by)
+            else:
+                async with cap:
+                    result = await self._fetch_item(p, budget, start_by)
+            if self.on_item is not None:
+                self.on_item(result)
+            return result
 
         tasks = [asyncio.create_task(fetch_one(p)) for p in progress]
         if not tasks:

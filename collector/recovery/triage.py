@@ -44,6 +44,7 @@ from collector.deadletter.archive import JsonlArchive
 from collector.deadletter.base import DeadLetter, DeadLetters, DeadLetterStore
 from collector.frontier.base import Completed, Frontier
 from collector.policy.retry import is_recoverable_status
+from collector.recovery.requeue import reenqueue
 from collector.settle.parse import dotted_get
 from collector.sinks.base import Sink, SinkRecord
 
@@ -344,14 +345,10 @@ class Triage:
         detail = f"recoverable {entry.error_class}, re-enqueue #{entry.requeues + 1}"
         if dry_run:
             return self._outcome(entry, "reenqueued", detail)
-        queued = self.frontier.requeue(
-            self.source.name, [entry.url], now=now, queue_ttl_s=self.source.ttl.queue_ttl_s
-        )
-        if not queued:
+        if not reenqueue(self.store, self.frontier, self.source, entry, detail=detail, now=now):
             return self._escalate(
                 entry, "the frontier does not hold this URL as dead, cannot re-enqueue", dry_run
             )
-        self.store.resolve(entry.id, "reenqueued", detail, requeued=True)
         return self._outcome(entry, "reenqueued", detail)
 
     @staticmethod

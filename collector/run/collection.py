@@ -42,6 +42,7 @@ from collector.ops.scrub import Scrubber
 from collector.policy.retry import RetryBudget
 from collector.policy.urls import HostPolicy
 from collector.run.ledger import Ledger
+from collector.run.replan import LiftedRefusals
 from collector.run.summary import Role, RunSummary
 from collector.settle.parse import RecordParser, dotted_get
 from collector.sinks import Sink, SinkRecord
@@ -111,6 +112,7 @@ class Collection:
         self.validation_seconds = 0.0
         self.records_validated = 0
         self.pages_ok = 0
+        self.replanned = 0  # open plan refusals closed because the policy allows them now
 
     def __enter__(self) -> Collection:
         return self
@@ -166,6 +168,7 @@ class Collection:
             allowed_hosts=self.source.limits.allowed_hosts,
         )
         refused: list[DeadLetter] = []
+        lifted = LiftedRefusals(self.deadletters, self.source.name, policy.refusal)
 
         def offers() -> Iterator[Offer]:
             for url in self.source.iter_seed_urls():
@@ -177,6 +180,7 @@ class Collection:
                 if reason is not None:
                     refused.append(self._dead_letter(url, "plan", "refused_url", reason, 0))
                     continue
+                lifted.offered(url)
                 yield Offer(url, ttl.fresh_for(url))
 
         def rank_for(url: str, age_s: float | None, fresh_s: float) -> float:
@@ -191,6 +195,7 @@ class Collection:
             run_id=self.run_id,
         )
         self.deadletters.put(refused)
+        self.replanned = lifted.resolve()  # old refusals of URLs allowed now (collector.run.replan)
         self.errors.report(refused)
         self.ledger.fresh_skipped = result.fresh_skipped
         self.ledger.already_dead = result.already_dead
@@ -594,6 +599,7 @@ class Collection:
             deadletters=self.deadletters.location(),
             deadletter_archive=str(self.source.deadletter_archive_path),
             deadletter_reasons=self.deadletters.reasons(self.source.name),
+            replanned=self.replanned,
             **how,
         )
 

@@ -40,6 +40,7 @@ class RunSummary:
     # detail of the ledger
     refused_at_plan: int = 0
     already_dead: int = 0
+    replanned: int = 0  # old plan refusals closed: the URL policy allows them now (run/replan.py)
     retried: int = 0
     records_written: int = 0
     records_unchanged: int = 0
