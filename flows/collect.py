@@ -29,13 +29,16 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State, TaskRun
 from prefect.events import emit_event
 from prefect.runtime import flow_run
+from prefect.settings import PREFECT_CLIENT_METRICS_ENABLED
 from pydantic import Field
 
 from collector import defaults
 from collector.errors import CollectorError, ConfigError, PermanentFetchError
 from collector.fetch.engine import FetchEngine, FetchResult, host_of
 from collector.frontier import Lease
+from collector.ops import metrics
 from collector.ops.observability import init_sentry
+from collector.ops.tracing import init_tracing
 from collector.run.collection import BatchReport, Collection
 from collector.run.locks import host_slots
 from flows._locks import domain_slots, source_lock
@@ -129,6 +132,7 @@ def _report_failed_run(flow: Any, flow_run: Any, state: State[Any]) -> None:
     """on_failure hook: one Sentry event for the failed run (no-op without SENTRY_DSN)."""
     from collector.ops import observability
 
+    metrics.run_ended(str(flow_run.id), "failed")  # no-op if the flow counted it already
     if not observability.sentry_enabled():
         return
     path = str((flow_run.parameters or {}).get("source", ""))
@@ -192,8 +196,11 @@ async def collect(
     """Collect one source: plan its URLs, fetch them in leased batches, store, account."""
     logger = get_run_logger()
     init_sentry()  # once per process, only when SENTRY_DSN is set
+    init_tracing()  # once per process, only when OTEL_* asks for export
+    metrics.enable(metrics.enabled() or bool(PREFECT_CLIENT_METRICS_ENABLED.value()))
     loaded = resolve_source(source)
     run_id = str(flow_run.get_id() or uuid.uuid4())
+    metrics.run_started(run_id, loaded.name, role)
     lock = (
         source_lock(
             loaded,
@@ -204,9 +211,11 @@ async def collect(
         if role == "run"
         else contextlib.nullcontext(True)
     )
+    lock = metrics.TimedLock(lock, loaded.name) if role == "run" else lock  # lock wait seconds
     async with lock as acquired:
         if not acquired:
             logger.warning("skipped: another run of %s holds its source lock", loaded.name)
+            metrics.run_ended(run_id, "skipped")
             return {"source": loaded.name, "run_id": run_id, "role": role, "skipped": "busy"}
         fetch = fetch_batch.with_options(
             name=f"fetch-batch[{loaded.name}]", timeout_seconds=loaded.ttl.batch_timeout_s
@@ -240,6 +249,7 @@ async def collect(
             summary = {**run.summary(), "role": role}
             summary["source_path"] = source_reference(source)  # for triggered triage
     await _publish(summary)
+    metrics.run_ended(run_id, "ok" if run.ledger.balanced else "failed")
     if not run.ledger.balanced:
         logger.error("ledger does not balance: %s", "; ".join(run.ledger.problems))
         run.ledger.raise_if_unbalanced()

@@ -53,6 +53,7 @@ class DeadLetter:
     resolution: str | None = None
     requeues: int = 0  # times triage sent the item back to the frontier (kept by the store)
     id: str = ""
+    trace_id: str = ""  # OpenTelemetry trace of the batch that made it ("" when not traced)
 
     def __post_init__(self) -> None:
         if not self.id:
