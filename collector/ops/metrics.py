@@ -26,18 +26,17 @@ Prometheus' ``rate()`` expects (a restart is a counter reset it handles). A long
 ``collector run``/``collector work`` process serves its own. A Prefect *process* worker starts
 one short-lived process per flow run, whose counters would die with it: there, set
 ``PROMETHEUS_MULTIPROC_DIR`` on the worker (inherited by its flow-run processes, which then
-write their values to files in it) and serve the sum with ``python -m collector.ops.metrics
---port N`` beside the worker (prometheus_client's multiprocess mode; gauges keep the most recent
-value written by any process).
+write their values to files in it) and serve the sum with ``python -m
+collector.ops.metrics_server --port N`` beside the worker (prometheus_client's multiprocess
+mode; gauges keep the most recent value written by any process).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +57,9 @@ __all__ = [
     "enabled",
     "serve",
 ]
+
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # flow runs may start before the summing server
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _STEP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -403,20 +405,3 @@ def serve(port: int, *, addr: str = "0.0.0.0") -> Any:
         return start_http_server(port, addr=addr, registry=registry)
     enable()
     return start_http_server(port, addr=addr)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m collector.ops.metrics --port N``: serve the multiprocess sum until killed."""
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--addr", default="0.0.0.0")
-    args = parser.parse_args(argv)
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        parser.error("PROMETHEUS_MULTIPROC_DIR is not set (the folder the flow runs write to)")
-    _, thread = serve(args.port, addr=args.addr)
-    thread.join()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
