@@ -99,7 +99,7 @@ async def test_batch_spans_hang_under_prefect_task_runs_and_carry_dead_letters(
         assert event.attributes["collector.dead_letter.attempts"] == entry["attempts"]
         assert event.attributes["collector.dead_letter.retry_count"] == entry["attempts"] - 1
         assert event.attributes["messaging.operation.type"] == "send"
-    timeout = next(e for e in archived if e["error_class"] == "retries_exhausted:timeout")
+    timeout = next(e for e in archived if "timeout" in e["error_class"])  # 3 attempts
     assert events[timeout["id"]][1].attributes["collector.dead_letter.retry_count"] == 2
 
 

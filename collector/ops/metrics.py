@@ -376,8 +376,14 @@ _runs: dict[str, tuple[str, str]] = {}  # run id -> (source, role) of runs not e
 
 
 def run_started(run_id: str, source: str, role: str) -> None:
-    """Remember a run so that :func:`run_ended` can count it by source and role."""
+    """Remember a run so that :func:`run_ended` can count it by source and role.
+
+    Its ``collector_runs_total`` series start at 0 now, so ``increase()`` sees the first end.
+    """
     _runs[run_id] = (source, role)
+    if enabled():
+        for result in ("ok", "failed", "skipped"):
+            RUNS.labels(source, role, result)
 
 
 def run_ended(run_id: str, result: str) -> None:
