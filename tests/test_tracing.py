@@ -8,6 +8,9 @@ letter in the archive must carry the trace id of the batch that made it.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +28,7 @@ from collector.demo.site import FaultSite
 from collector.ops import tracing
 from flows.collect import collect
 
-pytestmark = pytest.mark.usefixtures("prefect_api")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +48,7 @@ def _by_id(finished: tuple[ReadableSpan, ...]) -> dict[int, ReadableSpan]:
     return {span.context.span_id: span for span in finished}
 
 
+@pytest.mark.usefixtures("prefect_api")
 async def test_batch_spans_hang_under_prefect_task_runs_and_carry_dead_letters(
     tmp_path: Path, site: FaultSite, spans: InMemorySpanExporter
 ) -> None:
@@ -111,3 +115,37 @@ def test_without_an_sdk_span_nothing_is_traced() -> None:
         attempts=1, first_seen=0.0, last_seen=0.0,
     )  # fmt: skip
     tracing.dead_letter_event(letter)  # does nothing, raises nothing
+
+
+_PROBE = """
+from opentelemetry import trace
+from collector.ops.tracing import init_tracing
+print(init_tracing(), type(trace.get_tracer_provider()).__module__)
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "exported", "provider"),
+    [
+        ({}, "False", "opentelemetry.trace"),  # the API's proxy: nothing configured
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, "True", "opentelemetry.sdk.trace"),
+        ({"OTEL_TRACES_EXPORTER": "console"}, "True", "opentelemetry.sdk.trace"),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"}, "False",
+         "opentelemetry.trace"),
+        ({"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"}, "False",
+         "opentelemetry.trace"),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"},
+         "False", "opentelemetry.trace"),
+    ],
+)  # fmt: skip
+def test_the_sdk_is_installed_only_when_otel_variables_ask(
+    env: dict[str, str], exported: str, provider: str
+) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE], env={**clean, **env, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert done.stdout.split() == [exported, provider]
+    if env.get("OTEL_EXPORTER_OTLP_PROTOCOL") == "grpc":  # one warning line, not a failure
+        assert "not supported" in done.stderr
