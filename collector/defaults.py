@@ -89,3 +89,8 @@ HOLDER_DEAD_AFTER_S = 30.0  # a holder silent this long is dead: its leases are 
 STOP_GRACE_S = 2.0  # after a stop request, requests in flight get this long, then are cut off
 DRAIN_POLL_S = 1.0  # while draining waits for others' leases, the frontier is looked at this often
 WORK_IDLE_WAIT_S = 30.0  # `collector work` waits this long for items when the frontier is empty
+
+# --- Metrics (collector/ops/metrics.py) ----------------------------------------------------
+METRICS_MAX_HOSTS = 20  # distinct `host` label values per process; later hosts count as "other"
+#                         (env COLLECTOR_METRICS_MAX_HOSTS); bounds the series of requests_total
+METRICS_SAMPLE_S = 5.0  # frontier depth and backlog gauges are sampled at most this often per run

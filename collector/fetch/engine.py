@@ -38,6 +38,7 @@ from collector.fetch.ratelimit import LimitsRateLimiter, RateLimiter
 from collector.fetch.transport import POOL_ERROR as _POOL_ERROR
 from collector.fetch.transport import TransportKind, make_clients, pool_failure
 from collector.frontier.base import ClaimedItem
+from collector.ops import metrics
 from collector.policy.retry import RetryBudget, RetryDecision, RetrySettings, is_recoverable_status
 from collector.policy.retry import parse_retry_after as _parse_retry_after
 from collector.policy.urls import HostPolicy
@@ -63,6 +64,7 @@ class _Progress:
     attempts: int = 0
     first_attempt_at: float = 0.0
     last_error: FetchError | None = None
+    sent_at: float = 0.0  # monotonic time the current attempt was sent (request latency)
 
     def __post_init__(self) -> None:
         self.attempts = self.item.attempts
@@ -128,6 +130,8 @@ class FetchEngine:
         # Called with each item's result as soon as its fetch ends (a progress display counts
         # items, not batches); must be quick and must not raise. Cut-off items are not reported.
         self.on_item: Callable[[FetchResult], None] | None = None
+        # per-batch request counts for Prometheus (collector.ops.metrics), None when metrics are off
+        self.tally = metrics.RequestTally() if metrics.enabled() else None
         self._clients: list[httpx.AsyncClient] = []
         self._lendable: asyncio.Queue[httpx.AsyncClient] | None = None
         self._domain_slots: dict[str, asyncio.Semaphore] = {}
@@ -301,6 +305,10 @@ class FetchEngine:
         )
         if decision.action == "inline":
             decision = RetryDecision("later", decision.delay_s, decision.reason)
+        if self.tally is not None:
+            self.tally.request(_host_of(item.url), None, None)
+            if decision.action != "dead":
+                self.tally.retry(decision.reason)
         return FetchResult(
             item.url, "failed", progress.attempts, progress.first_attempt_at,
             error=error, decision=decision,
@@ -336,6 +344,12 @@ class FetchEngine:
                     budget=budget,
                     rng=self.rng,
                 )
+                if self.tally is not None:
+                    self.tally.request(
+                        _host_of(item.url), error.status_code, time.monotonic() - progress.sent_at
+                    )
+                    if decision.action != "dead":
+                        self.tally.retry(decision.reason)
                 if decision.action == "inline" and time.monotonic() + decision.delay_s <= start_by:
                     await asyncio.sleep(decision.delay_s)
                     continue
@@ -351,6 +365,8 @@ class FetchEngine:
                     error=error,
                     decision=decision,
                 )
+            if self.tally is not None:
+                self.tally.request(_host_of(item.url), status, time.monotonic() - progress.sent_at)
             return FetchResult(
                 item.url,
                 "ok",
@@ -388,6 +404,7 @@ class FetchEngine:
                 if time.monotonic() > start_by or self._halted.is_set():
                     raise _TooLate
                 progress.attempts += 1
+                progress.sent_at = time.monotonic()
                 budget.record_request()
                 self.requests_sent += 1
                 async with asyncio.timeout(self.request_deadline_s):

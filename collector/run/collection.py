@@ -37,7 +37,7 @@ from collector.frontier import (
     Outcome,
     RetryLater,
 )
-from collector.ops import observability
+from collector.ops import metrics, observability, tracing
 from collector.ops.scrub import Scrubber
 from collector.policy.retry import RetryBudget
 from collector.policy.urls import HostPolicy
@@ -68,7 +68,9 @@ class BatchReport:
     skipped: int = 0
     stale: int = 0
     records_written: int = 0
+    records_unchanged: int = 0
     records_quarantined: int = 0
+    stale_writes: int = 0
     validation_s: float = 0.0
     reasons: dict[str, int] = field(default_factory=dict)
 
@@ -97,6 +99,7 @@ class Collection:
         self.deadletters = deadletters or open_deadletters(source)
         self.ledger = Ledger()
         self.errors = observability.DeadLetterReporter(source.name, run_id)
+        self.traces = tracing.BatchTraces(source.name)  # a span per batch (collector.ops.tracing)
         self.parser = RecordParser(
             parser=source.record.parser, records_path=source.record.records_path
         )
@@ -197,6 +200,7 @@ class Collection:
         self.deadletters.put(refused)
         self.replanned = lifted.resolve()  # old refusals of URLs allowed now (collector.run.replan)
         self.errors.report(refused)
+        metrics.count_dead_letters(self.source.name, refused)
         self.ledger.fresh_skipped = result.fresh_skipped
         self.ledger.already_dead = result.already_dead
         self.ledger.refused_at_plan = len(refused)
@@ -205,6 +209,7 @@ class Collection:
 
     # --- claim and fetch -----------------------------------------------------------------------
     def claim(self, limit: int) -> Lease:
+        began, began_ns = time.monotonic(), time.time_ns()
         lease = self.frontier.claim(
             self.source.name,
             limit,
@@ -212,6 +217,9 @@ class Collection:
             lease_s=self.source.ttl.lease_s,
             holder=self.run_id,
         )
+        metrics.claimed(self.source.name, time.monotonic() - began, lease.reclaimed)
+        self.traces.claimed(lease, began_ns)
+        self.sample_frontier()
         self.ledger.leases_reclaimed += lease.reclaimed
         self.ledger.claimed += len(lease.items)
         return lease
@@ -228,6 +236,7 @@ class Collection:
             while True:
                 await asyncio.sleep(ttl.renew_every_s)
                 self.frontier.renew(lease, now=self.clock(), lease_s=ttl.lease_s)
+                metrics.lease_renewed(self.source.name)
 
         return asyncio.create_task(keep_renewing(), name=f"renew-lease-{lease.token}")
 
@@ -240,18 +249,24 @@ class Collection:
         """
         began = time.monotonic()
         try:
-            return await engine.fetch_batch(
-                lease.items,
-                budget=self.budget,
-                batch_timeout_s=self.source.ttl.batch_timeout_s,
-                host_slots=host_slots,
-            )
+            with self.traces.fetching(lease) as span:
+                results = await engine.fetch_batch(
+                    lease.items,
+                    budget=self.budget,
+                    batch_timeout_s=self.source.ttl.batch_timeout_s,
+                    host_slots=host_slots,
+                )
+                tracing.fetched(span, results)
+            return results
         finally:
             self.fetch_seconds += time.monotonic() - began
+            if engine.tally is not None:
+                engine.tally.flush(self.source.name)
 
     def release(self, lease: Lease) -> int:
         """Give a batch back unchanged (its task failed for good)."""
         self.ledger.released += len(lease.items)  # given back, or already taken by another
+        self.traces.released(lease)
         return self.frontier.release(lease, now=self.clock())
 
     # --- settle --------------------------------------------------------------------------------
@@ -273,7 +288,10 @@ class Collection:
         """
         began = time.monotonic()
         try:
-            return await self._settle(lease, results, after)
+            with self.traces.settling(lease):
+                report = await self._settle(lease, results, after)
+            metrics.settled(self.source.name, seconds=time.monotonic() - began, report=report)
+            return report
         finally:
             self.settle_seconds += time.monotonic() - began
 
@@ -335,15 +353,20 @@ class Collection:
                 )
 
         batch_id = f"{self.run_id}:{lease.token}"
-        written = self.sink.write(good, token=lease.token, batch_id=batch_id)
+        with self.traces.step("store"):
+            written = self.sink.write(good, token=lease.token, batch_id=batch_id)
         report.records_written = written.written
+        report.records_unchanged = written.unchanged
+        report.stale_writes = written.stale
         self.ledger.records_written += written.written
         self.ledger.records_unchanged += written.unchanged
         self.ledger.stale_writes += written.stale
         self.deadletters.put(letters)
         self.errors.report(letters)
+        metrics.count_dead_letters(self.source.name, letters)
 
-        acked = self.frontier.ack(lease, list(outcomes.values()), now=self.clock())
+        with self.traces.step("ack"):
+            acked = self.frontier.ack(lease, list(outcomes.values()), now=self.clock())
         stale = set(acked.stale)
         report.stale = len(stale)
         self.ledger.stale_acks += len(stale)
@@ -402,7 +425,8 @@ class Collection:
         validator = self.validator
         if validator is not None and candidates:
             waiting = time.monotonic()
-            outcome = await validator.validate([record for _, _, record in candidates])
+            with self.traces.step("validate"):
+                outcome = await validator.validate([record for _, _, record in candidates])
             self.settle_seconds -= time.monotonic() - waiting  # the worker's time, not ours
             report.validation_s = outcome.seconds
             self.validation_seconds += outcome.seconds
@@ -480,7 +504,7 @@ class Collection:
         cause: str = "",
     ) -> DeadLetter:
         now = self.clock()
-        return DeadLetter(
+        letter = DeadLetter(
             source=self.source.name,
             url=self.scrub.url(url),
             stage=stage,  # type: ignore[arg-type]
@@ -494,7 +518,10 @@ class Collection:
             failed_expectations=failed or [],
             flow_run_id=self.run_id,
             cause=cause,
+            trace_id=tracing.trace_id_of_current(),  # the batch's trace (the plan's at plan)
         )
+        tracing.dead_letter_event(letter)
+        return letter
 
     def _fetch_letter(
         self, result: FetchResult, error: FetchError, *, body: bytes = b""
@@ -535,6 +562,12 @@ class Collection:
         )
 
     # --- finish --------------------------------------------------------------------------------
+    def sample_frontier(self, *, force: bool = False) -> None:
+        """Frontier depth and backlog gauges, at most every METRICS_SAMPLE_S (metrics on)."""
+        metrics.sample_frontier(
+            self.source.name, self.frontier, self.source.backlog, now=self.clock(), force=force
+        )
+
     def seconds_until_claimable(self) -> float | None:
         """How long until something may be claimable; None when nothing is pending."""
         now = self.clock()
@@ -546,6 +579,7 @@ class Collection:
 
         A drain-only worker (``planned=False``) checks only what it claimed.
         """
+        self.sample_frontier(force=True)
         if planned:
             self.ledger.close(self.frontier.run_counts(self.source.name, self.run_id))
         else:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,6 +142,7 @@ def _preflight(loaded: Source) -> None:
 
 def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | None]:
     """Run the collect flow; returns (exit code, summary or None)."""
+    _metrics_environment(getattr(args, "metrics_port", None))
     _prefect_environment()
     loaded = load(source)  # an invalid source: its problems, exit 2 (main)
     try:
@@ -158,6 +161,9 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
         from collector.ops.observability import init_sentry, register_secrets
 
         init_sentry()  # only when SENTRY_DSN is set; fast options (see collector.ops.observability)
+        from collector.ops.tracing import init_tracing
+
+        init_tracing()  # only when OTEL_* asks for export (see collector.ops.tracing)
         register_secrets(loaded.secret_values())  # scrubbed from Sentry events and every log line
         if loaded.suite_path is not None:
             from collector.settle.validation_worker import prewarm
@@ -201,6 +207,8 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
         summary = result.as_dict()
     finally:
         progress.finish(summary)
+        if getattr(args, "metrics_port", None) and getattr(args, "metrics_hold", 0):
+            time.sleep(args.metrics_hold)  # let a scraper see the final values
     if result.interrupted:
         print(
             f"collector: interrupted by {result.interrupted}: {result.stored} stored, "
@@ -226,6 +234,16 @@ def _first_refusal(loaded: Source) -> str | None:
     finally:
         store.close()
     return entries[0].message if entries else None
+
+
+def _metrics_environment(port: int | None) -> None:
+    """``--metrics-port``: Prefect's client metrics server (default registry) on ``port``."""
+    if port:
+        os.environ["PREFECT_CLIENT_METRICS_ENABLED"] = "true"
+        os.environ["PREFECT_CLIENT_METRICS_PORT"] = str(port)
+        from collector.ops import metrics
+
+        metrics.enable()
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
@@ -404,6 +422,14 @@ def register(commands: Any) -> None:
             help="how long to wait for retry-later items and others' leases",
         )  # fmt: skip
         p.add_argument("--json", action="store_true", help="one JSON summary on stdout's last line")
+        p.add_argument(
+            "--metrics-port", type=int, default=None, metavar="N",
+            help="serve Prometheus metrics on this port while running (docs/observability.md)",
+        )  # fmt: skip
+        p.add_argument(
+            "--metrics-hold", type=float, default=0.0, metavar="SECONDS",
+            help="with --metrics-port: keep serving this long after the run (a last scrape)",
+        )  # fmt: skip
 
     run = commands.add_parser("run", help="run the collect flow for a source")
     add_source(run)
