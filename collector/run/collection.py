@@ -64,11 +64,13 @@ class BatchReport:
     dead_lettered: int = 0
     retry_later: int = 0
     skipped: int = 0
+    deferred_by_circuit: int = 0  # sent back unsent: the host's circuit breaker was open
     stale: int = 0
     records_written: int = 0
     records_quarantined: int = 0
     validation_s: float = 0.0
     reasons: dict[str, int] = field(default_factory=dict)
+    windows: dict[str, int] = field(default_factory=dict)  # host -> adaptive window, at fetch
 
 
 class Collection:
@@ -108,6 +110,7 @@ class Collection:
         self.validation_seconds = 0.0
         self.records_validated = 0
         self.pages_ok = 0
+        self.hosts: dict[str, Any] = {}  # the engine's view of hosts after the last fetch
 
     def __enter__(self) -> Collection:
         return self
@@ -129,7 +132,19 @@ class Collection:
         storage = self.source.resolve_env(
             self.source.limits.rate_storage, field="limits.rate_storage"
         )
-        return FetchEngine.for_source(self.source, rate_storage_uri=storage)
+        return FetchEngine.for_source(
+            self.source, rate_storage_uri=storage, circuit_storage_uri=self._shared_redis(storage)
+        )
+
+    def _shared_redis(self, rate_storage: str) -> str | None:
+        """Where circuit breakers are shared: the rate storage's or the frontier's Redis."""
+        if rate_storage.startswith(("redis://", "rediss://", "unix://")):
+            return rate_storage
+        if self.source.frontier.type == "redis":
+            from collector.backends import _redis_url
+
+            return _redis_url(self.source, self.source.frontier, field="frontier")
+        return None
 
     @property
     def validator(self) -> ValidationWorker | None:
@@ -225,6 +240,7 @@ class Collection:
             )
         finally:
             self.fetch_seconds += time.monotonic() - began
+            self.hosts = engine.host_report()
 
     def release(self, lease: Lease) -> int:
         """Give a batch back unchanged (its task failed for good)."""
@@ -291,6 +307,12 @@ class Collection:
                     outcomes[result.url] = self._retry_later(
                         result, claimed[result.url].enqueued_at, now + result.decision.delay_s
                     )
+            elif result.status == "deferred":  # the host's breaker is open: not an attempt
+                report.deferred_by_circuit += 1
+                outcomes[result.url] = self._retry_later(
+                    result, claimed[result.url].enqueued_at, result.not_before,
+                    count_attempt=False, reason="circuit_open",
+                )  # fmt: skip
             else:  # skipped: the batch ran out of time before trying it
                 report.skipped += 1
                 outcomes[result.url] = self._retry_later(
@@ -332,6 +354,8 @@ class Collection:
             elif isinstance(outcome, DeadLettered):
                 report.dead_lettered += 1
                 report.reasons[outcome.error] = report.reasons.get(outcome.error, 0) + 1
+            elif outcome.error == "circuit_open":
+                self.ledger.deferred_by_circuit += 1
             else:
                 self.ledger.returned += 1
                 if outcome.error != "batch_time":
@@ -341,6 +365,7 @@ class Collection:
         self.ledger.retried += report.retry_later
         self.ledger.records_quarantined += report.records_quarantined
         self.ledger.batches += 1
+        report.windows = dict(self.hosts.get("windows", {}))
         return report
 
     async def _key_and_validate(
@@ -429,6 +454,7 @@ class Collection:
         not_before: float,
         *,
         count_attempt: bool = True,
+        reason: str | None = None,
     ) -> RetryLater:
         fresh_s = self.source.ttl.fresh_for(result.url)
         rank = self.source.priority.rank_for(
@@ -439,6 +465,7 @@ class Collection:
             retries=result.attempts,
         )
         error = result.decision.reason if (result.decision and count_attempt) else "batch_time"
+        error = reason or error
         return RetryLater(
             result.url, not_before, rank, result.attempts, result.first_attempt_at, error
         )
@@ -543,6 +570,8 @@ class Collection:
             "requests": self.budget.requests,
             "retries": self.budget.retries,
             "retry_budget_refused": self.budget.refused,
+            # per-host politeness: adaptive windows, breaker openings (see docs/politeness.md)
+            "hosts": self.hosts,
             # sink writes and frontier acks refused by a fencing token (a newer lease holds them)
             "fence_refused": self.ledger.stale_writes + self.ledger.stale_acks,
             "seconds": round(elapsed, 3),
