@@ -64,6 +64,27 @@ def _tell(event: str, **data: Any) -> None:
         listener(event, data)
 
 
+def _circuit_events(source: str, run_id: str) -> Callable[[str, dict[str, Any]], None]:
+    """Circuit breaker transitions as Prefect events ``collector.circuit.opened`` / ``.closed``
+    on resource ``collector.host.<host>``, for the UI's event feed and automations."""
+
+    def emit(kind: str, data: dict[str, Any]) -> None:
+        emit_event(
+            event=f"collector.circuit.{kind}",
+            resource={"prefect.resource.id": f"collector.host.{data['host']}"},
+            related=[
+                {
+                    "prefect.resource.id": f"collector.source.{source}",
+                    "prefect.resource.role": "source",
+                }
+            ],
+            payload={**data, "source": source, "run_id": run_id},
+        )
+        _tell("circuit", kind=kind, **data)
+
+    return emit
+
+
 def _retry_unless_permanent(task: Any, task_run: TaskRun, state: State[Any]) -> bool:
     """Prefect retry condition: never retry a batch that failed for a permanent reason."""
     try:
@@ -227,6 +248,7 @@ async def collect(
             progress = await _ProgressArtifact.create(run, to_fetch)
             idle_s = 0.0 if planned else idle_wait_s
             async with run.engine() as engine:
+                engine.circuit_listeners.append(_circuit_events(loaded.name, run_id))
                 _contexts[run_id] = _RunContext(run, engine)
                 try:
                     await _drain(

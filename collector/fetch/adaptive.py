@@ -7,7 +7,10 @@ refused connections, and gently (x0.75) when the smoothed latency rises well abo
 (``latency_factor`` times the floor *and* ``latency_margin_s`` above it: a fixed pool of
 server workers shows as queueing, which adds latency, long before it shows as errors). The
 window stays within [1, ``per_domain_concurrency``]. A cut applies to answers of requests sent
-*after* the previous cut only, so one bad moment cuts once, not once per request in flight.
+*after* the previous cut only, and more overload within a second of a cut is the same episode
+(for timeouts and refused connections: until an answer comes back fine; 429 and 503: always,
+since servers count rates over windows of a second or more), so one bad moment cuts once, not
+once per request in flight.
 
 A host that answers 429 above a rate it does not announce is not helped by a smaller window
 when it answers in a millisecond (one request at a time is already too fast), so a 429 or 503
@@ -42,6 +45,8 @@ Signal = Literal["ok", "overload", "throttled", "other"]
 _FLOOR_BUCKET_S = 10.0  # the latency floor is the minimum over the last 3 such buckets
 _EWMA = 0.2  # weight of a new latency sample in the smoothed latency
 _RATE_SPAN_S = 1.0  # the send rate a 429 halves is measured over this long
+_HOLD_S = 1.0  # after a cut, more overload is the same episode until an answer comes back fine
+#               or this long has passed (servers count rates over windows of a second or more)
 
 
 class HostGate:
@@ -66,7 +71,9 @@ class HostGate:
         self.latency = 0.0  # smoothed
         self.cut_at = -math.inf  # monotonic time of the last cut
         self.cuts = 0
+        self.recovered = True  # an answer came back fine since the last cut
         self.rate: float | None = None  # paced requests per second, once throttled
+        self.paced_at = -math.inf  # monotonic time of the last pacing cut
         self._next_send = 0.0
         self._sends: deque[float] = deque()
 
@@ -93,18 +100,18 @@ class HostGate:
         if self.settings is None:
             return False
         paced = False
-        if self.rate is not None:
-            now = time.monotonic()
-            send_at = max(now, self._next_send)
-            self._next_send = send_at + 1.0 / self.rate
-            if send_at > now:
-                paced = True
-                try:
-                    await asyncio.sleep(send_at - now)
-                except asyncio.CancelledError:
-                    self.release()
-                    raise
+        # Paced: take the next send time when it comes (not in advance), so a rate cut applies
+        # to every request still waiting, not only to those that ask after it.
+        while self.rate is not None and (now := time.monotonic()) < self._next_send:
+            paced = True
+            try:
+                await asyncio.sleep(self._next_send - now)
+            except asyncio.CancelledError:
+                self.release()
+                raise
         now = time.monotonic()
+        if self.rate is not None:
+            self._next_send = max(now, self._next_send) + 1.0 / self.rate
         self._sends.append(now)
         while self._sends and self._sends[0] < now - _RATE_SPAN_S:
             self._sends.popleft()
@@ -129,13 +136,21 @@ class HostGate:
             return
         if signal == "ok":
             self._sample(latency_s)
+        if signal == "throttled":
+            # Paced on its own clock: the server's rate window remembers a burst for a second
+            # or more, so 429s within _HOLD_S of the last pacing cut are the same episode.
+            if sent_at >= self.paced_at and time.monotonic() - self.paced_at >= _HOLD_S:
+                self._pace()
+                self._cut(settings.decrease)
+            return
         if sent_at < self.cut_at:
             return  # sent before the last cut: that cut already answered for it
-        if signal in ("overload", "throttled"):
-            if signal == "throttled":
-                self._pace()
+        if signal == "overload":
+            if not self.recovered and time.monotonic() - self.cut_at < _HOLD_S:
+                return  # the same episode
             self._cut(settings.decrease)
             return
+        self.recovered = True  # answered well after the last cut: a new overload is news
         floor = self.floor
         if (
             self.latency > floor * settings.latency_factor
@@ -168,13 +183,16 @@ class HostGate:
         self.slow_start = False
         self.window = max(1.0, self.window * factor)
         self.cut_at = time.monotonic()
+        self.recovered = False
         self.cuts += 1
         self.latency = 0.0  # judge the new window by its own answers
 
     def _pace(self) -> None:
         now = time.monotonic()
-        span = min(_RATE_SPAN_S, max(now - self._sends[0], 1e-3)) if self._sends else 1.0
+        # Sends over the last second (or since the first, early on, but at least 0.1 s of it).
+        span = min(_RATE_SPAN_S, max(now - self._sends[0], 0.1)) if self._sends else 1.0
         sent_rate = max(len(self._sends) / span, 1.0 / _RATE_SPAN_S)
         current = sent_rate if self.rate is None else min(self.rate, sent_rate)
         assert self.settings is not None
         self.rate = max(current * self.settings.decrease, 0.1)
+        self.paced_at = now

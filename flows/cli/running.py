@@ -63,7 +63,7 @@ class _Progress:
                 - ledger.already_dead
                 - ledger.refused_at_plan,
                 detail=f"stored {ledger.stored}  dead {ledger.dead_lettered}  "
-                f"deferred {ledger.retried}",
+                f"deferred {ledger.retried}" + _hosts_detail(data["report"].windows, ledger),
             )
         elif event == "waiting" and self._progress is not None:
             self._progress.update(self._task, detail=f"waiting {data['seconds']:.1f}s for retries")
@@ -71,6 +71,18 @@ class _Progress:
     def stop(self) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+def _hosts_detail(windows: dict[str, int], ledger: Any) -> str:
+    """The adaptive window (one host) or its range (several), and circuit deferrals."""
+    text = ""
+    if len(windows) == 1:
+        text += f"  window {next(iter(windows.values()))}"
+    elif windows:
+        text += f"  windows {min(windows.values())}-{max(windows.values())}"
+    if ledger.deferred_by_circuit:
+        text += f"  circuit-deferred {ledger.deferred_by_circuit}"
+    return text
 
 
 def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | None]:
