@@ -161,47 +161,29 @@ class MemoryCircuitStore:
 
 _CLOSED = Snapshot()
 
-# KEYS[1] the host's hash; ARGV: seen_epoch, now, draw, cooldown_s, factor, max_s, jitter, ttl_s
-_TRIP = """
-local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
-local opens = tonumber(redis.call('HGET', KEYS[1], 'opens') or '0')
-if epoch ~= tonumber(ARGV[1]) then
-  return {epoch, opens, redis.call('HGET', KEYS[1], 'until') or '0', 0}
-end
-opens = opens + 1
-local cool = tonumber(ARGV[4]) * tonumber(ARGV[5]) ^ (opens - 1)
-cool = math.min(cool, tonumber(ARGV[6])) * (1 + tonumber(ARGV[7]) * (2 * tonumber(ARGV[3]) - 1))
-local until_ = tostring(tonumber(ARGV[2]) + cool)
-redis.call('HSET', KEYS[1], 'epoch', epoch + 1, 'opens', opens, 'until', until_)
-redis.call('PEXPIRE', KEYS[1], math.floor((cool + tonumber(ARGV[8])) * 1000))
-return {epoch + 1, opens, until_, 1}
-"""
-
-# KEYS[1] the host's hash; ARGV: epoch
-_CLOSE = """
-local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
-local opens = tonumber(redis.call('HGET', KEYS[1], 'opens') or '0')
-if opens == 0 or epoch ~= tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[1], 'opens', 0, 'until', '0')
-return 1
-"""
-
 
 class RedisCircuitStore:
     """Breakers shared by every worker of a source, in Redis (``collector:circuit:<source>:*``).
 
-    One hash per host (epoch, opens, until) changed by Lua scripts, so two workers tripping
+    One hash per host (epoch, opens, until) changed by Lua scripts (``collector/fetch/lua/``,
+    asyncio client, so not collector._redis.Scripts, which is synchronous), so two workers tripping
     at once open it once; half-open probe slots are a counter per (epoch, round).
     """
 
     def __init__(self, url: str, source: str, settings: CircuitSettings) -> None:
         import redis.asyncio as aioredis
 
+        from collector._redis import lua_source
+
         self.settings = settings
         self.prefix = f"collector:circuit:{source}:"
         self._client = aioredis.Redis.from_url(url)
-        self._trip = self._client.register_script(_TRIP)
-        self._close = self._client.register_script(_CLOSE)
+        self._trip = self._client.register_script(
+            lua_source("collector.fetch", None, "circuit_trip")
+        )
+        self._close = self._client.register_script(
+            lua_source("collector.fetch", None, "circuit_close")
+        )
 
     async def read(self, host: str) -> Snapshot:
         raw = await self._client.hmget(self.prefix + host, ["epoch", "opens", "until"])
