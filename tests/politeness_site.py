@@ -113,3 +113,24 @@ class PolitenessSite:
         self.log.append((time.monotonic(), 200))
         body = json.dumps({"id": int(request.match_info["i"])})
         return web.Response(body=body, content_type="application/json")
+
+
+def main() -> None:
+    """Serve until killed (the benches run the site in its own process, off the client's GIL):
+    ``python -m tests.politeness_site PORT [--workers K --service-s S] [--rate R]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("port", type=int)
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--service-s", type=float, default=0.0)
+    parser.add_argument("--rate", type=float)
+    args = parser.parse_args()
+    site = PolitenessSite(workers=args.workers, service_s=args.service_s, rate=args.rate)
+    site.port = args.port
+    with site:
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -44,6 +44,7 @@ Signal = Literal["ok", "overload", "throttled", "other"]
 
 _FLOOR_BUCKET_S = 10.0  # the latency floor is the minimum over the last 3 such buckets
 _EWMA = 0.2  # weight of a new latency sample in the smoothed latency
+_SETTLE_SAMPLES = 8  # answers after a cut before the smoothed latency is judged or floors
 _RATE_SPAN_S = 1.0  # the send rate a 429 halves is measured over this long
 _HOLD_S = 1.0  # after a cut, more overload is the same episode until an answer comes back fine
 #               or this long has passed (servers count rates over windows of a second or more)
@@ -69,6 +70,7 @@ class HostGate:
         self.floor = math.inf
         self._floors: deque[tuple[float, float]] = deque()  # (bucket start, min latency)
         self.latency = 0.0  # smoothed
+        self.samples = 0  # answers smoothed since the last cut
         self.cut_at = -math.inf  # monotonic time of the last cut
         self.cuts = 0
         self.recovered = True  # an answer came back fine since the last cut
@@ -153,7 +155,8 @@ class HostGate:
         self.recovered = True  # answered well after the last cut: a new overload is news
         floor = self.floor
         if (
-            self.latency > floor * settings.latency_factor
+            self.samples >= _SETTLE_SAMPLES
+            and self.latency > floor * settings.latency_factor
             and self.latency > floor + settings.latency_margin_s
         ):
             self._cut(defaults.ADAPTIVE_LATENCY_DECREASE)
@@ -167,16 +170,24 @@ class HostGate:
             self._wake()
 
     def _sample(self, latency_s: float) -> None:
-        self.latency = latency_s if self.latency == 0 else (
+        """Smooth the latency; its floor is the lowest *smoothed* value of the last 30 s.
+
+        Smoothed against smoothed: a single lucky answer would set a floor that the mean
+        latency of an idle host already exceeds twice over.
+        """
+        self.samples += 1
+        self.latency = latency_s if self.samples == 1 else (
             (1 - _EWMA) * self.latency + _EWMA * latency_s
         )  # fmt: skip
+        if self.samples < _SETTLE_SAMPLES:
+            return
         now = time.monotonic()
         if not self._floors or now - self._floors[-1][0] >= _FLOOR_BUCKET_S:
-            self._floors.append((now, latency_s))
+            self._floors.append((now, self.latency))
             while len(self._floors) > 3:
                 self._floors.popleft()
-        elif latency_s < self._floors[-1][1]:
-            self._floors[-1] = (self._floors[-1][0], latency_s)
+        elif self.latency < self._floors[-1][1]:
+            self._floors[-1] = (self._floors[-1][0], self.latency)
         self.floor = min(low for _, low in self._floors)
 
     def _cut(self, factor: float) -> None:
@@ -185,7 +196,7 @@ class HostGate:
         self.cut_at = time.monotonic()
         self.recovered = False
         self.cuts += 1
-        self.latency = 0.0  # judge the new window by its own answers
+        self.samples = 0  # judge the new window by its own answers
 
     def _pace(self) -> None:
         now = time.monotonic()
