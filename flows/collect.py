@@ -78,6 +78,27 @@ def _tell_fetched(result: FetchResult) -> None:
     _tell("fetched", status=result.status, decision=result.decision)
 
 
+def _circuit_events(source: str, run_id: str) -> Callable[[str, dict[str, Any]], None]:
+    """Circuit breaker transitions as Prefect events ``collector.circuit.opened`` / ``.closed``
+    on resource ``collector.host.<host>``, for the UI's event feed and automations."""
+
+    def emit(kind: str, data: dict[str, Any]) -> None:
+        emit_event(
+            event=f"collector.circuit.{kind}",
+            resource={"prefect.resource.id": f"collector.host.{data['host']}"},
+            related=[
+                {
+                    "prefect.resource.id": f"collector.source.{source}",
+                    "prefect.resource.role": "source",
+                }
+            ],
+            payload={**data, "source": source, "run_id": run_id},
+        )
+        _tell("circuit", kind=kind, **data)
+
+    return emit
+
+
 def _retry_unless_permanent(task: Any, task_run: TaskRun, state: State[Any]) -> bool:
     """Prefect retry condition: never retry a batch that failed for a permanent reason."""
     try:
@@ -291,6 +312,7 @@ async def _collect(
                 await progress.update()
 
         async with run.engine() as engine:
+            engine.circuit_listeners.append(_circuit_events(loaded.name, run_id))
             if progress_listeners:  # per-item progress for the terminal (`collector run`)
                 engine.on_item = _tell_fetched
             _contexts[run_id] = _RunContext(run, engine)

@@ -66,6 +66,7 @@ class BatchReport:
     dead_lettered: int = 0
     retry_later: int = 0
     skipped: int = 0
+    deferred_by_circuit: int = 0  # sent back unsent: the host's circuit breaker was open
     stale: int = 0
     records_written: int = 0
     records_unchanged: int = 0
@@ -73,6 +74,7 @@ class BatchReport:
     stale_writes: int = 0
     validation_s: float = 0.0
     reasons: dict[str, int] = field(default_factory=dict)
+    windows: dict[str, int] = field(default_factory=dict)  # host -> adaptive window, at fetch
 
 
 class Collection:
@@ -116,6 +118,7 @@ class Collection:
         self.records_validated = 0
         self.pages_ok = 0
         self.replanned = 0  # open plan refusals closed because the policy allows them now
+        self.hosts: dict[str, Any] = {}  # the engine's view of hosts after the last fetch
 
     def __enter__(self) -> Collection:
         return self
@@ -137,7 +140,9 @@ class Collection:
         storage = self.source.resolve_env(
             self.source.limits.rate_storage, field="limits.rate_storage"
         )
-        engine = FetchEngine.for_source(self.source, rate_storage_uri=storage)
+        engine = FetchEngine.for_source(
+            self.source, rate_storage_uri=storage, circuit_storage_uri=self._shared_redis(storage)
+        )
         self._engines.append(engine)
         if self.halted:
             engine.halt()
@@ -149,6 +154,16 @@ class Collection:
         self.halted = True
         for engine in self._engines:
             engine.halt()
+
+    def _shared_redis(self, rate_storage: str) -> str | None:
+        """Where circuit breakers are shared: the rate storage's or the frontier's Redis."""
+        if rate_storage.startswith(("redis://", "rediss://", "unix://")):
+            return rate_storage
+        if self.source.frontier.type == "redis":
+            from collector.backends import _redis_url
+
+            return _redis_url(self.source, self.source.frontier, field="frontier")
+        return None
 
     @property
     def validator(self) -> ValidationWorker | None:
@@ -262,6 +277,7 @@ class Collection:
             self.fetch_seconds += time.monotonic() - began
             if engine.tally is not None:
                 engine.tally.flush(self.source.name)
+            self.hosts = engine.host_report()
 
     def release(self, lease: Lease) -> int:
         """Give a batch back unchanged (its task failed for good)."""
@@ -332,6 +348,12 @@ class Collection:
                     outcomes[result.url] = self._retry_later(
                         result, claimed[result.url].enqueued_at, now + result.decision.delay_s
                     )
+            elif result.status == "deferred":  # the host's breaker is open: not an attempt
+                report.deferred_by_circuit += 1
+                outcomes[result.url] = self._retry_later(
+                    result, claimed[result.url].enqueued_at, result.not_before,
+                    count_attempt=False, reason="circuit_open",
+                )  # fmt: skip
             else:  # skipped: the batch ran out of time before trying it
                 report.skipped += 1
                 outcomes[result.url] = self._retry_later(
@@ -378,6 +400,8 @@ class Collection:
             elif isinstance(outcome, DeadLettered):
                 report.dead_lettered += 1
                 report.reasons[outcome.error] = report.reasons.get(outcome.error, 0) + 1
+            elif outcome.error == "circuit_open":
+                self.ledger.deferred_by_circuit += 1
             else:
                 self.ledger.returned += 1
                 if outcome.error != "batch_time":
@@ -387,6 +411,7 @@ class Collection:
         self.ledger.retried += report.retry_later
         self.ledger.records_quarantined += report.records_quarantined
         self.ledger.batches += 1
+        report.windows = dict(self.hosts.get("windows", {}))
         return report
 
     async def _key_and_validate(
@@ -476,6 +501,7 @@ class Collection:
         not_before: float,
         *,
         count_attempt: bool = True,
+        reason: str | None = None,
     ) -> RetryLater:
         fresh_s = self.source.ttl.fresh_for(result.url)
         rank = self.source.priority.rank_for(
@@ -486,6 +512,7 @@ class Collection:
             retries=result.attempts,
         )
         error = result.decision.reason if (result.decision and count_attempt) else "batch_time"
+        error = reason or error
         return RetryLater(
             result.url, not_before, rank, result.attempts, result.first_attempt_at, error
         )
@@ -617,6 +644,8 @@ class Collection:
             requests=self.budget.requests,
             retries=self.budget.retries,
             retry_budget_refused=self.budget.refused,
+            # per-host politeness: adaptive windows, breaker openings (docs/politeness.md)
+            hosts=self.hosts,
             # sink writes and frontier acks refused by a fencing token (a newer lease holds them)
             fence_refused=ledger.stale_writes + ledger.stale_acks,
             seconds=round(elapsed, 3),

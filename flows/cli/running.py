@@ -93,7 +93,7 @@ class _Progress:
                 self._task,
                 completed=max(task.completed, settled),
                 detail=f"stored {ledger.stored}  dead {ledger.dead_lettered - ledger.already_dead}"
-                f"  deferred {ledger.retried}",
+                f"  deferred {ledger.retried}" + _hosts_detail(data["report"].windows, ledger),
             )
         elif event == "waiting":
             self._progress.update(self._task, detail=f"waiting {data['seconds']:.1f}s for retries")
@@ -138,6 +138,18 @@ def _preflight(loaded: Source) -> None:
         pass
     loaded.resolved_headers()
     loaded.resolve(loaded.limits.rate_storage, field="limits.rate_storage")
+
+
+def _hosts_detail(windows: dict[str, int], ledger: Any) -> str:
+    """The adaptive window (one host) or its range (several), and circuit deferrals."""
+    text = ""
+    if len(windows) == 1:
+        text += f"  window {next(iter(windows.values()))}"
+    elif windows:
+        text += f"  windows {min(windows.values())}-{max(windows.values())}"
+    if ledger.deferred_by_circuit:
+        text += f"  circuit-deferred {ledger.deferred_by_circuit}"
+    return text
 
 
 def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | None]:
