@@ -52,6 +52,7 @@ __all__ = ["BatchReport", "Collection"]
 
 _T = TypeVar("_T")
 _BODY_EXCERPT = 2048  # bytes of a failing body kept in its dead letter
+_REFUSED_CHUNK = 500  # refused seeds written to the dead letters at a time (bounded memory)
 
 
 @dataclass(slots=True)
@@ -142,47 +143,88 @@ class Collection:
 
     # --- plan ----------------------------------------------------------------------------------
     def plan(self) -> Ledger:
-        """Offer every seed URL; refuse malformed or forbidden ones into the dead letters."""
+        """Take the run's items into its account (see collector.run.ledger for the terms).
+
+        An unchanged seed list (its :meth:`~collector.config.Source.seed_mark` is the one the
+        frontier kept from the last finished plan) is not offered again: only the items that
+        are due join the run (:meth:`Frontier.adopt`). Otherwise every seed is streamed to the
+        frontier in chunks (constant memory: repeats are told apart by the run's tag), malformed
+        or forbidden ones go to the dead letters in chunks, and items queued by earlier plans
+        that the list no longer names are retired or carried over (``seeds.on_removed``). The
+        mark is cleared first and stored last, so a plan cut short is done in full next time.
+        """
         if self.validator is not None:
             self.validator.start()  # GX imports in the worker while we plan
         now = self.clock()
-        ttl, priority = self.source.ttl, self.source.priority
+        source, name, ledger = self.source, self.source.name, self.ledger
+        ttl, priority = source.ttl, source.priority
+
+        def rank_for(url: str, age_s: float | None, fresh_s: float) -> float:
+            return priority.rank_for(url, enqueued_at=now, age_s=age_s, fresh_s=fresh_s)
+
+        mark = source.seed_mark()
+        if self.frontier.plan_mark(name) == mark:
+            result = self.frontier.adopt(
+                name,
+                self.run_id,
+                now=now,
+                queue_ttl_s=ttl.queue_ttl_s,
+                rank_for=rank_for,
+                fresh_for=ttl.fresh_for,
+            )
+            ledger.plan = "incremental"
+            ledger.discovered = result.total
+            return ledger
+
+        self.frontier.set_plan_mark(name, None)
         policy = HostPolicy(
-            allow_private_networks=self.source.allow_private_networks,
-            allowed_hosts=self.source.limits.allowed_hosts,
+            allow_private_networks=source.allow_private_networks,
+            allowed_hosts=source.limits.allowed_hosts,
         )
         refused: list[DeadLetter] = []
 
+        def put_refused() -> None:
+            self.deadletters.put(refused)
+            self.errors.report(refused)
+            ledger.refused_at_plan += len(refused)
+            ledger.dead_lettered += len(refused)
+            refused.clear()
+
         def offers() -> Iterator[Offer]:
-            for url in self.source.iter_seed_urls():
-                self.ledger.discovered += 1
+            for url in source.seed_urls():
+                ledger.discovered += 1
                 try:
                     reason = policy.refusal(url)
                 except RecoverableFetchError:
                     reason = None  # DNS may recover: let the fetch step retry it
                 if reason is not None:
                     refused.append(self._dead_letter(url, "plan", "refused_url", reason, 0))
+                    if len(refused) >= _REFUSED_CHUNK:
+                        put_refused()
                     continue
                 yield Offer(url, ttl.fresh_for(url))
 
-        def rank_for(url: str, age_s: float | None, fresh_s: float) -> float:
-            return priority.rank_for(url, enqueued_at=now, age_s=age_s, fresh_s=fresh_s)
-
         result = self.frontier.offer(
-            self.source.name,
+            name,
             offers(),
             now=now,
             queue_ttl_s=ttl.queue_ttl_s,
             rank_for=rank_for,
             run_id=self.run_id,
+            once_per_run=True,
         )
-        self.deadletters.put(refused)
-        self.errors.report(refused)
-        self.ledger.fresh_skipped = result.fresh_skipped
-        self.ledger.already_dead = result.already_dead
-        self.ledger.refused_at_plan = len(refused)
-        self.ledger.dead_lettered += result.already_dead + len(refused)
-        return self.ledger
+        put_refused()
+        swept = self.frontier.sweep(name, self.run_id, retire=source.seeds.on_removed == "retire")
+        self.frontier.set_plan_mark(name, mark)
+        ledger.plan = "full"
+        ledger.duplicates = result.duplicates
+        ledger.discovered -= result.duplicates
+        ledger.fresh_skipped = result.fresh_skipped
+        ledger.already_dead = result.already_dead
+        ledger.dead_lettered += result.already_dead
+        ledger.carried_over = swept.carried
+        ledger.retired = swept.retired
+        return ledger
 
     # --- claim and fetch -----------------------------------------------------------------------
     def claim(self, limit: int) -> Lease:

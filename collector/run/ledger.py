@@ -1,8 +1,21 @@
 """The run's accounts: where every discovered item ended, and the proof that none is missing.
 
-Each item a run discovers (a seed URL) ends the run in exactly one terminal state::
+Each item a run takes into its account ends the run in exactly one terminal state::
 
-    discovered = stored + fresh_skipped + expired + dead_lettered + queued
+    discovered + carried_over = stored + fresh_skipped + expired + dead_lettered + queued
+                                + retired
+
+What a run *discovers* depends on how it planned (``plan``). A ``full`` plan (the seed list is
+new or changed) offers every listed seed: ``discovered`` is the number of seeds listed, repeats
+counted once (``duplicates`` says how many were dropped). An ``incremental`` plan (the seed list
+is the one the last finished plan offered) offers nothing: ``discovered`` is the number of items
+that were due and joined the run (queued or leased, expired, done whose freshness ran out);
+fresh and dead items are not the run's business and are not counted.
+
+Items an earlier plan queued that a changed seed list no longer names are settled by the
+source's ``seeds.on_removed``: ``retired`` (they end in the frontier's ``retired`` state,
+counted here and proven against the frontier's count) or ``carried_over`` into this run to be
+collected once more (they then end like any other item). None is dropped silently.
 
 ``stored`` and ``dead_lettered`` are counted from the acks the frontier *accepted*;
 ``fresh_skipped`` from planning; ``expired`` and ``queued`` are read back from the frontier at
@@ -46,7 +59,11 @@ class Ledger:
     dead_lettered: int = 0
     expired: int = 0
     queued: int = 0
+    carried_over: int = 0  # unlisted items queued by earlier plans, collected by this run
+    retired: int = 0  # unlisted items queued by earlier plans, retired by this run
     # detail (not terms of the equation)
+    plan: str = ""  # "full" (the seed list was offered) or "incremental" (only due items)
+    duplicates: int = 0  # seeds listed more than once, counted once in discovered
     refused_at_plan: int = 0  # seeds with a malformed or refused URL, dead-lettered at once
     already_dead: int = 0  # items still in the dead letters from earlier runs
     retried: int = 0  # attempts sent back to the queue (retry-later)
@@ -75,6 +92,7 @@ class Ledger:
             + self.dead_lettered
             + self.dead_by_others
             + self.queued
+            + self.retired
         )
 
     def _claim_problems(self) -> list[str]:
@@ -100,11 +118,18 @@ class Ledger:
         self.stored_by_others = max(0, final.done - self.stored - self.fresh_skipped)
         self.dead_by_others = max(0, final.dead - in_frontier_dead)
         problems = self._claim_problems()
-        if self.discovered != self.terminal_sum:
+        intake = self.discovered + self.carried_over
+        if intake != self.terminal_sum:
             problems.append(
-                f"discovered {self.discovered} != stored {self.stored} + fresh_skipped "
-                f"{self.fresh_skipped} + expired {self.expired} + dead_lettered "
-                f"{self.dead_lettered} + queued {self.queued} (= {self.terminal_sum})"
+                f"discovered {self.discovered} + carried_over {self.carried_over} != stored "
+                f"{self.stored} + fresh_skipped {self.fresh_skipped} + expired {self.expired} "
+                f"+ dead_lettered {self.dead_lettered} + queued {self.queued} + retired "
+                f"{self.retired} (= {self.terminal_sum})"
+            )
+        if final.retired != self.retired:
+            problems.append(
+                f"frontier has {final.retired} of this run's items retired, but the run "
+                f"retired {self.retired}"
             )
         if final.done != self.stored + self.stored_by_others + self.fresh_skipped:
             problems.append(
@@ -116,10 +141,11 @@ class Ledger:
                 f"frontier has {final.dead} of this run's items dead, but the run "
                 f"dead-lettered {in_frontier_dead} of them"
             )
-        if self.discovered - self.refused_at_plan != final.total:
+        if intake - self.refused_at_plan != final.total:
             problems.append(
                 f"frontier holds {final.total} of this run's items, but the run discovered "
-                f"{self.discovered - self.refused_at_plan} fetchable ones"
+                f"{self.discovered - self.refused_at_plan} fetchable ones and carried over "
+                f"{self.carried_over}"
             )
         self.problems = problems
 

@@ -1,0 +1,126 @@
+"""A source edited while items of its old seed list are still queued (issue 10).
+
+Real runs of the collect flow (real Prefect API, the local fault site, SQLite and Redis
+frontiers): a run cut short by ``max_items``, then the URL template changes, then a rerun. The
+rerun must succeed, balance, and account for every item the old list left queued: retired by
+default, or collected once more with ``seeds.on_removed: collect``. The sink ends with every
+expected record exactly once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collector.config import load_source
+from collector.demo.site import FaultSite
+from collector.frontier.base import StateCounts
+from flows.collect import collect
+from tests.helpers import duplicate_keys, sink_lines, write_source
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+OLD, NEW = 60, 30  # the old list: items 0..59; the new list: items 100..129, another URL form
+
+
+def _source(folder: Path, site: FaultSite, template: str, count: int, **extra: Any) -> Path:
+    seeds = {"template": site.base_url + template, "range": [0 if count == OLD else 100, 0]}
+    seeds["range"][1] = seeds["range"][0] + count
+    seeds.update(extra)
+    return write_source(
+        folder,
+        seeds=seeds,
+        limits={"concurrency": 8, "per_domain_concurrency": 8, "per_domain_rate": "1000/second"},
+        state_dir=".collector",
+        **backend(folder),
+    )
+
+
+_BACKEND: dict[str, Any] = {}
+
+
+def backend(folder: Path) -> dict[str, Any]:
+    return dict(_BACKEND)
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def frontier_kind(request: pytest.FixtureRequest) -> Any:
+    _BACKEND.clear()
+    if request.param == "redis":
+        url = request.getfixturevalue("redis_url")
+        _BACKEND["frontier"] = {"type": "redis", "url": url}
+    yield request.param
+    _BACKEND.clear()
+
+
+def _ids(folder: Path) -> list[int]:
+    return sorted(int(row["id"]) for row in sink_lines(folder / "out"))
+
+
+async def _cut_short_then_edit(
+    tmp_path: Path, site: FaultSite, **seeds: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    path = _source(tmp_path, site, "/items/{i}.json", OLD, **seeds)
+    first = await collect(source=str(path), batch_size=10, max_items=20)
+    assert first["balanced"] and first["stored"] == 20 and first["queued"] == OLD - 20
+    _source(tmp_path, site, "/items/{i}.json?v=2", NEW, **seeds)  # the template changes
+    second = await collect(source=str(path), batch_size=10)
+    return first, second
+
+
+async def test_removed_items_are_retired_by_default(
+    tmp_path: Path, site: FaultSite, frontier_kind: str
+) -> None:
+    first, second = await _cut_short_then_edit(tmp_path, site)
+    assert second["balanced"], second["problems"]
+    assert second["plan"] == "full"
+    assert second["discovered"] == NEW and second["stored"] == NEW
+    assert second["retired"] == OLD - 20 and second["carried_over"] == 0
+    assert second["queued"] == 0
+    assert _ids(tmp_path) == list(range(20)) + list(range(100, 100 + NEW))
+    assert duplicate_keys(sink_lines(tmp_path / "out")) == []
+    # the frontier agrees: the retired items are there, in their own state, never fetched
+    source = load_source(tmp_path / "source.yaml")
+    from collector.backends import open_frontier
+
+    frontier = open_frontier(source)
+    try:
+        assert frontier.counts(source.name) == StateCounts(done=20 + NEW, retired=OLD - 20)
+    finally:
+        frontier.close()
+    retired_paths = {f"/items/{i}.json" for i in range(20, OLD)}
+    assert not retired_paths & {r.path for r in site.requests[-NEW * 2 :]}
+
+    # an unchanged rerun has nothing due, and the retired items stay retired
+    third = await collect(source=str(tmp_path / "source.yaml"), batch_size=10)
+    assert third["balanced"] and third["plan"] == "incremental"
+    assert (third["discovered"], third["stored"], third["retired"]) == (0, 0, 0)
+
+
+async def test_removed_items_are_collected_with_on_removed_collect(
+    tmp_path: Path, site: FaultSite, frontier_kind: str
+) -> None:
+    first, second = await _cut_short_then_edit(tmp_path, site, on_removed="collect")
+    assert second["balanced"], second["problems"]
+    assert second["discovered"] == NEW and second["carried_over"] == OLD - 20
+    assert second["stored"] == NEW + OLD - 20 and second["retired"] == 0
+    assert _ids(tmp_path) == list(range(OLD)) + list(range(100, 100 + NEW))
+    assert duplicate_keys(sink_lines(tmp_path / "out")) == []
+    # once collected, an unlisted item is not planned again when its freshness runs out
+    third = await collect(source=str(tmp_path / "source.yaml"), batch_size=10)
+    assert third["balanced"] and third["discovered"] == 0
+
+
+async def test_listing_a_retired_url_again_queues_it(
+    tmp_path: Path, site: FaultSite, frontier_kind: str
+) -> None:
+    await _cut_short_then_edit(tmp_path, site)
+    path = _source(tmp_path, site, "/items/{i}.json", OLD)  # back to the old template
+    third = await collect(source=str(path), batch_size=10)
+    assert third["balanced"], third["problems"]
+    assert third["plan"] == "full" and third["discovered"] == OLD
+    assert third["fresh_skipped"] == 20 and third["stored"] == OLD - 20
+    assert third["retired"] == NEW * 0  # the v=2 items are done, not queued: nothing to retire
+    assert _ids(tmp_path) == list(range(OLD)) + list(range(100, 100 + NEW))
