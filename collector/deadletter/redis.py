@@ -19,9 +19,10 @@ percent-escaped so that no two indexes can share a name)::
     Pevents                            STREAM every history event (quarantined/escalated/resolved)
     Preview                            STREAM escalated entries, consumer group ``reviewers``
 
-Every operation is one Lua script (one round trip, atomic: no other client can interleave, so the
-indexes, the counters and the event stream always agree with the entries). Scripts validate
-before their first write, so an error never leaves a half-applied change behind.
+Every operation is one Lua script, a file in ``collector/deadletter/lua/`` (one round trip, atomic:
+no other client can interleave, so the indexes, the counters and the event stream always agree
+with the entries). Scripts validate before their first write, so an error never leaves a
+half-applied change behind. The client and its error translation are :mod:`collector._redis`'s.
 
 Redis without persistence forgets everything on restart; a store that then kept answering "no
 dead letters" would silently lose the quarantined items. Each script therefore checks the epoch
@@ -45,14 +46,12 @@ from typing import Any, NoReturn
 
 import orjson
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from collector import defaults
+from collector._redis import Scripts, backend_error, connect, describe_client, describe_url
 from collector.deadletter.base import DeadLetter, count_status_kinds
 from collector.deadletter.sqlite import JsonlArchive, _dumps
 from collector.errors import BackendError
-from collector.ops.scrub import Scrubber
 
 __all__ = ["REVIEW_GROUP", "RedisDeadLetterStore"]
 
@@ -62,327 +61,24 @@ _RESERVED_IDS = frozenset({"meta", "events", "review"})  # would collide with th
 _LOST = "DLLOST"  # error prefix raised by the scripts when the epoch token does not match
 _MISMATCH = "DLMISMATCH"
 _CANDIDATES_MAX = 5000  # list(): below this size, read the smallest filter set instead of scanning
-
-# --- Lua -------------------------------------------------------------------------------------
-# Shared by every script: ARGV[1] is the key prefix "{prefix}:dl:", ARGV[2] the epoch token,
-# KEYS[1] the meta key. The epoch check runs before any write.
-_PRELUDE = """
-local P = ARGV[1]
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[2] then
-  return redis.error_reply('DLLOST the dead-letter data this store was using is gone')
-end
-local function esc(s)
-  return (string.gsub(string.gsub(s, '%%', '%%25'), ':', '%%3A'))
-end
-local function status_add(id, src, stage, cls, st)
-  redis.call('SADD', P .. 'ix:status:' .. esc(st), id)
-  redis.call('SADD', P .. 'ix:status:' .. esc(st) .. ':' .. esc(src), id)
-  redis.call('HINCRBY', P .. 'ix:reasons:' .. esc(st) .. ':' .. esc(src), stage .. '/' .. cls, 1)
-end
-local function status_rem(id, src, stage, cls, st)
-  redis.call('SREM', P .. 'ix:status:' .. esc(st), id)
-  redis.call('SREM', P .. 'ix:status:' .. esc(st) .. ':' .. esc(src), id)
-  local rk = P .. 'ix:reasons:' .. esc(st) .. ':' .. esc(src)
-  local field = stage .. '/' .. cls
-  if redis.call('HINCRBY', rk, field, -1) <= 0 then redis.call('HDEL', rk, field) end
-end
-local function move(id, src, stage, cls, from, to)
-  status_rem(id, src, stage, cls, from)
-  status_add(id, src, stage, cls, to)
-end
-local function event(maxlen, name, id, data)
-  redis.call('XADD', P .. 'events', 'MAXLEN', '~', maxlen, '*',
-             'event', name, 'id', id, 'data', data)
-end
-local function forget_review(key, msg)
-  if msg then
-    redis.pcall('XACK', P .. 'review', 'reviewers', msg)
-    redis.call('XDEL', P .. 'review', msg)
-  end
-  redis.call('HDEL', key, 'review_msg', 'review_reason')
-end
-"""
-
-# ARGV[3] events maxlen, then 19 values per entry in the order put() sends them.
-# Returns how many ids were new.
-_PUT = """
-local new = 0
-for i = 4, #ARGV, 19 do
-  local id = ARGV[i]
-  local key = P .. id
-  local last = ARGV[i + 8]
-  local cur = redis.call('HMGET', key, 'source', 'stage', 'error_class', 'status', 'attempts')
-  local src = cur[1]
-  if not src then
-    new = new + 1
-    src = ARGV[i + 1]
-    local stage, cls, st = ARGV[i + 3], ARGV[i + 4], ARGV[i + 14]
-    redis.call('HSET', key, 'id', id, 'source', src, 'url', ARGV[i + 2], 'stage', stage,
-               'error_class', cls, 'message', ARGV[i + 5], 'attempts', ARGV[i + 6],
-               'first_seen', ARGV[i + 7], 'last_seen', last, 'record_key', ARGV[i + 9],
-               'payload', ARGV[i + 10], 'failed_expectations', ARGV[i + 11],
-               'codec', ARGV[i + 17], 'status', st)
-    if ARGV[i + 13] == '1' then redis.call('HSET', key, 'flow_run_id', ARGV[i + 12]) end
-    if ARGV[i + 16] == '1' then redis.call('HSET', key, 'resolution', ARGV[i + 15]) end
-    redis.call('SADD', P .. 'ix:stage:' .. esc(stage), id)
-    redis.call('SADD', P .. 'ix:stage:' .. esc(stage) .. ':' .. esc(src), id)
-    redis.call('SADD', P .. 'ix:class:' .. esc(cls), id)
-    local pos = 1
-    while true do  -- every ':'-suffix, so 'a:b:http_500' matches 'http_500' and 'b:http_500'
-      local c = string.find(cls, ':', pos, true)
-      if not c then break end
-      redis.call('SADD', P .. 'ix:class:' .. esc(string.sub(cls, c + 1)), id)
-      pos = c + 1
-    end
-    status_add(id, src, stage, cls, st)
-  else
-    local attempts = ARGV[i + 6]
-    if tonumber(cur[5]) > tonumber(attempts) then attempts = cur[5] end
-    redis.call('HSET', key, 'message', ARGV[i + 5], 'attempts', attempts, 'last_seen', last,
-               'payload', ARGV[i + 10], 'failed_expectations', ARGV[i + 11],
-               'codec', ARGV[i + 17])
-    if ARGV[i + 13] == '1' then
-      redis.call('HSET', key, 'flow_run_id', ARGV[i + 12])
-    else
-      redis.call('HDEL', key, 'flow_run_id')
-    end
-    if cur[4] == 'resolved' then  -- seen again after its resolution: open again
-      redis.call('HSET', key, 'status', 'open')
-      redis.call('HDEL', key, 'resolution', 'claimed_by', 'claim_expires')
-      move(id, src, cur[2], cur[3], 'resolved', 'open')
-    end
-  end
-  redis.call('ZADD', P .. 'ix:seen', last, id)
-  redis.call('ZADD', P .. 'ix:seen:' .. esc(src), last, id)
-  event(ARGV[3], 'quarantined', id, ARGV[i + 18])
-end
-return new
-"""
-
-# ARGV[3] id. Returns the entry hash (empty when missing).
-_GET = """
-return redis.call('HGETALL', P .. ARGV[3])
-"""
-
-# ARGV[3] limit (<0: no limit), then flag/value pairs: source, stage, error_class, status.
-_LIST = """
-local limit = tonumber(ARGV[3])
-if limit == 0 then return {} end
-local has_src, src = ARGV[4] == '1', ARGV[5]
-local order = P .. 'ix:seen'
-local tail = ''
-if has_src then
-  order = order .. ':' .. esc(src)
-  tail = ':' .. esc(src)
-end
-local filters = {}
-if ARGV[10] == '1' then table.insert(filters, P .. 'ix:status:' .. esc(ARGV[11]) .. tail) end
-if ARGV[6] == '1' then table.insert(filters, P .. 'ix:stage:' .. esc(ARGV[7]) .. tail) end
-if ARGV[8] == '1' then table.insert(filters, P .. 'ix:class:' .. esc(ARGV[9])) end
-
-local function chunked(cmd, key, list)  -- cmd over list in slices (unpack has a stack limit)
-  local out = {}
-  for a = 1, #list, 500 do
-    local b = math.min(a + 499, #list)
-    local part = redis.call(cmd, key, unpack(list, a, b))
-    for j = 1, #part do out[a + j - 1] = part[j] end
-  end
-  return out
-end
-
-local ids = {}
-if #filters == 0 then
-  ids = redis.call('ZREVRANGE', order, 0, limit < 0 and -1 or limit - 1)
-else
-  local smallest, size = nil, nil
-  for _, k in ipairs(filters) do
-    local n = redis.call('SCARD', k)
-    if size == nil or n < size then smallest, size = k, n end
-  end
-  if size == 0 then return {} end
-  if size <= tonumber(ARGV[12]) then
-    -- few candidates: take the smallest set, keep what the others and the order zset hold
-    local members = redis.call('SMEMBERS', smallest)
-    local scores = chunked('ZMSCORE', order, members)
-    local ok = {}
-    for j = 1, #members do ok[j] = scores[j] ~= false end
-    for _, k in ipairs(filters) do
-      if k ~= smallest then
-        local flags = chunked('SMISMEMBER', k, members)
-        for j = 1, #members do if flags[j] == 0 then ok[j] = false end end
-      end
-    end
-    local found = {}
-    for j = 1, #members do
-      if ok[j] then table.insert(found, {tonumber(scores[j]), members[j]}) end
-    end
-    table.sort(found, function(x, y)
-      if x[1] ~= y[1] then return x[1] > y[1] end
-      return x[2] > y[2]
-    end)
-    for j = 1, #found do
-      if limit >= 0 and j > limit then break end
-      ids[j] = found[j][2]
-    end
-  else
-    -- many candidates everywhere: walk the order zset from the newest, keep the matches
-    local step = math.min(1000, math.max(200, 2 * limit))
-    local start, full = 0, false
-    while not full do
-      local chunk = redis.call('ZREVRANGE', order, start, start + step - 1)
-      if #chunk == 0 then break end
-      local ok = {}
-      for j = 1, #chunk do ok[j] = true end
-      for _, k in ipairs(filters) do
-        local flags = redis.call('SMISMEMBER', k, unpack(chunk))
-        for j = 1, #chunk do if flags[j] == 0 then ok[j] = false end end
-      end
-      for j = 1, #chunk do
-        if ok[j] then
-          table.insert(ids, chunk[j])
-          if limit >= 0 and #ids >= limit then full = true break end
-        end
-      end
-      start = start + step
-    end
-  end
-end
-local out = {}
-for j = 1, #ids do out[j] = redis.call('HGETALL', P .. ids[j]) end
-return out
-"""
-
-# ARGV[3] '1' with a source, ARGV[4] the source. Returns open, review, resolved counts.
-_COUNTS = """
-local tail = ''
-if ARGV[3] == '1' then tail = ':' .. esc(ARGV[4]) end
-return {redis.call('SCARD', P .. 'ix:status:open' .. tail),
-        redis.call('SCARD', P .. 'ix:status:review' .. tail),
-        redis.call('SCARD', P .. 'ix:status:resolved' .. tail)}
-"""
-
-# ARGV[3] source. Returns {open count, review count, prefix, n, prefix, n...}: resolved entries
-# by the text before the first ':' of their resolution. O(resolved entries of the source) inside
-# Redis, one round trip, no payload leaves the server.
-_STATUS_KINDS = """
-local src = esc(ARGV[3])
-local out = {redis.call('SCARD', P .. 'ix:status:open:' .. src),
-             redis.call('SCARD', P .. 'ix:status:review:' .. src)}
-local kinds = {}
-for _, id in ipairs(redis.call('SMEMBERS', P .. 'ix:status:resolved:' .. src)) do
-  local resolution = redis.call('HGET', P .. id, 'resolution') or ''
-  local kind = string.match(resolution, '^([^:]*)')
-  kinds[kind] = (kinds[kind] or 0) + 1
-end
-for kind, n in pairs(kinds) do
-  table.insert(out, kind)
-  table.insert(out, n)
-end
-return out
-"""
-
-# ARGV[3] source, then the statuses to read. Returns one flat HGETALL per status.
-_REASONS = """
-local out = {}
-for i = 4, #ARGV do
-  out[#out + 1] = redis.call('HGETALL', P .. 'ix:reasons:' .. esc(ARGV[i]) .. ':' .. esc(ARGV[3]))
-end
-return out
-"""
-
-# ARGV[3] maxlen, ARGV[4] id, ARGV[5] resolution, ARGV[6] event data, ARGV[7] '1' when the
-# item was requeued (the entry's requeues count grows). Returns 1 if resolved now.
-_RESOLVE = """
-local key = P .. ARGV[4]
-local cur = redis.call('HMGET', key, 'source', 'stage', 'error_class', 'status', 'review_msg')
-if not cur[1] or cur[4] == 'resolved' then return 0 end
-redis.call('HSET', key, 'status', 'resolved', 'resolution', ARGV[5])
-redis.call('HDEL', key, 'claimed_by', 'claim_expires')
-if ARGV[7] == '1' then redis.call('HINCRBY', key, 'requeues', 1) end
-move(ARGV[4], cur[1], cur[2], cur[3], cur[4], 'resolved')
-forget_review(key, cur[5])  -- a pending review of it is moot: nobody should get it any more
-event(ARGV[3], 'resolved', ARGV[4], ARGV[6])
-return 1
-"""
-
-# ARGV[3] maxlen, ARGV[4] id, ARGV[5] reason, ARGV[6] event data (without the message id).
-# Returns the review message id, or false if the entry is not open.
-_ESCALATE = """
-local key = P .. ARGV[4]
-local cur = redis.call('HMGET', key, 'source', 'stage', 'error_class', 'status')
-if not cur[1] or cur[4] ~= 'open' then return false end
-local msg = redis.call('XADD', P .. 'review', '*', 'entry', ARGV[4], 'reason', ARGV[5])
-redis.call('HSET', key, 'status', 'review', 'review_msg', msg, 'review_reason', ARGV[5])
-redis.call('HDEL', key, 'claimed_by', 'claim_expires')
-move(ARGV[4], cur[1], cur[2], cur[3], 'open', 'review')
-event(ARGV[3], 'escalated', ARGV[4], ARGV[6])
-return msg
-"""
-
-# ARGV[3] maxlen, ARGV[4] message id, ARGV[5] entry id, ARGV[6] resolution, ARGV[7] event data.
-# Acks the message whatever happens; returns 1 if this call resolved the entry.
-_FINISH = """
-local msg, id = ARGV[4], ARGV[5]
-local found = redis.call('XRANGE', P .. 'review', msg, msg)
-if #found > 0 then
-  local fields, entry = found[1][2], nil
-  for j = 1, #fields, 2 do if fields[j] == 'entry' then entry = fields[j + 1] end end
-  if entry ~= id then
-    return redis.error_reply('DLMISMATCH review message ' .. msg .. ' is for entry '
-                             .. tostring(entry) .. ', not ' .. id)
-  end
-end
-local key = P .. id
-local cur = redis.call('HMGET', key, 'source', 'stage', 'error_class', 'status', 'review_msg')
-redis.pcall('XACK', P .. 'review', 'reviewers', msg)
-redis.call('XDEL', P .. 'review', msg)
-if not cur[1] or cur[4] ~= 'review' or cur[5] ~= msg then return 0 end
-redis.call('HSET', key, 'status', 'resolved', 'resolution', ARGV[6])
-redis.call('HDEL', key, 'review_msg', 'review_reason')
-move(id, cur[1], cur[2], cur[3], 'review', 'resolved')
-event(ARGV[3], 'resolved', id, ARGV[7])
-return 1
-"""
-
-# ARGV[3..] message id / entry id pairs just delivered to a reviewer. Returns one hash per pair,
-# empty for messages that are moot (entry gone, no longer in review, or re-escalated since):
-# those are acked and deleted so that nobody gets them again.
-_LOAD_REVIEWS = """
-local out = {}
-for i = 3, #ARGV, 2 do
-  local msg, id = ARGV[i], ARGV[i + 1]
-  local key = P .. id
-  local cur = redis.call('HMGET', key, 'status', 'review_msg')
-  if cur[1] == 'review' and cur[2] == msg then
-    out[#out + 1] = redis.call('HGETALL', key)
-  else
-    redis.pcall('XACK', P .. 'review', 'reviewers', msg)
-    redis.call('XDEL', P .. 'review', msg)
-    out[#out + 1] = {}
-  end
-end
-return out
-"""
-
-# ARGV[3] id, ARGV[4] owner, ARGV[5] now, ARGV[6] expiry. Returns 1 if the claim is taken.
-_CLAIM = """
-local key = P .. ARGV[3]
-local cur = redis.call('HMGET', key, 'status', 'claimed_by', 'claim_expires')
-if cur[1] ~= 'open' then return 0 end
-if cur[2] and cur[2] ~= ARGV[4] and tonumber(cur[3]) > tonumber(ARGV[5]) then return 0 end
-redis.call('HSET', key, 'claimed_by', ARGV[4], 'claim_expires', ARGV[6])
-return 1
-"""
-
-# ARGV[3] id, ARGV[4] owner. Returns 1 if the owner's claim was dropped.
-_RELEASE = """
-local key = P .. ARGV[3]
-if redis.call('HGET', key, 'claimed_by') ~= ARGV[4] then return 0 end
-redis.call('HDEL', key, 'claimed_by', 'claim_expires')
-return 1
-"""
-
-_PING = "return 1"
+# The scripts, in lua/<name>.lua, each run after lua/prelude.lua: ARGV[1] is the key prefix
+# "{prefix}:dl:", ARGV[2] the epoch token, KEYS[1] the meta key; the epoch check runs before any
+# write. Every file says its other arguments and its reply.
+_SCRIPTS = (
+    "put",
+    "get",
+    "list",
+    "counts",
+    "reasons",
+    "status_kinds",
+    "resolve",
+    "escalate",
+    "finish",
+    "load_reviews",
+    "claim",
+    "release",
+    "ping",
+)
 
 
 def _text(value: Any) -> str:
@@ -451,11 +147,6 @@ def _usable_id(entry_id: str) -> bool:
     return bool(entry_id) and ":" not in entry_id and entry_id not in _RESERVED_IDS
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"
-
-
 class RedisDeadLetterStore:
     """Dead letters in Redis, shared by every worker that uses the same URL and prefix.
 
@@ -474,7 +165,6 @@ class RedisDeadLetterStore:
         prefix: str = "collector",
         archive: str | Path | None = None,
         events_maxlen: int = 1_000_000,
-        socket_timeout: float | None = 10.0,
         archive_max_bytes: int = defaults.DEADLETTER_ARCHIVE_BYTES,
     ) -> None:
         if events_maxlen < 1:
@@ -483,64 +173,29 @@ class RedisDeadLetterStore:
         self.events_maxlen = events_maxlen
         self._owns_client = isinstance(url_or_client, str)
         if isinstance(url_or_client, str):
-            self.url = Scrubber().url(url_or_client)
-            try:
-                self._client = redis.Redis.from_url(
-                    url_or_client,
-                    socket_timeout=socket_timeout,
-                    socket_connect_timeout=min(socket_timeout or 5.0, 5.0),
-                    retry=Retry(NoBackoff(), 0),
-                )
-            except (ValueError, redis.RedisError) as exc:
-                raise BackendError(f"dead letters {self.url}: {_one_line(exc)}") from exc
+            self.url = describe_url(url_or_client)
+            self._client = connect(url_or_client, what=f"dead letters {self.url}")
         else:
             self._client = url_or_client
-            self.url = self._describe(url_or_client)
+            self.url = describe_client(url_or_client)
         self._base = f"{prefix}:dl:"
         self.events_key = self._base + "events"
         self.review_key = self._base + "review"
         self._meta_key = self._base + "meta"
         self.archive = JsonlArchive(archive, max_bytes=archive_max_bytes) if archive else None
-        self._scripts = {
-            name: self._client.register_script(_PRELUDE + body)
-            for name, body in (
-                ("put", _PUT),
-                ("get", _GET),
-                ("list", _LIST),
-                ("counts", _COUNTS),
-                ("reasons", _REASONS),
-                ("status_kinds", _STATUS_KINDS),
-                ("resolve", _RESOLVE),
-                ("escalate", _ESCALATE),
-                ("finish", _FINISH),
-                ("load_reviews", _LOAD_REVIEWS),
-                ("claim", _CLAIM),
-                ("release", _RELEASE),
-                ("ping", _PING),
-            )
-        }
         self._lock = threading.Lock()
         self._group_ready = False
         self._epoch = ""
         try:
             with self._errors("cannot connect"):
                 self._client.ping()
+                self._scripts = Scripts(self._client, __package__, _SCRIPTS, prelude="prelude")
                 self._adopt_epoch()
         except BackendError:
             self.close()
             raise
 
     # --- plumbing ------------------------------------------------------------------------
-
-    @staticmethod
-    def _describe(client: redis.Redis) -> str:
-        """Where a passed-in client points, without its password."""
-        kwargs = client.connection_pool.connection_kwargs
-        if "path" in kwargs:
-            return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
-        return f"redis://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/" + str(
-            kwargs.get("db", 0)
-        )
 
     def location(self) -> str:
         return f"{self.url} (prefix {self.prefix!r})"
@@ -557,7 +212,7 @@ class RedisDeadLetterStore:
             self._group_ready = False
 
     def _fail(self, what: str, exc: BaseException) -> NoReturn:
-        raise BackendError(f"dead letters {self.url}: {what}: {_one_line(exc)}") from exc
+        raise backend_error(f"dead letters {self.url}: {what}", exc) from exc
 
     @contextmanager
     def _errors(self, what: str) -> Iterator[None]:
@@ -582,7 +237,7 @@ class RedisDeadLetterStore:
 
     def _run(self, name: str, what: str, *args: Any) -> Any:
         with self._errors(what):
-            return self._scripts[name](keys=[self._meta_key], args=[self._base, self._epoch, *args])
+            return self._scripts(name, [self._meta_key], [self._base, self._epoch, *args])
 
     def _ensure_group(self, *, force: bool = False) -> None:
         """Create the reviewers group once (from the stream's start, so nothing is skipped)."""

@@ -1,0 +1,10 @@
+-- ARGV: urls. Returns how many done items lost their freshness (the next plan queues them).
+local stale = 0
+for i = 1, #ARGV do
+  local rec, k, f = load(ARGV[i])
+  if rec and rec[1] == D then
+    rec[10] = nil; save(k, f, rec)
+    stale = stale + 1
+  end
+end
+return stale

@@ -1,0 +1,12 @@
+-- Earliest not_before of a queued item (0 for those without one) or lease expiry, or nil.
+local best = nil
+if redis.call('ZCARD', K_Q) > redis.call('ZCARD', K_P) then best = 0 end
+for _, key in ipairs({K_P, K_D, K_L}) do
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if first[2] then
+    local v = tonumber(first[2])
+    if best == nil or v < best then best = v end
+  end
+end
+if best == nil then return false end
+return fmt(best)

@@ -1,0 +1,105 @@
+-- Shared by every script: key names, record access, counters, queue and expiry indexes.
+-- Record fields: 1 state, 2 run, 3 rank (false while the item's B:q score holds it), 4 enqueued_at,
+-- 5 expires_at, 6 not_before, 7 attempts, 8 first_attempt_at, 9 lease_token, 10 fresh_until,
+-- 11 last_fetched_at, 12 cost, 13 has a last_error in B:err. Absent fields are nil (zero), so they
+-- take no space.
+local B = KEYS[1]
+local K_Q, K_D, K_P, K_L = B .. ':q', B .. ':d', B .. ':p', B .. ':l'
+local K_XB, K_N, K_RUNS, K_ERR = B .. ':xb', B .. ':n', B .. ':runs', B .. ':err'
+local Q, L, D, X, E = 1, 2, 3, 4, 5
+
+-- exact text of a double (Redis turns Lua numbers into text with only 14 digits)
+local function fmt(x) return string.format('%.17g', x) end
+local function nz(x) if x == 0 then return nil end return x end
+-- fmt remembered: the items of one offer share their times, and formatting is the costly part
+local fmt_seen = {}
+local function cfmt(x)
+  if x ~= x then return fmt(x) end  -- NaN cannot be a table key
+  local s = fmt_seen[x]
+  if not s then s = fmt(x); fmt_seen[x] = s end
+  return s
+end
+
+local function loc(url)
+  local h = redis.sha1hex(url)
+  -- 52 + 32 bits of the digest as a double and an int: 12 bytes, and the cheapest Lua we found
+  return B .. ':r:' .. string.sub(h, 1, 4),
+    struct.pack('>dI4', tonumber(string.sub(h, 5, 17), 16), tonumber(string.sub(h, 18, 25), 16))
+end
+local function load(url)
+  local k, f = loc(url)
+  local raw = redis.call('HGET', k, f)
+  if raw then return cmsgpack.unpack(raw), k, f, raw end
+  return nil, k, f, nil
+end
+local function save(k, f, rec) redis.call('HSET', k, f, cmsgpack.pack(rec)) end
+-- last_error lives in B:err; field 13 of the record says there is one to clear
+local function set_error(url, rec, text) redis.call('HSET', K_ERR, url, text); rec[13] = 1 end
+local function clear_error(url, rec)
+  if rec[13] then redis.call('HDEL', K_ERR, url); rec[13] = nil end
+end
+
+-- many-argument calls, in slices small enough for unpack()
+local function bulk(cmd, key, args, step)
+  for i = 1, #args, step do
+    redis.call(cmd, key, unpack(args, i, math.min(i + step - 1, #args)))
+  end
+end
+
+-- counter deltas per run and state, written once at the end of the script
+local delta = {}
+local function bump(run, state, n)
+  local d = delta[run]
+  if not d then d = {}; delta[run] = d end
+  d[state] = (d[state] or 0) + n
+end
+local function move(rec, to)
+  bump(rec[2], rec[1], -1); bump(rec[2], to, 1); rec[1] = to
+end
+local function flush_counts()
+  local total = {}
+  for run, d in pairs(delta) do
+    for state, n in pairs(d) do
+      if n ~= 0 then
+        redis.call('HINCRBY', B .. ':rc:' .. run, state, n)
+        total[state] = (total[state] or 0) + n
+      end
+    end
+  end
+  for state, n in pairs(total) do
+    if n ~= 0 then redis.call('HINCRBY', K_N, state, n) end
+  end
+  delta = {}
+end
+
+-- every time an item enters the queue it gets an entry in the bucket of its expires_at
+local pushes = {}
+local function push_expiry(url, exp)
+  local name = fmt(exp)
+  local p = pushes[name]
+  if not p then p = {}; pushes[name] = p end
+  p[#p + 1] = url
+end
+local function flush_expiry()
+  for name, urls in pairs(pushes) do
+    redis.call('ZADD', K_XB, name, name)
+    bulk('RPUSH', B .. ':x:' .. name, urls, 1000)
+  end
+  pushes = {}
+end
+
+-- put a queued record in its indexes (the caller has set rec[1] = Q and saves it)
+local function enter_queue(url, rec, now)
+  local nb = rec[6]
+  if nb and nb > now then
+    redis.call('ZADD', K_D, fmt(nb), url)
+  else
+    redis.call('ZADD', K_Q, fmt(-rec[3]), url)
+    if nb then redis.call('ZADD', K_P, fmt(nb), url) end
+  end
+  push_expiry(url, rec[5])
+end
+local function leave_queue(url, rec)
+  if rec[6] then redis.call('ZREM', K_D, url); redis.call('ZREM', K_P, url) end
+  redis.call('ZREM', K_Q, url)
+end
