@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from collector.backends import open_frontier
 from collector.config import load_source
 from collector.demo.site import FaultSite
 from collector.frontier.base import StateCounts
@@ -25,34 +26,26 @@ pytestmark = pytest.mark.usefixtures("prefect_api")
 OLD, NEW = 60, 30  # the old list: items 0..59; the new list: items 100..129, another URL form
 
 
-def _source(folder: Path, site: FaultSite, template: str, count: int, **extra: Any) -> Path:
-    seeds = {"template": site.base_url + template, "range": [0 if count == OLD else 100, 0]}
-    seeds["range"][1] = seeds["range"][0] + count
-    seeds.update(extra)
+@pytest.fixture(params=["sqlite", "redis"])
+def frontier(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The source's ``frontier`` section: the embedded SQLite default, or a real Redis."""
+    if request.param == "redis":
+        return {"frontier": {"type": "redis", "url": request.getfixturevalue("redis_url")}}
+    return {}
+
+
+def _source(
+    folder: Path, site: FaultSite, frontier: dict[str, Any], template: str, first: int, **seeds: Any
+) -> Path:
+    """Write (or rewrite) the source: ``template`` over ``first .. first + count``."""
+    count = OLD if first == 0 else NEW
     return write_source(
         folder,
-        seeds=seeds,
+        seeds={"template": site.base_url + template, "range": [first, first + count], **seeds},
         limits={"concurrency": 8, "per_domain_concurrency": 8, "per_domain_rate": "1000/second"},
         state_dir=".collector",
-        **backend(folder),
+        **frontier,
     )
-
-
-_BACKEND: dict[str, Any] = {}
-
-
-def backend(folder: Path) -> dict[str, Any]:
-    return dict(_BACKEND)
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def frontier_kind(request: pytest.FixtureRequest) -> Any:
-    _BACKEND.clear()
-    if request.param == "redis":
-        url = request.getfixturevalue("redis_url")
-        _BACKEND["frontier"] = {"type": "redis", "url": url}
-    yield request.param
-    _BACKEND.clear()
 
 
 def _ids(folder: Path) -> list[int]:
@@ -60,20 +53,19 @@ def _ids(folder: Path) -> list[int]:
 
 
 async def _cut_short_then_edit(
-    tmp_path: Path, site: FaultSite, **seeds: Any
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    path = _source(tmp_path, site, "/items/{i}.json", OLD, **seeds)
+    tmp_path: Path, site: FaultSite, frontier: dict[str, Any], **seeds: Any
+) -> dict[str, Any]:
+    path = _source(tmp_path, site, frontier, "/items/{i}.json", 0, **seeds)
     first = await collect(source=str(path), batch_size=10, max_items=20)
     assert first["balanced"] and first["stored"] == 20 and first["queued"] == OLD - 20
-    _source(tmp_path, site, "/items/{i}.json?v=2", NEW, **seeds)  # the template changes
-    second = await collect(source=str(path), batch_size=10)
-    return first, second
+    _source(tmp_path, site, frontier, "/items/{i}.json?v=2", 100, **seeds)  # template edited
+    return await collect(source=str(path), batch_size=10)
 
 
 async def test_removed_items_are_retired_by_default(
-    tmp_path: Path, site: FaultSite, frontier_kind: str
+    tmp_path: Path, site: FaultSite, frontier: dict[str, Any]
 ) -> None:
-    first, second = await _cut_short_then_edit(tmp_path, site)
+    second = await _cut_short_then_edit(tmp_path, site, frontier)
     assert second["balanced"], second["problems"]
     assert second["plan"] == "full"
     assert second["discovered"] == NEW and second["stored"] == NEW
@@ -83,13 +75,11 @@ async def test_removed_items_are_retired_by_default(
     assert duplicate_keys(sink_lines(tmp_path / "out")) == []
     # the frontier agrees: the retired items are there, in their own state, never fetched
     source = load_source(tmp_path / "source.yaml")
-    from collector.backends import open_frontier
-
-    frontier = open_frontier(source)
+    store = open_frontier(source)
     try:
-        assert frontier.counts(source.name) == StateCounts(done=20 + NEW, retired=OLD - 20)
+        assert store.counts(source.name) == StateCounts(done=20 + NEW, retired=OLD - 20)
     finally:
-        frontier.close()
+        store.close()
     retired_paths = {f"/items/{i}.json" for i in range(20, OLD)}
     assert not retired_paths & {r.path for r in site.requests[-NEW * 2 :]}
 
@@ -100,9 +90,9 @@ async def test_removed_items_are_retired_by_default(
 
 
 async def test_removed_items_are_collected_with_on_removed_collect(
-    tmp_path: Path, site: FaultSite, frontier_kind: str
+    tmp_path: Path, site: FaultSite, frontier: dict[str, Any]
 ) -> None:
-    first, second = await _cut_short_then_edit(tmp_path, site, on_removed="collect")
+    second = await _cut_short_then_edit(tmp_path, site, frontier, on_removed="collect")
     assert second["balanced"], second["problems"]
     assert second["discovered"] == NEW and second["carried_over"] == OLD - 20
     assert second["stored"] == NEW + OLD - 20 and second["retired"] == 0
@@ -114,13 +104,13 @@ async def test_removed_items_are_collected_with_on_removed_collect(
 
 
 async def test_listing_a_retired_url_again_queues_it(
-    tmp_path: Path, site: FaultSite, frontier_kind: str
+    tmp_path: Path, site: FaultSite, frontier: dict[str, Any]
 ) -> None:
-    await _cut_short_then_edit(tmp_path, site)
-    path = _source(tmp_path, site, "/items/{i}.json", OLD)  # back to the old template
+    await _cut_short_then_edit(tmp_path, site, frontier)
+    path = _source(tmp_path, site, frontier, "/items/{i}.json", 0)  # back to the old template
     third = await collect(source=str(path), batch_size=10)
     assert third["balanced"], third["problems"]
     assert third["plan"] == "full" and third["discovered"] == OLD
     assert third["fresh_skipped"] == 20 and third["stored"] == OLD - 20
-    assert third["retired"] == NEW * 0  # the v=2 items are done, not queued: nothing to retire
+    assert third["retired"] == 0  # the v=2 items are done, not queued: nothing to retire
     assert _ids(tmp_path) == list(range(OLD)) + list(range(100, 100 + NEW))

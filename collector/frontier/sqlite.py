@@ -323,17 +323,19 @@ class SqliteFrontier:
                     f"UPDATE items SET run = ? WHERE src = ? AND state = {state} AND run IS NOT ?",
                     (run, src, run),
                 ).rowcount
+        # listed items that are due and not the run's already (those it has counted)
         due = (
             f"SELECT id, url, last_fetched_at FROM items WHERE src = ? AND state = {E}"
-            " AND gone IS NULL LIMIT ?",
+            " AND gone IS NULL AND run IS NOT ? LIMIT ?",
             f"SELECT id, url, last_fetched_at FROM items WHERE src = ? AND state = {D}"
-            " AND (fresh_until IS NULL OR fresh_until <= ?) AND gone IS NULL LIMIT ?",
+            " AND (fresh_until IS NULL OR fresh_until <= ?) AND gone IS NULL AND run IS NOT ?"
+            " LIMIT ?",
         )
         for n, query in enumerate(due):
             while True:
                 with self._transaction() as db:
                     src = self._src(db, source)
-                    params = (src, _CHUNK) if n == 0 else (src, now, _CHUNK)
+                    params = (src, run, _CHUNK) if n == 0 else (src, now, run, _CHUNK)
                     rows = db.execute(query, params).fetchall()
                     requeues = []
                     for rowid, url, fetched in rows:
