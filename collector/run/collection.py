@@ -222,6 +222,7 @@ class Collection:
         ledger.fresh_skipped = result.fresh_skipped
         ledger.already_dead = result.already_dead
         ledger.dead_lettered += result.already_dead
+        ledger.unlisted = swept.carried + swept.retired
         ledger.carried_over = swept.carried
         ledger.retired = swept.retired
         return ledger

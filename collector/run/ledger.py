@@ -2,8 +2,7 @@
 
 Each item a run takes into its account ends the run in exactly one terminal state::
 
-    discovered + carried_over = stored + fresh_skipped + expired + dead_lettered + queued
-                                + retired
+    discovered + unlisted = stored + fresh_skipped + expired + dead_lettered + queued + retired
 
 What a run *discovers* depends on how it planned (``plan``). A ``full`` plan (the seed list is
 new or changed) offers every listed seed: ``discovered`` is the number of seeds listed, repeats
@@ -12,10 +11,12 @@ is the one the last finished plan offered) offers nothing: ``discovered`` is the
 that were due and joined the run (queued or leased, expired, done whose freshness ran out);
 fresh and dead items are not the run's business and are not counted.
 
-Items an earlier plan queued that a changed seed list no longer names are settled by the
-source's ``seeds.on_removed``: ``retired`` (they end in the frontier's ``retired`` state,
-counted here and proven against the frontier's count) or ``carried_over`` into this run to be
-collected once more (they then end like any other item). None is dropped silently.
+Items an earlier plan queued that a changed seed list no longer names (``unlisted``) join the
+run too, and are settled by the source's ``seeds.on_removed``: ``retired`` (they end in the
+frontier's ``retired`` state, counted here and proven against the frontier's count), or
+``carried_over`` to be collected once more (they then end like any other item; leased ones are
+always carried over: a holder may still ack them). ``unlisted = carried_over + retired``. None
+is dropped silently.
 
 ``stored`` and ``dead_lettered`` are counted from the acks the frontier *accepted*;
 ``fresh_skipped`` from planning; ``expired`` and ``queued`` are read back from the frontier at
@@ -59,11 +60,12 @@ class Ledger:
     dead_lettered: int = 0
     expired: int = 0
     queued: int = 0
-    carried_over: int = 0  # unlisted items queued by earlier plans, collected by this run
-    retired: int = 0  # unlisted items queued by earlier plans, retired by this run
+    unlisted: int = 0  # items earlier plans queued that the changed seed list no longer names
+    retired: int = 0  # unlisted items retired by this run (seeds.on_removed: retire)
     # detail (not terms of the equation)
     plan: str = ""  # "full" (the seed list was offered) or "incremental" (only due items)
     duplicates: int = 0  # seeds listed more than once, counted once in discovered
+    carried_over: int = 0  # unlisted items this run collects (unlisted - retired)
     refused_at_plan: int = 0  # seeds with a malformed or refused URL, dead-lettered at once
     already_dead: int = 0  # items still in the dead letters from earlier runs
     retried: int = 0  # attempts sent back to the queue (retry-later)
@@ -118,10 +120,10 @@ class Ledger:
         self.stored_by_others = max(0, final.done - self.stored - self.fresh_skipped)
         self.dead_by_others = max(0, final.dead - in_frontier_dead)
         problems = self._claim_problems()
-        intake = self.discovered + self.carried_over
+        intake = self.discovered + self.unlisted
         if intake != self.terminal_sum:
             problems.append(
-                f"discovered {self.discovered} + carried_over {self.carried_over} != stored "
+                f"discovered {self.discovered} + unlisted {self.unlisted} != stored "
                 f"{self.stored} + fresh_skipped {self.fresh_skipped} + expired {self.expired} "
                 f"+ dead_lettered {self.dead_lettered} + queued {self.queued} + retired "
                 f"{self.retired} (= {self.terminal_sum})"
@@ -144,8 +146,8 @@ class Ledger:
         if intake - self.refused_at_plan != final.total:
             problems.append(
                 f"frontier holds {final.total} of this run's items, but the run discovered "
-                f"{self.discovered - self.refused_at_plan} fetchable ones and carried over "
-                f"{self.carried_over}"
+                f"{self.discovered - self.refused_at_plan} fetchable ones and took "
+                f"{self.unlisted} unlisted ones"
             )
         self.problems = problems
 

@@ -46,6 +46,12 @@ def frontier(redis_url: str) -> Iterator[RedisFrontier]:
 
 
 # --- the same calls give the same results as SQLite --------------------------------------------
+_OPS = (
+    *("offer", "offer", "claim", "claim", "ack", "ack", "renew", "release", "requeue"),
+    *("sweep", "adopt", "make_stale"),
+)
+
+
 def _differential(redis_url: str, seed: int, steps: int) -> None:
     rng = random.Random(seed)
     client = redis.Redis.from_url(redis_url)
@@ -65,10 +71,7 @@ def _differential(redis_url: str, seed: int, steps: int) -> None:
             got: Any
             want: Any
             source = rng.choice(["a", "a", "b"])
-            op = rng.choice(
-                ["offer", "offer", "claim", "claim", "ack", "ack", "renew", "release", "requeue"]
-                + ["sweep", "adopt", "make_stale"]
-            )
+            op = rng.choice(_OPS)
             if op == "offer":
                 picks = [rng.choice(pool) for _ in range(rng.randint(0, 6))]
                 offers = [Offer(u, FRESH) for u in picks]
