@@ -65,16 +65,28 @@ async def _drain(run: Collection, limit: int) -> list[str]:
     return claimed
 
 
-@settings(
+_EXAMPLES = settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+
+
+@_EXAMPLES
 @given(runs)
 def test_every_run_balances_whatever_the_seed_list_does(plan: list) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        asyncio.run(_play(Path(folder), plan))
+        asyncio.run(_play(Path(folder), plan, {}))
 
 
-async def _play(folder: Path, plan: list) -> None:
+@_EXAMPLES
+@given(runs)
+def test_every_run_balances_on_a_redis_frontier(redis_url: str, plan: list) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        # a source name of its own per example: the Redis database is shared by the examples
+        section = {"frontier": {"type": "redis", "url": redis_url}, "name": Path(folder).name}
+        asyncio.run(_play(Path(folder), plan, section))
+
+
+async def _play(folder: Path, plan: list, backend: dict) -> None:
     clock = [1_700_000_000.0]
     listed: frozenset[int] = frozenset()
     ever: set[str] = set()
@@ -88,6 +100,7 @@ async def _play(folder: Path, plan: list) -> None:
             seeds={"urls": [_url(n) for n in sorted(listed)], "on_removed": on_removed},
             ttl={"default_fresh_s": FRESH_S, "queue_ttl_s": 10_000},
             state_dir="state",
+            **backend,
         )
         source = load_source(path)
         with Collection(source, run_id=f"run-{number}", clock=lambda: clock[0]) as run:

@@ -227,7 +227,9 @@ class Frontier(Protocol):
         With ``retire`` queued ones become ``retired``; otherwise they stay queued. Either way
         they (and leased ones, whose holder may still ack them) are tagged with ``run_id`` and
         marked *unlisted*, so :meth:`adopt` never queues them again once settled; offering the
-        URL again makes it listed. Returns the counts; every item is tagged, none dropped.
+        URL again makes it listed. Done and expired items not tagged with ``run_id`` are marked
+        unlisted too, for the same reason (they are not counted: not the run's business).
+        Returns the counts; every queued or leased item is tagged, none dropped.
         """
         ...
 

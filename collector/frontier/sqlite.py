@@ -303,6 +303,14 @@ class SqliteFrontier:
                 result.retired = moved
             else:
                 result.carried += moved
+            # done and expired items the list no longer names are not this run's business,
+            # but an unchanged plan later must not queue them again when they fall due
+            for state in (D, E):
+                db.execute(
+                    f"UPDATE items SET gone = 1 WHERE src = ? AND state = {state}"
+                    " AND run IS NOT ? AND gone IS NULL",
+                    (src, run),
+                )
         return result
 
     def adopt(

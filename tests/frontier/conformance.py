@@ -34,6 +34,7 @@ from collector.frontier.base import (
     RankFor,
     RetryLater,
     StateCounts,
+    SweepResult,
 )
 
 SRC = "src"
@@ -667,6 +668,21 @@ class FrontierConformance:
         # a's lease (taken at T0) has run out: it is back in the queue, still this run's
         got = sorted(urls_of(claim(frontier, 10, now=T0 + 100)))
         assert got == [url("a"), url("c"), url("d")]
+
+    def test_sweep_keeps_unlisted_done_items_out_of_later_adoptions(
+        self, frontier: Frontier
+    ) -> None:
+        self._make_done(frontier, url("old"), fresh_s=10)
+        offer(frontier, [url("x")], queue_ttl_s=5, run_id="r0")
+        claim(frontier, 0, now=T0 + 6)  # x expires
+        offer(frontier, [url("new")], now=T0 + 7, run_id="r2", once=True)
+        assert frontier.sweep(SRC, "r2", retire=True) == SweepResult()  # nothing queued
+        self._make_done(frontier, url("new"), now=T0 + 8, fresh_s=10)
+        # much later, an unchanged plan: only the listed item is due again
+        assert _adopt(frontier, "r3", now=T0 + 1_000) == _result(enqueued=1)
+        assert urls_of(claim(frontier, 10, now=T0 + 1_000)) == [url("new")]
+        # listing "old" again brings it back
+        assert offer(frontier, [url("old")], now=T0 + 1_001, run_id="r4") == _result(enqueued=1)
 
     def test_adopt_takes_only_due_items(self, frontier: Frontier) -> None:
         self._make_done(frontier, url("fresh"), fresh_s=1_000)
