@@ -42,6 +42,7 @@ from collector.ops.scrub import Scrubber
 from collector.policy.retry import RetryBudget
 from collector.policy.urls import HostPolicy
 from collector.run.ledger import Ledger
+from collector.run.seeds import SeedCheck
 from collector.settle.parse import RecordParser, dotted_get
 from collector.sinks import Sink, SinkRecord
 
@@ -159,7 +160,16 @@ class Collection:
         source, name, ledger = self.source, self.source.name, self.ledger
         ttl, priority = source.ttl, source.priority
 
+        new_ranks: dict[float, float] = {}  # without rules, a new URL's rank is fresh_s's
+
         def rank_for(url: str, age_s: float | None, fresh_s: float) -> float:
+            if age_s is None and not priority.rules:
+                known = new_ranks.get(fresh_s)
+                if known is None:
+                    known = new_ranks[fresh_s] = priority.rank_for(
+                        url, enqueued_at=now, age_s=None, fresh_s=fresh_s
+                    )
+                return known
             return priority.rank_for(url, enqueued_at=now, age_s=age_s, fresh_s=fresh_s)
 
         mark = source.seed_mark()
@@ -177,10 +187,14 @@ class Collection:
             return ledger
 
         self.frontier.set_plan_mark(name, None)
-        policy = HostPolicy(
-            allow_private_networks=source.allow_private_networks,
-            allowed_hosts=source.limits.allowed_hosts,
+        check = SeedCheck(
+            HostPolicy(
+                allow_private_networks=source.allow_private_networks,
+                allowed_hosts=source.limits.allowed_hosts,
+            )
         )
+        fresh_for = ttl.fresh_for if (ttl.rules or ttl.hook) else None
+        default_fresh = ttl.default_fresh_s
         refused: list[DeadLetter] = []
 
         def put_refused() -> None:
@@ -194,7 +208,7 @@ class Collection:
             for url in source.seed_urls():
                 ledger.discovered += 1
                 try:
-                    reason = policy.refusal(url)
+                    reason = check.refusal(url)
                 except RecoverableFetchError:
                     reason = None  # DNS may recover: let the fetch step retry it
                 if reason is not None:
@@ -202,7 +216,7 @@ class Collection:
                     if len(refused) >= _REFUSED_CHUNK:
                         put_refused()
                     continue
-                yield Offer(url, ttl.fresh_for(url))
+                yield Offer(url, fresh_for(url) if fresh_for else default_fresh)
 
         result = self.frontier.offer(
             name,
