@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -88,6 +89,10 @@ class Collection:
     ) -> None:
         self.source = source
         self.run_id = run_id
+        # The tag of this run's items in the frontier: the run id plus a part of its own, so a
+        # second execution of the same flow run (a Prefect retry) is a run of its own there too
+        # (its items are not mistaken for repeats of its own seeds).
+        self.frontier_tag = f"{run_id}#{uuid.uuid4().hex[:8]}"
         self.clock = clock
         secrets = source.secret_values()
         self.scrub = Scrubber(secrets)
@@ -176,7 +181,7 @@ class Collection:
         if self.frontier.plan_mark(name) == mark:
             result = self.frontier.adopt(
                 name,
-                self.run_id,
+                self.frontier_tag,
                 now=now,
                 queue_ttl_s=ttl.queue_ttl_s,
                 rank_for=rank_for,
@@ -224,11 +229,12 @@ class Collection:
             now=now,
             queue_ttl_s=ttl.queue_ttl_s,
             rank_for=rank_for,
-            run_id=self.run_id,
+            run_id=self.frontier_tag,
             once_per_run=True,
         )
         put_refused()
-        swept = self.frontier.sweep(name, self.run_id, retire=source.seeds.on_removed == "retire")
+        retire = source.seeds.on_removed == "retire"
+        swept = self.frontier.sweep(name, self.frontier_tag, retire=retire)
         self.frontier.set_plan_mark(name, mark)
         ledger.plan = "full"
         ledger.duplicates = result.duplicates
@@ -574,7 +580,7 @@ class Collection:
         A drain-only worker (``planned=False``) checks only what it claimed.
         """
         if planned:
-            self.ledger.close(self.frontier.run_counts(self.source.name, self.run_id))
+            self.ledger.close(self.frontier.run_counts(self.source.name, self.frontier_tag))
         else:
             self.ledger.close_claims()
         self.errors.finish()
