@@ -325,7 +325,9 @@ class RedisFrontier:
             mark = self._client.get(self._base(source) + ":plan")
         except RedisError as exc:
             raise backend_error(f"frontier {self.url}: plan mark failed", exc) from exc
-        return None if mark is None else mark.decode("utf-8")
+        if isinstance(mark, bytes):
+            return mark.decode("utf-8")
+        return None if mark is None else str(mark)
 
     def set_plan_mark(self, source: str, mark: str | None) -> None:
         key = self._base(source) + ":plan"

@@ -503,6 +503,7 @@ class SqliteFrontier:
             src = self._known_src(source)
             if src is None:
                 return counts
+            params: tuple[int, ...]
             if run_id is None:
                 query, params = "src = ?", (src,)
             else:
