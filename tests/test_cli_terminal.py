@@ -213,7 +213,7 @@ def test_the_engine_reports_every_item_as_its_fetch_ends(
         summary = run_collect(str(path), batch_size=10, max_items=None, drain_wait_s=5)
     finally:
         progress_listeners.remove(listener)
-    assert summary["stored"] == 25
+    assert summary.stored == 25
     fetched = [data for event, data in events if event == "fetched"]
     assert len(fetched) == 25 and {d["status"] for d in fetched} == {"ok"}
     order = [event for event, _ in events if event in ("fetched", "batch")]
@@ -306,9 +306,9 @@ def test_messages_keep_backslashes_and_spaces(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert r"'/items/(\d+\.json$'" in done.stderr and "\\\\d" not in done.stderr
 
-    from collector.settle.validation import _show
+    from collector.settle.suite import show
 
-    assert _show("  tools ") == "'  tools '"  # what row messages show for a value
+    assert show("  tools ") == "'  tools '"  # what row messages show for a value
 
 
 # --- 19.8 no-op run ---------------------------------------------------------------------------
@@ -322,8 +322,9 @@ def test_a_second_run_says_it_had_nothing_to_fetch(
     assert first.returncode == 0, first.stderr[-2000:]
     second = collector("run", str(path), api=prefect_api)
     assert second.returncode == 0, second.stderr[-2000:]
-    assert "4 already dead from earlier runs (not fetched)" in second.stdout
-    assert "nothing fetched: 4 already dead from earlier runs (a no-op run" in second.stdout
+    # the seed list is unchanged: an incremental plan, nothing due (dead pages are triage's)
+    assert "nothing was due: the seed list is unchanged" in second.stdout
+    assert "a no-op run, not a failure" in second.stdout
 
 
 # --- 19.9 help --------------------------------------------------------------------------------

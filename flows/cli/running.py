@@ -311,6 +311,12 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f"nothing fetched: {', '.join(why)}"
             + ("" if refused else " (a no-op run, not a failure)")
         )
+    if summary["requests"] == 0 and not summary["discovered"] and summary["plan"] == "incremental":
+        console.print(
+            "nothing was due: the seed list is unchanged since the last plan, and no page is "
+            "queued or past its freshness (a no-op run, not a failure; dead pages wait for "
+            "`collector triage`)"
+        )
     verdict = "[green]balanced" if summary["balanced"] else "[red]NOT balanced"
     console.print(
         f"conservation: {verdict}   records written {summary['records_written']}, "
