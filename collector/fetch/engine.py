@@ -29,7 +29,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
@@ -44,6 +44,7 @@ from collector.fetch.ratelimit import LimitsRateLimiter, RateLimiter
 from collector.fetch.transport import POOL_ERROR as _POOL_ERROR
 from collector.fetch.transport import TransportKind, make_clients, pool_failure
 from collector.frontier.base import ClaimedItem
+from collector.ops import metrics
 from collector.policy.retry import RetryBudget, RetryDecision, RetrySettings, is_recoverable_status
 from collector.policy.retry import parse_retry_after as _parse_retry_after
 from collector.policy.urls import HostPolicy
@@ -79,6 +80,7 @@ class _Progress:
     attempts: int = 0
     first_attempt_at: float = 0.0
     last_error: FetchError | None = None
+    sent_at: float = 0.0  # monotonic time the current attempt was sent (request latency)
 
     def __post_init__(self) -> None:
         self.attempts = self.item.attempts
@@ -145,11 +147,28 @@ class FetchEngine:
         self.transport: TransportKind = transport
         self.rng = rng or random.Random()
         self.requests_sent = 0
+        # Called with each item's result as soon as its fetch ends (a progress display counts
+        # items, not batches); must be quick and must not raise. Cut-off items are not reported.
+        self.on_item: Callable[[FetchResult], None] | None = None
+        # per-batch request counts for Prometheus (collector.ops.metrics), None when metrics are off
+        self.tally = metrics.RequestTally() if metrics.enabled() else None
         self._clients: list[httpx.AsyncClient] = []
         self._lendable: asyncio.Queue[httpx.AsyncClient] | None = None
         self.circuit = circuit  # None: no breaker
         self.adaptive = adaptive if adaptive is not None and adaptive.enabled else None
         self._gates: dict[str, HostGate] = {}
+        self._halted = asyncio.Event()
+        self.stop_grace_s = defaults.STOP_GRACE_S
+
+    @property
+    def halted(self) -> bool:
+        return self._halted.is_set()
+
+    def halt(self) -> None:
+        """Stop the run's fetching: no attempt starts any more, and attempts in flight get
+        ``stop_grace_s`` to finish before they are cut off. Items that did not finish come back
+        ``skipped`` with their attempts as claimed (a stop is not an attempt)."""
+        self._halted.set()
 
     @classmethod
     def for_source(
@@ -293,23 +312,49 @@ class FetchEngine:
         async def fetch_one(p: _Progress) -> FetchResult:
             cap = caps.get(_host_of(p.item.url)) if caps else None
             if cap is None:
-                return await self._fetch_item(p, budget, start_by)
-            async with cap:
-                return await self._fetch_item(p, budget, start_by)
+                result = await self._fetch_item(p, budget, start_by)
+            else:
+                async with cap:
+                    result = await self._fetch_item(p, budget, start_by)
+            if self.on_item is not None:
+                self.on_item(result)
+            return result
 
         tasks = [asyncio.create_task(fetch_one(p)) for p in progress]
         if not tasks:
             return []
         timeout = None if math.isinf(stop_at) else max(stop_at - time.monotonic(), 0.0)
-        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        pending = await self._wait(tasks, timeout)
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        cut_off = self._stopped if self.halted else self._cut_off
         return [
-            self._cut_off(p) if task in pending else task.result()
+            cut_off(p) if task in pending else task.result()
             for task, p in zip(tasks, progress, strict=True)
         ]
+
+    async def _wait(
+        self, tasks: list[asyncio.Task[FetchResult]], timeout: float | None
+    ) -> set[asyncio.Task[FetchResult]]:
+        """Wait for the batch until its stop time, or until ``stop_grace_s`` after a halt."""
+        everything = asyncio.ensure_future(asyncio.wait(tasks, timeout=timeout))
+        halted = asyncio.ensure_future(self._halted.wait())
+        try:
+            await asyncio.wait({everything, halted}, return_when=asyncio.FIRST_COMPLETED)
+            if not everything.done():
+                await asyncio.wait({everything}, timeout=self.stop_grace_s)
+        finally:
+            halted.cancel()
+            if not everything.done():
+                everything.cancel()
+        return {task for task in tasks if not task.done()}
+
+    def _stopped(self, progress: _Progress) -> FetchResult:
+        """The result of an item cut off by a halt: back to the queue as it was claimed."""
+        item = progress.item
+        return FetchResult(item.url, "skipped", item.attempts, progress.first_attempt_at)
 
     def _cut_off(self, progress: _Progress) -> FetchResult:
         """The result of an item whose task was cancelled at the batch's stop time."""
@@ -329,6 +374,10 @@ class FetchEngine:
         )
         if decision.action == "inline":
             decision = RetryDecision("later", decision.delay_s, decision.reason)
+        if self.tally is not None:
+            self.tally.request(_host_of(item.url), None, None)
+            if decision.action != "dead":
+                self.tally.retry(decision.reason)
         return FetchResult(
             item.url, "failed", progress.attempts, progress.first_attempt_at,
             error=error, decision=decision,
@@ -369,6 +418,12 @@ class FetchEngine:
                     budget=budget,
                     rng=self.rng,
                 )
+                if self.tally is not None:
+                    self.tally.request(
+                        _host_of(item.url), error.status_code, time.monotonic() - progress.sent_at
+                    )
+                    if decision.action != "dead":
+                        self.tally.retry(decision.reason)
                 if decision.action == "inline" and time.monotonic() + decision.delay_s <= start_by:
                     await asyncio.sleep(decision.delay_s)
                     continue
@@ -384,6 +439,8 @@ class FetchEngine:
                     error=error,
                     decision=decision,
                 )
+            if self.tally is not None:
+                self.tally.request(_host_of(item.url), status, time.monotonic() - progress.sent_at)
             return FetchResult(
                 item.url,
                 "ok",
@@ -427,9 +484,10 @@ class FetchEngine:
                 await self.rate_limiter.acquire(host)
             client = await self._lendable.get()
             try:
-                if time.monotonic() > start_by:
+                if time.monotonic() > start_by or self._halted.is_set():
                     raise _TooLate
                 progress.attempts += 1
+                progress.sent_at = time.monotonic()
                 budget.record_request()
                 self.requests_sent += 1
                 sent_at = time.monotonic()
