@@ -118,7 +118,7 @@ async def _collect_with_outage(folder: Path, site: PolitenessSite, items: int, d
         seeds={"template": site.url(0).replace("/0", "/{i}"), "range": [0, items]},
         limits={"concurrency": 16, "per_domain_concurrency": 16, "circuit": circuit},
         retry={"base_s": 0.5, "cap_s": 5, "max_attempts": 4, "max_inline_delay_s": 2},
-        ttl={"http_timeout_s": 2, "request_deadline_s": 3, "batch_timeout_s": 60, "lease_s": 60},
+        ttl={"http_timeout_s": 2, "request_deadline_s": 3, "batch_timeout_s": 60, "lease_s": 120},
     )
     source = load_source(path)
     marks: dict[str, int] = {}
@@ -175,7 +175,7 @@ def bench_outage(quick: bool) -> dict[str, Any]:
 
 # --- pool ------------------------------------------------------------------------------------
 def bench_pool(quick: bool) -> dict[str, Any]:
-    workers, service_s = 8, 0.02
+    workers, service_s = 8, 0.05
     pages = 1200 if quick else 3000
     out: dict[str, Any] = {"workers": workers, "service_s": service_s, "pages": pages}
     out["load_before"] = _load()

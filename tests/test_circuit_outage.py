@@ -105,7 +105,7 @@ def _collect(
                         await watcher
                     await _drain(run, engine)
                 run.finish()
-                return run, run.summary()
+                return run, run.summary().as_dict()
 
         run, summary = asyncio.run(main())
     return run, summary, outage, sink_lines(tmp_path / "out")
