@@ -42,6 +42,8 @@ from collector.ops.scrub import Scrubber
 from collector.policy.retry import RetryBudget
 from collector.policy.urls import HostPolicy
 from collector.run.ledger import Ledger
+from collector.run.replan import LiftedRefusals
+from collector.run.summary import Role, RunSummary
 from collector.settle.parse import RecordParser, dotted_get
 from collector.sinks import Sink, SinkRecord
 
@@ -64,6 +66,7 @@ class BatchReport:
     dead_lettered: int = 0
     retry_later: int = 0
     skipped: int = 0
+    deferred_by_circuit: int = 0  # sent back unsent: the host's circuit breaker was open
     stale: int = 0
     records_written: int = 0
     records_unchanged: int = 0
@@ -71,6 +74,7 @@ class BatchReport:
     stale_writes: int = 0
     validation_s: float = 0.0
     reasons: dict[str, int] = field(default_factory=dict)
+    windows: dict[str, int] = field(default_factory=dict)  # host -> adaptive window, at fetch
 
 
 class Collection:
@@ -105,12 +109,16 @@ class Collection:
             ratio=source.retry.budget_ratio, min_retries=source.retry.budget_min
         )
         self._validator: ValidationWorker | None = None
+        self._engines: list[FetchEngine] = []
+        self.halted = False
         self.started_at = clock()
         self.fetch_seconds = 0.0
         self.settle_seconds = 0.0
         self.validation_seconds = 0.0
         self.records_validated = 0
         self.pages_ok = 0
+        self.replanned = 0  # open plan refusals closed because the policy allows them now
+        self.hosts: dict[str, Any] = {}  # the engine's view of hosts after the last fetch
 
     def __enter__(self) -> Collection:
         return self
@@ -132,7 +140,30 @@ class Collection:
         storage = self.source.resolve_env(
             self.source.limits.rate_storage, field="limits.rate_storage"
         )
-        return FetchEngine.for_source(self.source, rate_storage_uri=storage)
+        engine = FetchEngine.for_source(
+            self.source, rate_storage_uri=storage, circuit_storage_uri=self._shared_redis(storage)
+        )
+        self._engines.append(engine)
+        if self.halted:
+            engine.halt()
+        return engine
+
+    def halt(self) -> None:
+        """A stop was requested: the run's engines start no attempt and cut what is in flight
+        (see FetchEngine.halt); the run loop stops claiming (collector.run.drain)."""
+        self.halted = True
+        for engine in self._engines:
+            engine.halt()
+
+    def _shared_redis(self, rate_storage: str) -> str | None:
+        """Where circuit breakers are shared: the rate storage's or the frontier's Redis."""
+        if rate_storage.startswith(("redis://", "rediss://", "unix://")):
+            return rate_storage
+        if self.source.frontier.type == "redis":
+            from collector.backends import _redis_url
+
+            return _redis_url(self.source, self.source.frontier, field="frontier")
+        return None
 
     @property
     def validator(self) -> ValidationWorker | None:
@@ -155,6 +186,7 @@ class Collection:
             allowed_hosts=self.source.limits.allowed_hosts,
         )
         refused: list[DeadLetter] = []
+        lifted = LiftedRefusals(self.deadletters, self.source.name, policy.refusal)
 
         def offers() -> Iterator[Offer]:
             for url in self.source.iter_seed_urls():
@@ -166,6 +198,7 @@ class Collection:
                 if reason is not None:
                     refused.append(self._dead_letter(url, "plan", "refused_url", reason, 0))
                     continue
+                lifted.offered(url)
                 yield Offer(url, ttl.fresh_for(url))
 
         def rank_for(url: str, age_s: float | None, fresh_s: float) -> float:
@@ -180,6 +213,7 @@ class Collection:
             run_id=self.run_id,
         )
         self.deadletters.put(refused)
+        self.replanned = lifted.resolve()  # old refusals of URLs allowed now (collector.run.replan)
         self.errors.report(refused)
         metrics.count_dead_letters(self.source.name, refused)
         self.ledger.fresh_skipped = result.fresh_skipped
@@ -192,7 +226,11 @@ class Collection:
     def claim(self, limit: int) -> Lease:
         began, began_ns = time.monotonic(), time.time_ns()
         lease = self.frontier.claim(
-            self.source.name, limit, now=self.clock(), lease_s=self.source.ttl.lease_s
+            self.source.name,
+            limit,
+            now=self.clock(),
+            lease_s=self.source.ttl.lease_s,
+            holder=self.run_id,
         )
         metrics.claimed(self.source.name, time.monotonic() - began, lease.reclaimed)
         self.traces.claimed(lease, began_ns)
@@ -239,6 +277,7 @@ class Collection:
             self.fetch_seconds += time.monotonic() - began
             if engine.tally is not None:
                 engine.tally.flush(self.source.name)
+            self.hosts = engine.host_report()
 
     def release(self, lease: Lease) -> int:
         """Give a batch back unchanged (its task failed for good)."""
@@ -309,6 +348,12 @@ class Collection:
                     outcomes[result.url] = self._retry_later(
                         result, claimed[result.url].enqueued_at, now + result.decision.delay_s
                     )
+            elif result.status == "deferred":  # the host's breaker is open: not an attempt
+                report.deferred_by_circuit += 1
+                outcomes[result.url] = self._retry_later(
+                    result, claimed[result.url].enqueued_at, result.not_before,
+                    count_attempt=False, reason="circuit_open",
+                )  # fmt: skip
             else:  # skipped: the batch ran out of time before trying it
                 report.skipped += 1
                 outcomes[result.url] = self._retry_later(
@@ -355,6 +400,8 @@ class Collection:
             elif isinstance(outcome, DeadLettered):
                 report.dead_lettered += 1
                 report.reasons[outcome.error] = report.reasons.get(outcome.error, 0) + 1
+            elif outcome.error == "circuit_open":
+                self.ledger.deferred_by_circuit += 1
             else:
                 self.ledger.returned += 1
                 if outcome.error != "batch_time":
@@ -364,6 +411,7 @@ class Collection:
         self.ledger.retried += report.retry_later
         self.ledger.records_quarantined += report.records_quarantined
         self.ledger.batches += 1
+        report.windows = dict(self.hosts.get("windows", {}))
         return report
 
     async def _key_and_validate(
@@ -453,6 +501,7 @@ class Collection:
         not_before: float,
         *,
         count_attempt: bool = True,
+        reason: str | None = None,
     ) -> RetryLater:
         fresh_s = self.source.ttl.fresh_for(result.url)
         rank = self.source.priority.rank_for(
@@ -463,6 +512,7 @@ class Collection:
             retries=result.attempts,
         )
         error = result.decision.reason if (result.decision and count_attempt) else "batch_time"
+        error = reason or error
         return RetryLater(
             result.url, not_before, rank, result.attempts, result.first_attempt_at, error
         )
@@ -478,6 +528,7 @@ class Collection:
         key: str = "",
         payload: Any = None,
         failed: list[dict[str, Any]] | None = None,
+        cause: str = "",
     ) -> DeadLetter:
         now = self.clock()
         letter = DeadLetter(
@@ -493,6 +544,7 @@ class Collection:
             payload=self.scrub(payload),
             failed_expectations=failed or [],
             flow_run_id=self.run_id,
+            cause=cause,
             trace_id=tracing.trace_id_of_current(),  # the batch's trace (the plan's at plan)
         )
         tracing.dead_letter_event(letter)
@@ -505,9 +557,14 @@ class Collection:
         if body:
             payload["body_excerpt"] = body[:_BODY_EXCERPT].decode("utf-8", "replace")
             payload["body_bytes"] = len(body)
-        reason = result.decision.reason if result.decision else error.error_class
         return self._dead_letter(
-            result.url, error.stage, reason, str(error), result.attempts, payload=payload
+            result.url,
+            error.stage,
+            error.error_class,
+            str(error),
+            result.attempts,
+            payload=payload,
+            cause=result.decision.cause if result.decision else "",
         )
 
     def _record_letter(
@@ -568,31 +625,46 @@ class Collection:
             "us_per_record": _per(self.validation_seconds, self.records_validated, 1e6),
         }
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, *, role: Role = "run", **how: Any) -> RunSummary:
+        """The run's :class:`RunSummary`; ``how`` adds how it ended (ending, interrupted...)."""
         elapsed = max(self.clock() - self.started_at, 1e-9)
-        return {
-            "source": self.source.name,
-            "run_id": self.run_id,
-            **self.ledger.as_dict(),
-            "requests": self.budget.requests,
-            "retries": self.budget.retries,
-            "retry_budget_refused": self.budget.refused,
+        ledger = self.ledger
+        counts = {
+            name: getattr(ledger, name)
+            for name in RunSummary.__dataclass_fields__
+            if name in Ledger.__dataclass_fields__ and name not in ("problems", "requests")
+        }
+        return RunSummary(
+            source=self.source.name,
+            run_id=self.run_id,
+            role=role,
+            **counts,
+            balanced=ledger.balanced,
+            problems=tuple(ledger.problems),
+            requests=self.budget.requests,
+            retries=self.budget.retries,
+            retry_budget_refused=self.budget.refused,
+            # per-host politeness: adaptive windows, breaker openings (docs/politeness.md)
+            hosts=self.hosts,
             # sink writes and frontier acks refused by a fencing token (a newer lease holds them)
-            "fence_refused": self.ledger.stale_writes + self.ledger.stale_acks,
-            "seconds": round(elapsed, 3),
-            "pages_per_second": round(self.pages_ok / elapsed, 1),
-            "timings_s": {
+            fence_refused=ledger.stale_writes + ledger.stale_acks,
+            seconds=round(elapsed, 3),
+            pages_per_second=round(self.pages_ok / elapsed, 1),
+            timings_s={
                 "fetch": round(self.fetch_seconds, 3),
                 "settle": round(self.settle_seconds, 3),
                 "validation": round(self.validation_seconds, 3),
             },
-            "validation": self._validation_summary(),
-            "sink": self.sink.location(),
-            "records_in_sink": self.sink.count(),
-            "deadletters": str(self.source.deadletter_path),
-            "deadletter_archive": str(self.source.deadletter_archive_path),
-            "deadletter_reasons": self.deadletters.reasons(self.source.name),
-        }
+            validation=self._validation_summary(),
+            sink=self.sink.location(),
+            records_in_sink=self.sink.count(),
+            frontier=self.frontier.location(),
+            deadletters=self.deadletters.location(),
+            deadletter_archive=str(self.source.deadletter_archive_path),
+            deadletter_reasons=self.deadletters.reasons(self.source.name),
+            replanned=self.replanned,
+            **how,
+        )
 
 
 def _per(total: float, count: int, scale: float) -> float | None:
