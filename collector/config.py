@@ -14,6 +14,7 @@ reaches a server.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -94,6 +95,14 @@ class SeedSettings(_Section):
     )
     range: tuple[int, int] | None = Field(
         None, description="[start, stop) for template's {i}, like Python's range()."
+    )
+    on_removed: Literal["retire", "collect"] = Field(
+        "retire",
+        description=(
+            "What a run does with items an earlier plan queued that the seed list no longer "
+            "names (the source was edited): 'retire' them (state retired, counted in the "
+            "ledger, never fetched unless listed again) or 'collect' them once more."
+        ),
     )
 
     @model_validator(mode="after")
@@ -524,14 +533,19 @@ class Source(_Section):
 
     # --- seeds -----------------------------------------------------------------------------
     def iter_seed_urls(self) -> Iterator[str]:
-        """Every seed URL once, in a stable order: urls, then file lines, then the template."""
+        """Every seed URL once, in a stable order: urls, then file lines, then the template.
+
+        Keeps every URL in memory to drop repeats; a run streams :meth:`seed_urls` instead
+        (the frontier tells repeats apart by the run's tag).
+        """
         seen: set[str] = set()
-        for url in self._raw_seed_urls():
+        for url in self.seed_urls():
             if url not in seen:
                 seen.add(url)
                 yield url
 
-    def _raw_seed_urls(self) -> Iterator[str]:
+    def seed_urls(self) -> Iterator[str]:
+        """Every seed URL as listed (repeats included), one at a time: constant memory."""
         yield from self.seeds.urls
         if self.seeds.file is not None:
             with self.path(self.seeds.file).open(encoding="utf-8") as lines:
@@ -541,8 +555,31 @@ class Source(_Section):
                         yield line
         if self.seeds.template is not None and self.seeds.range is not None:
             template = self.seeds.template
-            for i in range(*self.seeds.range):
-                yield template.format(i=i)
+            start, stop = self.seeds.range
+            head, _, tail = template.partition("{i}")
+            if "{" in head + tail or "}" in head + tail:
+                for i in range(start, stop):
+                    yield template.format(i=i)
+            else:  # the common case: plain text around one {i} (3 x faster than format)
+                for i in range(start, stop):
+                    yield f"{head}{i}{tail}"
+
+    def seed_mark(self) -> str:
+        """A digest of everything that decides the seed list a plan offers and refuses.
+
+        The seed settings (``on_removed`` aside), the seed file's contents, and the host
+        policy. A plan whose mark equals the one the frontier kept from the last finished plan
+        need not offer the list again (collector.run.collection.Collection.plan).
+        """
+        digest = hashlib.sha256()
+        settings = self.seeds.model_dump(mode="json", exclude={"on_removed"})
+        policy = [self.allow_private_networks, sorted(self.limits.allowed_hosts)]
+        digest.update(json.dumps(["seeds/1", settings, policy], sort_keys=True).encode())
+        if self.seeds.file is not None:
+            with self.path(self.seeds.file).open("rb") as handle:
+                while block := handle.read(1 << 20):
+                    digest.update(block)
+        return "sha256:" + digest.hexdigest()
 
     def resolve(self, value: str, *, field: str) -> str:
         """Replace ``${env:NAME}`` and ``${secret:NAME}`` in ``value``.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -43,6 +44,7 @@ from collector.policy.retry import RetryBudget
 from collector.policy.urls import HostPolicy
 from collector.run.ledger import Ledger
 from collector.run.replan import LiftedRefusals
+from collector.run.seeds import SeedCheck
 from collector.run.summary import Role, RunSummary
 from collector.settle.parse import RecordParser, dotted_get
 from collector.sinks import Sink, SinkRecord
@@ -54,6 +56,7 @@ __all__ = ["BatchReport", "Collection"]
 
 _T = TypeVar("_T")
 _BODY_EXCERPT = 2048  # bytes of a failing body kept in its dead letter
+_REFUSED_CHUNK = 500  # refused seeds written to the dead letters at a time (bounded memory)
 
 
 @dataclass(slots=True)
@@ -92,6 +95,10 @@ class Collection:
     ) -> None:
         self.source = source
         self.run_id = run_id
+        # The tag of this run's items in the frontier: the run id plus a part of its own, so a
+        # second execution of the same flow run (a Prefect retry) is a run of its own there too
+        # (its items are not mistaken for repeats of its own seeds).
+        self.frontier_tag = f"{run_id}#{uuid.uuid4().hex[:8]}"
         self.clock = clock
         secrets = source.secret_values()
         self.scrub = Scrubber(secrets)
@@ -176,51 +183,107 @@ class Collection:
 
     # --- plan ----------------------------------------------------------------------------------
     def plan(self) -> Ledger:
-        """Offer every seed URL; refuse malformed or forbidden ones into the dead letters."""
+        """Take the run's items into its account (see collector.run.ledger for the terms).
+
+        An unchanged seed list (its :meth:`~collector.config.Source.seed_mark` is the one the
+        frontier kept from the last finished plan) is not offered again: only the items that
+        are due join the run (:meth:`Frontier.adopt`). Otherwise every seed is streamed to the
+        frontier in chunks (constant memory: repeats are told apart by the run's tag), malformed
+        or forbidden ones go to the dead letters in chunks, and items queued by earlier plans
+        that the list no longer names are retired or carried over (``seeds.on_removed``). The
+        mark is cleared first and stored last, so a plan cut short is done in full next time.
+        """
         if self.validator is not None:
             self.validator.start()  # GX imports in the worker while we plan
         now = self.clock()
-        ttl, priority = self.source.ttl, self.source.priority
-        policy = HostPolicy(
-            allow_private_networks=self.source.allow_private_networks,
-            allowed_hosts=self.source.limits.allowed_hosts,
+        source, name, ledger = self.source, self.source.name, self.ledger
+        ttl, priority = source.ttl, source.priority
+
+        new_ranks: dict[float, float] = {}  # without rules, a new URL's rank is fresh_s's
+
+        def rank_for(url: str, age_s: float | None, fresh_s: float) -> float:
+            if age_s is None and not priority.rules:
+                known = new_ranks.get(fresh_s)
+                if known is None:
+                    known = new_ranks[fresh_s] = priority.rank_for(
+                        url, enqueued_at=now, age_s=None, fresh_s=fresh_s
+                    )
+                return known
+            return priority.rank_for(url, enqueued_at=now, age_s=age_s, fresh_s=fresh_s)
+
+        mark = source.seed_mark()
+        if self.frontier.plan_mark(name) == mark:
+            result = self.frontier.adopt(
+                name,
+                self.frontier_tag,
+                now=now,
+                queue_ttl_s=ttl.queue_ttl_s,
+                rank_for=rank_for,
+                fresh_for=ttl.fresh_for,
+            )
+            ledger.plan = "incremental"
+            ledger.discovered = result.total
+            return ledger
+
+        self.frontier.set_plan_mark(name, None)
+        check = SeedCheck(
+            HostPolicy(
+                allow_private_networks=source.allow_private_networks,
+                allowed_hosts=source.limits.allowed_hosts,
+            )
         )
+        fresh_for = ttl.fresh_for if (ttl.rules or ttl.hook) else None
+        default_fresh = ttl.default_fresh_s
         refused: list[DeadLetter] = []
-        lifted = LiftedRefusals(self.deadletters, self.source.name, policy.refusal)
+        lifted = LiftedRefusals(self.deadletters, name, check.refusal)
+
+        def put_refused() -> None:
+            self.deadletters.put(refused)
+            self.errors.report(refused)
+            metrics.count_dead_letters(name, refused)
+            ledger.refused_at_plan += len(refused)
+            ledger.dead_lettered += len(refused)
+            refused.clear()
 
         def offers() -> Iterator[Offer]:
-            for url in self.source.iter_seed_urls():
-                self.ledger.discovered += 1
+            for url in source.seed_urls():
+                ledger.discovered += 1
                 try:
-                    reason = policy.refusal(url)
+                    reason = check.refusal(url)
                 except RecoverableFetchError:
                     reason = None  # DNS may recover: let the fetch step retry it
                 if reason is not None:
                     refused.append(self._dead_letter(url, "plan", "refused_url", reason, 0))
+                    if len(refused) >= _REFUSED_CHUNK:
+                        put_refused()
                     continue
                 lifted.offered(url)
-                yield Offer(url, ttl.fresh_for(url))
-
-        def rank_for(url: str, age_s: float | None, fresh_s: float) -> float:
-            return priority.rank_for(url, enqueued_at=now, age_s=age_s, fresh_s=fresh_s)
+                yield Offer(url, fresh_for(url) if fresh_for else default_fresh)
 
         result = self.frontier.offer(
-            self.source.name,
+            name,
             offers(),
             now=now,
             queue_ttl_s=ttl.queue_ttl_s,
             rank_for=rank_for,
-            run_id=self.run_id,
+            run_id=self.frontier_tag,
+            once_per_run=True,
         )
-        self.deadletters.put(refused)
-        self.replanned = lifted.resolve()  # old refusals of URLs allowed now (collector.run.replan)
-        self.errors.report(refused)
-        metrics.count_dead_letters(self.source.name, refused)
-        self.ledger.fresh_skipped = result.fresh_skipped
-        self.ledger.already_dead = result.already_dead
-        self.ledger.refused_at_plan = len(refused)
-        self.ledger.dead_lettered += result.already_dead + len(refused)
-        return self.ledger
+        put_refused()
+        self.replanned = lifted.resolve()  # old refusals of URLs allowed now (run/replan.py)
+        retire = source.seeds.on_removed == "retire"
+        swept = self.frontier.sweep(name, self.frontier_tag, retire=retire)
+        self.frontier.set_plan_mark(name, mark)
+        ledger.plan = "full"
+        ledger.duplicates = result.duplicates
+        ledger.discovered -= result.duplicates
+        ledger.fresh_skipped = result.fresh_skipped
+        ledger.already_dead = result.already_dead
+        ledger.dead_lettered += result.already_dead
+        ledger.unlisted = swept.carried + swept.retired
+        ledger.carried_over = swept.carried
+        ledger.retired = swept.retired
+        return ledger
 
     # --- claim and fetch -----------------------------------------------------------------------
     def claim(self, limit: int) -> Lease:
@@ -608,7 +671,7 @@ class Collection:
         """
         self.sample_frontier(force=True)
         if planned:
-            self.ledger.close(self.frontier.run_counts(self.source.name, self.run_id))
+            self.ledger.close(self.frontier.run_counts(self.source.name, self.frontier_tag))
         else:
             self.ledger.close_claims()
         self.errors.finish()

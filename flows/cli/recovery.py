@@ -59,6 +59,13 @@ def cmd_triage(args: argparse.Namespace) -> int:
         print(json.dumps(report, default=str))
     else:
         _print_triage(report, args.source, dry_run=args.dry_run)
+    if report.get("interrupted"):
+        from collector.run.stop import EXIT_CODES
+
+        print(f"collector: triage interrupted by {report['interrupted']}: the entries it had"
+              " claimed are settled, the rest stay open for the next triage",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_CODES.get(report["interrupted"], EXIT_FAILED)
     if not report["balance"]["balanced"]:
         print(f"collector: dead letters do not balance: {report['balance']['difference']}",
               file=sys.stderr)  # fmt: skip
