@@ -265,7 +265,7 @@ async def collect(
             summary = summary.with_(source_path=source_reference(source))  # triggered triage
     last_summary = summary
     await _publish(summary)
-    metrics.run_ended(run_id, "ok" if summary.balanced else "failed")
+    metrics.run_ended(run_id, metrics.result_of(summary.balanced, summary.interrupted))
     if summary.interrupted:
         message = (
             f"interrupted by {summary.interrupted}: stored {summary.stored}, returned "

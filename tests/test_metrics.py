@@ -258,3 +258,21 @@ def test_dashboard_and_alerts_name_only_metrics_that_exist() -> None:
         "collector_no_such_total"
     ]  # the pattern itself catches a wrong name
     json.loads(board)  # valid JSON
+
+
+def test_a_metrics_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "flows.cli", "run", str(tmp_path / "any.yaml"),
+             "--metrics-port", str(port)],
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+            cwd=ROOT,
+        )  # fmt: skip
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"collector: --metrics-port {port}: cannot")

@@ -24,6 +24,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -294,9 +295,10 @@ def test_prometheus_scrapes_the_run_and_every_series_matches_an_independent_coun
     assert _one(m["latency_count"]) == summary["requests"] - 0  # no attempt cut off here
     assert {k[0] for k in _by(m["requests_by_host"], "host")} == {"127.0.0.1"}
 
-    # Dead letters by stage and class: exactly the store's reasons (404s included).
+    # Dead letters by stage and class: exactly what the dead-letter archive received.
     dead = {f"{s}/{c}": v for (s, c), v in _by(m["dead_letters"], "stage", "error_class").items()}
-    assert dead == observed.reasons
+    archived = Counter(f"{e['stage']}/{e['error_class']}" for e in observed.archive)
+    assert dead == dict(archived) and sum(dead.values()) == sum(observed.reasons.values()) == 5
     assert dead["fetch/http_404"] == observed.site_statuses.count(404)
 
     records = {k[0]: v for k, v in _by(m["records"], "outcome").items()}

@@ -156,7 +156,7 @@ LOCK_WAIT_SECONDS = Histogram(
 )
 RUNS = Counter(
     "collector_runs_total",
-    "Collect runs ended, by role (run, work) and result (ok, failed, skipped).",
+    "Collect runs ended, by role (run, work) and result (ok, failed, cancelled, skipped).",
     ["source", "role", "result"],
 )
 LAST_SUCCESS = Gauge(
@@ -382,12 +382,20 @@ def run_started(run_id: str, source: str, role: str) -> None:
     """
     _runs[run_id] = (source, role)
     if enabled():
-        for result in ("ok", "failed", "skipped"):
+        for result in ("ok", "failed", "cancelled", "skipped"):
             RUNS.labels(source, role, result)
 
 
+def result_of(balanced: bool, interrupted: str | None) -> str:
+    """A run's ``result`` label: ``cancelled`` (stopped by a signal), else ``ok`` when its
+    ledger balanced, else ``failed``."""
+    if interrupted:
+        return "cancelled"
+    return "ok" if balanced else "failed"
+
+
 def run_ended(run_id: str, result: str) -> None:
-    """The run ended with ``result`` (``ok`` = balanced, ``failed``, ``skipped``); once per run,
+    """The run ended with ``result`` (see :func:`result_of`, or ``skipped``); once per run,
     so the failure hook may call it again after the flow itself did."""
     started = _runs.pop(run_id, None)
     if started is None or not enabled():

@@ -154,7 +154,10 @@ def _hosts_detail(windows: dict[str, int], ledger: Any) -> str:
 
 def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | None]:
     """Run the collect flow; returns (exit code, summary or None)."""
-    _metrics_environment(getattr(args, "metrics_port", None))
+    problem = _metrics_environment(getattr(args, "metrics_port", None))
+    if problem:
+        print(f"collector: {problem}", file=sys.stderr)
+        return EXIT_INVALID, None
     _prefect_environment()
     loaded = load(source)  # an invalid source: its problems, exit 2 (main)
     try:
@@ -248,14 +251,26 @@ def _first_refusal(loaded: Source) -> str | None:
     return entries[0].message if entries else None
 
 
-def _metrics_environment(port: int | None) -> None:
-    """``--metrics-port``: Prefect's client metrics server (default registry) on ``port``."""
+def _metrics_environment(port: int | None) -> str | None:
+    """``--metrics-port``: Prefect's client metrics server (default registry) on ``port``.
+
+    Returns a one-line problem when the port cannot be bound (Prefect would fail the flow run
+    with a traceback when it starts the server)."""
+    if port is not None:
+        import socket
+
+        try:
+            with socket.socket() as probe:
+                probe.bind(("", port))
+        except (OSError, OverflowError) as exc:
+            return f"--metrics-port {port}: cannot listen there ({exc.strerror or exc})"
     if port:
         os.environ["PREFECT_CLIENT_METRICS_ENABLED"] = "true"
         os.environ["PREFECT_CLIENT_METRICS_PORT"] = str(port)
         from collector.ops import metrics
 
         metrics.enable()
+    return None
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
