@@ -445,7 +445,7 @@ def test_fault_restart_redis(cluster: Cluster, tmp_path: Path) -> None:
         held_path = held / "source.yaml"
         held_path.write_text(yaml.safe_dump({
             "name": "fault-redis-held",
-            "seeds": {"template": site.url("/items/{i}.json"), "range": [40_000, 40_150]},
+            "seeds": {"template": site.url("/items/{i}.json"), "range": [40_000, 40_500]},
             "record": {"key": "id"}, "sink": {"type": "jsonl", "path": "out"},
             "limits": {"concurrency": 2, "per_domain_concurrency": 2,
                        "headers": {WORKER_HEADER: "held"}},
@@ -475,7 +475,7 @@ def test_fault_restart_redis(cluster: Cluster, tmp_path: Path) -> None:
         held_ids = [json.loads(line)["id"] for f in (held / "out").glob("*.jsonl")
                     for line in f.read_text().splitlines()]  # fmt: skip
     assert holder_final["state_type"] == "COMPLETED", holder_final["state"]
-    assert sorted(held_ids) == list(range(40_000, 40_150))
+    assert sorted(held_ids) == list(range(40_000, 40_500))
     assert second_final["state_type"] == "COMPLETED"
     held_outcome = "not checked: the holder had ended"
     if holder_state == "RUNNING":  # the holder still held it: the second run was turned away
