@@ -283,8 +283,15 @@ class Progress:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.monotonic(), len(self.site.fetches())))
+            try:
+                self.samples.append((time.monotonic(), len(self.site.fetches())))
+            except OSError:  # the site closed
+                return
             self._stop.wait(0.2)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
     def count(self) -> int:
         return self.samples[-1][1] if self.samples else 0
@@ -300,8 +307,7 @@ class Progress:
 
     def longest_stall(self, start: float) -> float:
         """Longest stretch without a new fetch from ``start`` to the last fetch (stops sampling)."""
-        self._stop.set()
-        self._thread.join()
+        self.stop()
         window = [(t, n) for t, n in self.samples if t >= start]
         growth = [t for (_, a), (t, b) in itertools.pairwise(window) if b > a]
         return round(max((b - a for a, b in itertools.pairwise([start, *growth])), default=0.0), 1)
@@ -515,6 +521,7 @@ def test_fault_sigkill_a_worker_mid_run(cluster: Cluster) -> None:
         assert final["state_type"] == "COMPLETED", (final["state"], world.logs())
         _assert_exact(world, "fault-worker", dsn, 50_000, total, site)
         refetched = sum(1 for n in site.fetch_counts().values() if n > 1)
+        progress.stop()
     assert crashed["state_type"] == "CRASHED", crashed["state"]
     print(f"\nFAULT worker SIGKILL: run marked {crashed['state_type']} {crash_s} s after the "
           f"kill; rerun done in {rerun_s} s (waits out the dead holder's source lock); "
