@@ -1,5 +1,5 @@
 """The scale-out topology, started: `infra/local-cluster up` (Postgres, Redis, migration, two API
-replicas behind nginx, one services process, two process workers), then `infra/bootstrap`,
+replicas behind nginx, one services process, `infra/bootstrap`, two process workers), then
 `prefect deploy --all` and runs started through the REST API, on Redis frontiers and Postgres
 sinks.
 
@@ -121,9 +121,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             env.update(client_env, PREFECT_HOME=str(cluster_dir / "prefect-home"))
             world.api = client_env["PREFECT_API_URL"]
             running = Cluster(cluster_dir, world, client_env, folder / "sources")
-            world.bootstrap_output = world.cli(  # type: ignore[attr-defined]
-                str(ROOT / "infra" / "bootstrap"), "--notify-url", webhook.url
-            )
+            # `up` ran infra/bootstrap against the cluster before starting the workers
+            bootstrapped = (cluster_dir / "logs" / "bootstrap.log").read_text()
+            assert "work pool collector" in bootstrapped and "collector-zombie-runs" in bootstrapped
             world.cli(PREFECT, "--no-prompt", "deploy", "--prefect-file",
                       str(ROOT / "deployments" / "prefect.yaml"), "--all", timeout=300)  # fmt: skip
             yield running
