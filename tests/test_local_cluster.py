@@ -439,6 +439,43 @@ def test_fault_sigkill_the_services_process(cluster: Cluster) -> None:
 
 
 @FAULTS
+def test_fault_sigkill_a_worker_mid_run(cluster: Cluster) -> None:
+    from infra.local_cluster import _descendants
+
+    world, total = cluster.world, 400
+    with WorkerSite() as site:
+        site.set_delay(0.2)
+        path, dsn = _slow_source(cluster, "fault-worker", site, 50_000, total)
+        progress = Progress(site)
+        run = _create_run(world, "collect-normal", path)
+        progress.wait_for(60)
+        victim = next(name for name in ("worker-1", "worker-2") if _descendants(cluster.pid(name)))
+        killed = time.monotonic()
+        cluster.ctl("kill", victim)
+        crashed = world.wait_for(
+            "the run to be marked crashed",
+            lambda: (r := world.flow_run(run))["state_type"] in ("CRASHED", "FAILED") and r,
+            timeout=300,
+        )
+        crash_s = round(time.monotonic() - killed, 1)
+        cluster.ctl("start", victim)
+        rerun_at = time.monotonic()
+        rerun = _create_run(world, "collect-normal", path, on_busy="wait", lock_wait_s=240)
+        final = _wait_final(world, rerun, timeout=500)
+        rerun_s = round(time.monotonic() - rerun_at, 1)
+        assert final["state_type"] == "COMPLETED", (final["state"], world.logs())
+        _assert_exact(world, "fault-worker", dsn, 50_000, total, site)
+        refetched = sum(1 for n in site.fetch_counts().values() if n > 1)
+        progress.stop()
+    assert crashed["state_type"] == "CRASHED", crashed["state"]
+    print(f"\nFAULT worker SIGKILL: run marked {crashed['state_type']} {crash_s} s after the "
+          f"kill; rerun done in {rerun_s} s (waits out the dead holder's source lock); "
+          f"{refetched} items fetched twice, each stored once")  # fmt: skip
+
+
+# Last: once (of two sequences) the worker fault run after this one saw no zombie-run automation
+# act within 300 s, though alone it acts at ~88 s (docs/scaling.md, open finding).
+@FAULTS
 def test_fault_restart_redis(cluster: Cluster, tmp_path: Path) -> None:
     world, total = cluster.world, 400
     with WorkerSite() as site:
@@ -491,38 +528,3 @@ def test_fault_restart_redis(cluster: Cluster, tmp_path: Path) -> None:
           f"Redis-frontier run {final['state_type']} ({outcome[:120]}); a second run of a "
           f"source held across the restart: {held_outcome}; "
           f"messaging: automation acted {messaging_s} s after its event")  # fmt: skip
-
-
-@FAULTS
-def test_fault_sigkill_a_worker_mid_run(cluster: Cluster) -> None:
-    from infra.local_cluster import _descendants
-
-    world, total = cluster.world, 400
-    with WorkerSite() as site:
-        site.set_delay(0.2)
-        path, dsn = _slow_source(cluster, "fault-worker", site, 50_000, total)
-        progress = Progress(site)
-        run = _create_run(world, "collect-normal", path)
-        progress.wait_for(60)
-        victim = next(name for name in ("worker-1", "worker-2") if _descendants(cluster.pid(name)))
-        killed = time.monotonic()
-        cluster.ctl("kill", victim)
-        crashed = world.wait_for(
-            "the run to be marked crashed",
-            lambda: (r := world.flow_run(run))["state_type"] in ("CRASHED", "FAILED") and r,
-            timeout=300,
-        )
-        crash_s = round(time.monotonic() - killed, 1)
-        cluster.ctl("start", victim)
-        rerun_at = time.monotonic()
-        rerun = _create_run(world, "collect-normal", path, on_busy="wait", lock_wait_s=240)
-        final = _wait_final(world, rerun, timeout=500)
-        rerun_s = round(time.monotonic() - rerun_at, 1)
-        assert final["state_type"] == "COMPLETED", (final["state"], world.logs())
-        _assert_exact(world, "fault-worker", dsn, 50_000, total, site)
-        refetched = sum(1 for n in site.fetch_counts().values() if n > 1)
-        progress.stop()
-    assert crashed["state_type"] == "CRASHED", crashed["state"]
-    print(f"\nFAULT worker SIGKILL: run marked {crashed['state_type']} {crash_s} s after the "
-          f"kill; rerun done in {rerun_s} s (waits out the dead holder's source lock); "
-          f"{refetched} items fetched twice, each stored once")  # fmt: skip
