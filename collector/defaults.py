@@ -52,6 +52,8 @@ SETTLE_BACKLOG = 8  # fetched batches that may wait for settling (validation, si
 PROGRESS_EVERY_S = 2.0  # the UI progress artifact is updated at most this often
 BATCH_SIZE = 200  # items claimed, fetched and stored per Prefect task
 DRAIN_WAIT_S = 60.0  # a run waits this long for retry-later items and others' leases to return
+LOCAL_SERVER_IDLE_S = 1800.0  # the background Prefect server of `collector` stops after this long
+#                              without use and without active flow runs (flows/local_server.py)
 STATE_DIR = ".collector"  # frontier and dead letters live here, beside the source file
 VALIDATION_LINGER_S = 5.0  # a fetched batch waits up to this long for others to be validated
 #                          with it in one GX call (GX costs ~5 ms per expectation per call);
@@ -82,5 +84,8 @@ LOCK_WAIT_S = 90.0  # a `run` waits this long for source:<name> before exiting w
 LOCK_LEASE_S = 60.0  # lease of a held lock, renewed every 3/4 of it (Prefect's minimum: 60)
 LOCK_POLL_S = 2.0  # a waiting `run` tries source:<name> again this often (one API call a try)
 DOMAIN_LOCK_WAIT_S = 600.0  # a batch waits this long for its domain:<host> slots
+HEARTBEAT_S = 5.0  # every run and helper records that it is alive this often (frontier.beat)
+HOLDER_DEAD_AFTER_S = 30.0  # a holder silent this long is dead: its leases are revoked at once
+STOP_GRACE_S = 2.0  # after a stop request, requests in flight get this long, then are cut off
 DRAIN_POLL_S = 1.0  # while draining waits for others' leases, the frontier is looked at this often
 WORK_IDLE_WAIT_S = 30.0  # `collector work` waits this long for items when the frontier is empty

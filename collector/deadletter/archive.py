@@ -11,7 +11,6 @@ databases) without the archive noticing, and the archive can be read without the
 from __future__ import annotations
 
 import builtins
-import json
 import os
 import threading
 import time
@@ -19,19 +18,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
+from collector import _json, defaults
 
-from collector import defaults
-
-__all__ = ["JsonlArchive", "dumps"]
-
-
-def dumps(value: Any) -> bytes:
-    """JSON bytes; orjson, or stdlib json for what orjson refuses (integers beyond 64 bits)."""
-    try:
-        return orjson.dumps(value, default=str)
-    except orjson.JSONEncodeError:
-        return json.dumps(value, default=str).encode()
+__all__ = ["JsonlArchive"]
 
 
 class JsonlArchive:
@@ -79,7 +68,7 @@ class JsonlArchive:
         if not rows:
             return
         now = time.time()
-        data = b"".join(dumps({"event": event, "at": now, **row}) + b"\n" for row in rows)
+        data = b"".join(_json.dumps({"event": event, "at": now, **row}) + b"\n" for row in rows)
         with self._lock:
             try:
                 size = self.path.stat().st_size
@@ -101,10 +90,7 @@ class JsonlArchive:
                 for line in handle:
                     if not line.endswith(b"\n"):
                         break  # a write in progress, or cut by a crash: not an event yet
-                    try:
-                        yield orjson.loads(line)
-                    except orjson.JSONDecodeError:
-                        yield json.loads(line)
+                    yield _json.loads(line)
 
     def quarantined_ids(self, source: str) -> set[str]:
         """The ids of every entry of ``source`` ever quarantined (put) through this archive."""

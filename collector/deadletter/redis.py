@@ -50,13 +50,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
-import orjson
 import redis
 
-from collector import defaults
+from collector import _json, defaults
 from collector._closing import Closing
 from collector._redis import Scripts, backend_error, connect, describe_client, describe_url
-from collector.deadletter.archive import JsonlArchive, dumps
+from collector.deadletter.archive import JsonlArchive
 from collector.deadletter.base import (
     Census,
     DeadLetter,
@@ -107,27 +106,15 @@ def _pairs(flat: Sequence[Any]) -> dict[str, str]:
 
 
 def _encode_json(payload: Any, failed: Any) -> tuple[bytes, bytes, str]:
-    """orjson for both, or stdlib json for both when orjson refuses one of them.
+    """Both as :mod:`collector._json` writes them, and the codec name stored with the entry.
 
-    The codec is stored with the entry because orjson would read back a >64-bit integer written
-    by the fallback as a float; stdlib json reads it back exactly.
+    The name only mattered before one codec read everything exactly (entries written then say
+    ``orjson`` or ``json``); every entry is now read with :func:`collector._json.loads`.
     """
-    try:
-        return orjson.dumps(payload, default=str), orjson.dumps(failed, default=str), "orjson"
-    except orjson.JSONEncodeError:
-        return dumps(payload), dumps(failed), "json"
-
-
-def _decode_json(raw: str, codec: str) -> Any:
-    if codec == "json":
-        import json
-
-        return json.loads(raw)
-    return orjson.loads(raw)
+    return _json.dumps(payload), _json.dumps(failed), "json"
 
 
 def _from_hash(h: dict[str, str]) -> DeadLetter:
-    codec = h.get("codec", "orjson")
     return DeadLetter(
         id=h["id"],
         source=h["source"],
@@ -139,8 +126,8 @@ def _from_hash(h: dict[str, str]) -> DeadLetter:
         first_seen=float(h["first_seen"]),
         last_seen=float(h["last_seen"]),
         record_key=h.get("record_key", ""),
-        payload=_decode_json(h["payload"], codec),
-        failed_expectations=_decode_json(h["failed_expectations"], codec),
+        payload=_json.loads(h["payload"]),
+        failed_expectations=_json.loads(h["failed_expectations"]),
         flow_run_id=h.get("flow_run_id"),
         status=h["status"],  # type: ignore[arg-type]  # stored from a Status
         resolution=h.get("resolution"),
@@ -314,7 +301,7 @@ class RedisDeadLetterStore(Closing):
 
     @staticmethod
     def _event(event: str, row: dict[str, Any]) -> bytes:
-        return dumps({"event": event, "at": time.time(), **row})
+        return _json.dumps({"event": event, "at": time.time(), **row})
 
     # --- DeadLetterStore -------------------------------------------------------------------
 

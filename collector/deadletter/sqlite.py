@@ -27,11 +27,9 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from collector import defaults
+from collector import _json, defaults
 from collector._closing import Closing
-from collector.deadletter.archive import JsonlArchive, dumps
+from collector.deadletter.archive import JsonlArchive
 from collector.deadletter.base import (
     CAUSES,
     RESOLUTION_KINDS,
@@ -128,8 +126,8 @@ def _row_to_entry(row: tuple[Any, ...]) -> DeadLetter:
         first_seen=first,
         last_seen=last,
         record_key=key,
-        payload=orjson.loads(payload) if payload is not None else None,
-        failed_expectations=orjson.loads(failed) if failed else [],
+        payload=_json.loads(payload) if payload is not None else None,
+        failed_expectations=_json.loads(failed) if failed else [],
         flow_run_id=run_id,
         status=status,
         resolution=resolution,
@@ -141,8 +139,8 @@ def _row_to_entry(row: tuple[Any, ...]) -> DeadLetter:
 
 
 def _entry_to_row(e: DeadLetter) -> tuple[Any, ...]:
-    payload = dumps(e.payload) if e.payload is not None else None
-    failed = dumps(e.failed_expectations)
+    payload = _json.dumps(e.payload) if e.payload is not None else None
+    failed = _json.dumps(e.failed_expectations)
     return (
         *(e.id, e.source, e.url, e.stage, e.error_class, e.message, e.attempts),
         *(e.first_seen, e.last_seen, e.record_key, payload, failed),

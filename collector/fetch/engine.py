@@ -128,6 +128,18 @@ class FetchEngine:
         self._clients: list[httpx.AsyncClient] = []
         self._lendable: asyncio.Queue[httpx.AsyncClient] | None = None
         self._domain_slots: dict[str, asyncio.Semaphore] = {}
+        self._halted = asyncio.Event()
+        self.stop_grace_s = defaults.STOP_GRACE_S
+
+    @property
+    def halted(self) -> bool:
+        return self._halted.is_set()
+
+    def halt(self) -> None:
+        """Stop the run's fetching: no attempt starts any more, and attempts in flight get
+        ``stop_grace_s`` to finish before they are cut off. Items that did not finish come back
+        ``skipped`` with their attempts as claimed (a stop is not an attempt)."""
+        self._halted.set()
 
     @classmethod
     def for_source(cls, source: object, *, rate_storage_uri: str = "memory://") -> FetchEngine:
@@ -232,15 +244,37 @@ class FetchEngine:
         if not tasks:
             return []
         timeout = None if math.isinf(stop_at) else max(stop_at - time.monotonic(), 0.0)
-        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        pending = await self._wait(tasks, timeout)
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        cut_off = self._stopped if self.halted else self._cut_off
         return [
-            self._cut_off(p) if task in pending else task.result()
+            cut_off(p) if task in pending else task.result()
             for task, p in zip(tasks, progress, strict=True)
         ]
+
+    async def _wait(
+        self, tasks: list[asyncio.Task[FetchResult]], timeout: float | None
+    ) -> set[asyncio.Task[FetchResult]]:
+        """Wait for the batch until its stop time, or until ``stop_grace_s`` after a halt."""
+        everything = asyncio.ensure_future(asyncio.wait(tasks, timeout=timeout))
+        halted = asyncio.ensure_future(self._halted.wait())
+        try:
+            await asyncio.wait({everything, halted}, return_when=asyncio.FIRST_COMPLETED)
+            if not everything.done():
+                await asyncio.wait({everything}, timeout=self.stop_grace_s)
+        finally:
+            halted.cancel()
+            if not everything.done():
+                everything.cancel()
+        return {task for task in tasks if not task.done()}
+
+    def _stopped(self, progress: _Progress) -> FetchResult:
+        """The result of an item cut off by a halt: back to the queue as it was claimed."""
+        item = progress.item
+        return FetchResult(item.url, "skipped", item.attempts, progress.first_attempt_at)
 
     def _cut_off(self, progress: _Progress) -> FetchResult:
         """The result of an item whose task was cancelled at the batch's stop time."""
@@ -344,7 +378,7 @@ class FetchEngine:
                 await self.rate_limiter.acquire(host)
             client = await self._lendable.get()
             try:
-                if time.monotonic() > start_by:
+                if time.monotonic() > start_by or self._halted.is_set():
                     raise _TooLate
                 progress.attempts += 1
                 budget.record_request()

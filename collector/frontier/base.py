@@ -32,6 +32,7 @@ __all__ = [
     "Completed",
     "DeadLettered",
     "Frontier",
+    "Holder",
     "ItemState",
     "Lease",
     "Offer",
@@ -112,6 +113,7 @@ class Lease:
     items: tuple[ClaimedItem, ...]
     expired: int = 0  # items this claim found past their queue TTL and marked expired
     reclaimed: int = 0  # items whose previous lease had expired and that went back to the queue
+    holder: str = ""  # who claimed it (a run or helper id); see Frontier.holders / revoke
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +163,19 @@ class StateCounts:
         return self.queued + self.leased + self.done + self.dead + self.expired
 
 
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Someone holding leased items of a source, and when it last said it was alive.
+
+    ``beat_at`` is None for leases taken without a heartbeat (an anonymous claim): those are
+    only recovered when their lease expires.
+    """
+
+    holder: str
+    leased: int
+    beat_at: float | None
+
+
 RankFor = Callable[[str, float | None, float], float]
 """``rank_for(url, age_s, fresh_s) -> rank`` from the planner (see collector.policy.priority)."""
 
@@ -186,12 +201,29 @@ class Frontier(Protocol):
         """
         ...
 
-    def claim(self, source: str, limit: int, *, now: float, lease_s: float) -> Lease:
+    def claim(
+        self, source: str, limit: int, *, now: float, lease_s: float, holder: str = ""
+    ) -> Lease:
         """Lease up to ``limit`` due items, best rank first, in one atomic step.
 
         The same step returns items whose lease expired to the queue and expires items queued
-        longer than their queue TTL.
+        longer than their queue TTL. ``holder`` names the claimant, so that its leases can be
+        revoked at once when it is known to be dead (:meth:`revoke`).
         """
+        ...
+
+    def beat(self, source: str, holder: str, *, now: float) -> None:
+        """Record that ``holder`` is alive (a heartbeat, every few seconds while it works)."""
+        ...
+
+    def holders(self, source: str) -> list[Holder]:
+        """Everyone holding leased items of ``source`` now, with their last heartbeat."""
+        ...
+
+    def revoke(self, source: str, holder: str, *, now: float) -> int:
+        """Return every item ``holder`` leases to the queue unchanged (no attempt counted) and
+        forget its heartbeat; returns how many items. The items' next claim takes a new fencing
+        token, so a holder that was only paused cannot ack or write them any more."""
         ...
 
     def renew(self, lease: Lease, *, now: float, lease_s: float) -> int:

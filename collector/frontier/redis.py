@@ -96,6 +96,7 @@ from collector.frontier.base import (
     ClaimedItem,
     Completed,
     DeadLettered,
+    Holder,
     Lease,
     Offer,
     OfferResult,
@@ -115,6 +116,9 @@ _MAX_OFFER_ROUNDS = 100  # re-decisions of one chunk under contention before giv
 # counters, queue and expiry indexes). Every file says its KEYS, ARGV and reply.
 _SCRIPTS = (
     "claim",
+    "beat",
+    "holders",
+    "revoke",
     "ack",
     "renew",
     "release",
@@ -132,6 +136,10 @@ def _chunks(items: Iterable[Offer], size: int) -> Iterator[list[Offer]]:
     iterator = iter(items)
     while chunk := list(islice(iterator, size)):
         yield chunk
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
 def _num(value: float) -> str:
@@ -261,9 +269,11 @@ class RedisFrontier(Closing):
         return result
 
     # --- claiming --------------------------------------------------------------------------
-    def claim(self, source: str, limit: int, *, now: float, lease_s: float) -> Lease:
+    def claim(
+        self, source: str, limit: int, *, now: float, lease_s: float, holder: str = ""
+    ) -> Lease:
         expires_at = now + lease_s
-        args = [_num(now), _num(expires_at), max(int(limit), 0)]
+        args = [_num(now), _num(expires_at), max(int(limit), 0), holder]
         floor = self._max_token
         token, reclaimed, expired, packed = self._run("claim", "claim", source, args)
         token = int(token)
@@ -285,8 +295,27 @@ class RedisFrontier(Closing):
             )
         )
         return Lease(
-            source, token, expires_at, items, expired=int(expired), reclaimed=int(reclaimed)
+            source,
+            token,
+            expires_at,
+            items,
+            expired=int(expired),
+            reclaimed=int(reclaimed),
+            holder=holder,
         )
+
+    def beat(self, source: str, holder: str, *, now: float) -> None:
+        self._run("heartbeat", "beat", source, [holder, _num(now)])
+
+    def holders(self, source: str) -> list[Holder]:
+        flat = self._run("holders", "holders", source, [])
+        return [
+            Holder(_text(h), int(n), float(beat) if beat else None)
+            for h, n, beat in zip(flat[::3], flat[1::3], flat[2::3], strict=True)
+        ]
+
+    def revoke(self, source: str, holder: str, *, now: float) -> int:
+        return int(self._run("revoke", "revoke", source, [holder, _num(now)]))
 
     def renew(self, lease: Lease, *, now: float, lease_s: float) -> int:
         args = [lease.token, _num(now + lease_s), *(i.url for i in lease.items)]

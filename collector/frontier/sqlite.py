@@ -22,6 +22,7 @@ from collector.frontier.base import (
     ClaimedItem,
     Completed,
     DeadLettered,
+    Holder,
     Lease,
     Offer,
     OfferResult,
@@ -61,9 +62,23 @@ CREATE INDEX IF NOT EXISTS items_lease ON items (source, lease_token) WHERE stat
 CREATE INDEX IF NOT EXISTS items_run ON items (source, run_id, state);
 CREATE INDEX IF NOT EXISTS items_expiry ON items (source, state, expires_at);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS leases (
+    token INTEGER PRIMARY KEY,
+    source TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    claimed_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS leases_holder ON leases (source, holder);
+CREATE TABLE IF NOT EXISTS holders (
+    source TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    beat_at REAL NOT NULL,
+    PRIMARY KEY (source, holder)
+) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta (key, value) VALUES ('fencing_token', 0);
 """
 
+_LEASE_ROWS_KEPT_S = 86_400.0  # holder rows of old leases are pruned after a day
 _CHUNK = 500  # SQLite's default limit on bound parameters is generous, but keep statements small
 
 
@@ -167,7 +182,9 @@ class SqliteFrontier(Closing):
         return result
 
     # --- claiming --------------------------------------------------------------------------
-    def claim(self, source: str, limit: int, *, now: float, lease_s: float) -> Lease:
+    def claim(
+        self, source: str, limit: int, *, now: float, lease_s: float, holder: str = ""
+    ) -> Lease:
         with self._transaction() as db:
             reclaimed = db.execute(
                 "UPDATE items SET state = 'queued', lease_token = NULL, lease_expires = NULL"
@@ -191,9 +208,52 @@ class SqliteFrontier(Closing):
                 " RETURNING url, attempts, first_attempt_at, enqueued_at, rank",
                 (token, expires_at, source, source, now, limit),
             ).fetchall()
+            if holder and rows:
+                db.execute(
+                    "INSERT INTO leases (token, source, holder, claimed_at) VALUES (?, ?, ?, ?)",
+                    (token, source, holder, now),
+                )
         rows.sort(key=lambda r: -r[4])
         items = tuple(ClaimedItem(url, att, first, enq) for url, att, first, enq, _ in rows)
-        return Lease(source, token, expires_at, items, expired=expired, reclaimed=reclaimed)
+        return Lease(
+            source, token, expires_at, items, expired=expired, reclaimed=reclaimed, holder=holder
+        )
+
+    def beat(self, source: str, holder: str, *, now: float) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO holders (source, holder, beat_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (source, holder) DO UPDATE SET beat_at = excluded.beat_at",
+                (source, holder, now),
+            )
+            db.execute(
+                "DELETE FROM leases WHERE source = ? AND claimed_at < ?",
+                (source, now - _LEASE_ROWS_KEPT_S),
+            )
+
+    def holders(self, source: str) -> list[Holder]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT COALESCE(l.holder, ''), COUNT(*), h.beat_at FROM items i"
+                " LEFT JOIN leases l ON l.token = i.lease_token"
+                " LEFT JOIN holders h ON h.source = i.source AND h.holder = l.holder"
+                " WHERE i.source = ? AND i.state = 'leased'"
+                " GROUP BY l.holder",
+                (source,),
+            ).fetchall()
+        return [Holder(holder, leased, beat_at) for holder, leased, beat_at in rows]
+
+    def revoke(self, source: str, holder: str, *, now: float) -> int:
+        with self._transaction() as db:
+            revoked = db.execute(
+                "UPDATE items SET state = 'queued', lease_token = NULL, lease_expires = NULL"
+                " WHERE source = ? AND state = 'leased' AND lease_token IN ("
+                "   SELECT token FROM leases WHERE source = ? AND holder = ?)",
+                (source, source, holder),
+            ).rowcount
+            db.execute("DELETE FROM leases WHERE source = ? AND holder = ?", (source, holder))
+            db.execute("DELETE FROM holders WHERE source = ? AND holder = ?", (source, holder))
+        return revoked
 
     def renew(self, lease: Lease, *, now: float, lease_s: float) -> int:
         with self._transaction() as db:

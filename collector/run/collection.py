@@ -42,6 +42,7 @@ from collector.ops.scrub import Scrubber
 from collector.policy.retry import RetryBudget
 from collector.policy.urls import HostPolicy
 from collector.run.ledger import Ledger
+from collector.run.summary import Role, RunSummary
 from collector.settle.parse import RecordParser, dotted_get
 from collector.sinks import Sink, SinkRecord
 
@@ -102,6 +103,8 @@ class Collection:
             ratio=source.retry.budget_ratio, min_retries=source.retry.budget_min
         )
         self._validator: ValidationWorker | None = None
+        self._engines: list[FetchEngine] = []
+        self.halted = False
         self.started_at = clock()
         self.fetch_seconds = 0.0
         self.settle_seconds = 0.0
@@ -129,7 +132,18 @@ class Collection:
         storage = self.source.resolve_env(
             self.source.limits.rate_storage, field="limits.rate_storage"
         )
-        return FetchEngine.for_source(self.source, rate_storage_uri=storage)
+        engine = FetchEngine.for_source(self.source, rate_storage_uri=storage)
+        self._engines.append(engine)
+        if self.halted:
+            engine.halt()
+        return engine
+
+    def halt(self) -> None:
+        """A stop was requested: the run's engines start no attempt and cut what is in flight
+        (see FetchEngine.halt); the run loop stops claiming (collector.run.drain)."""
+        self.halted = True
+        for engine in self._engines:
+            engine.halt()
 
     @property
     def validator(self) -> ValidationWorker | None:
@@ -187,7 +201,11 @@ class Collection:
     # --- claim and fetch -----------------------------------------------------------------------
     def claim(self, limit: int) -> Lease:
         lease = self.frontier.claim(
-            self.source.name, limit, now=self.clock(), lease_s=self.source.ttl.lease_s
+            self.source.name,
+            limit,
+            now=self.clock(),
+            lease_s=self.source.ttl.lease_s,
+            holder=self.run_id,
         )
         self.ledger.leases_reclaimed += lease.reclaimed
         self.ledger.claimed += len(lease.items)
@@ -541,32 +559,42 @@ class Collection:
             "us_per_record": _per(self.validation_seconds, self.records_validated, 1e6),
         }
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, *, role: Role = "run", **how: Any) -> RunSummary:
+        """The run's :class:`RunSummary`; ``how`` adds how it ended (ending, interrupted...)."""
         elapsed = max(self.clock() - self.started_at, 1e-9)
-        return {
-            "source": self.source.name,
-            "run_id": self.run_id,
-            **self.ledger.as_dict(),
-            "requests": self.budget.requests,
-            "retries": self.budget.retries,
-            "retry_budget_refused": self.budget.refused,
+        ledger = self.ledger
+        counts = {
+            name: getattr(ledger, name)
+            for name in RunSummary.__dataclass_fields__
+            if name in Ledger.__dataclass_fields__ and name not in ("problems", "requests")
+        }
+        return RunSummary(
+            source=self.source.name,
+            run_id=self.run_id,
+            role=role,
+            **counts,
+            balanced=ledger.balanced,
+            problems=tuple(ledger.problems),
+            requests=self.budget.requests,
+            retries=self.budget.retries,
+            retry_budget_refused=self.budget.refused,
             # sink writes and frontier acks refused by a fencing token (a newer lease holds them)
-            "fence_refused": self.ledger.stale_writes + self.ledger.stale_acks,
-            "seconds": round(elapsed, 3),
-            "pages_per_second": round(self.pages_ok / elapsed, 1),
-            "timings_s": {
+            fence_refused=ledger.stale_writes + ledger.stale_acks,
+            seconds=round(elapsed, 3),
+            pages_per_second=round(self.pages_ok / elapsed, 1),
+            timings_s={
                 "fetch": round(self.fetch_seconds, 3),
                 "settle": round(self.settle_seconds, 3),
                 "validation": round(self.validation_seconds, 3),
             },
-            "validation": self._validation_summary(),
-            "sink": self.sink.location(),
-            "records_in_sink": self.sink.count(),
-            "frontier": self.frontier.location(),
-            "deadletters": self.deadletters.location(),
-            "deadletter_archive": str(self.source.deadletter_archive_path),
-            "deadletter_reasons": self.deadletters.reasons(self.source.name),
-        }
+            validation=self._validation_summary(),
+            sink=self.sink.location(),
+            records_in_sink=self.sink.count(),
+            deadletters=self.deadletters.location(),
+            deadletter_archive=str(self.source.deadletter_archive_path),
+            deadletter_reasons=self.deadletters.reasons(self.source.name),
+            **how,
+        )
 
 
 def _per(total: float, count: int, scale: float) -> float | None:

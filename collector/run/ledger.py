@@ -2,14 +2,15 @@
 
 Each item a run discovers (a seed URL) ends the run in exactly one terminal state::
 
-    discovered = stored + fresh_skipped + expired + dead_lettered + queued
+    discovered = stored + fresh_skipped + expired + dead_lettered + queued + held_by_others
 
 ``stored`` and ``dead_lettered`` are counted from the acks the frontier *accepted*;
-``fresh_skipped`` from planning; ``expired`` and ``queued`` are read back from the frontier at
-the end. The check is then made twice, against two independent sources: the equation above,
-and the frontier's own count of the run's items per state (done = stored + fresh_skipped, dead
-= dead_lettered minus seeds refused before reaching the frontier). An ack counted twice, an item
-dropped on the floor, or a lease never returned makes one of them fail, and the run with it.
+``fresh_skipped`` from planning; ``expired``, ``queued`` and ``held_by_others`` (leased by a
+live helper when the run ended) are read back from the frontier at the end. The check is then
+made twice, against two independent sources: the equation above, and the frontier's own count
+of the run's items per state (done = stored + fresh_skipped, dead = dead_lettered minus seeds
+refused before reaching the frontier). An ack counted twice, an item dropped on the floor, or a
+lease never returned makes one of them fail, and the run with it.
 
 A third check covers what the run *claimed*: every claimed item was acked stored, acked dead,
 acked back to the queue (``returned``), refused as stale, or given back with its failed batch
@@ -46,6 +47,7 @@ class Ledger:
     dead_lettered: int = 0
     expired: int = 0
     queued: int = 0
+    held_by_others: int = 0  # leased by another live holder (a `collector work` helper) at the end
     # detail (not terms of the equation)
     refused_at_plan: int = 0  # seeds with a malformed or refused URL, dead-lettered at once
     already_dead: int = 0  # items still in the dead letters from earlier runs
@@ -75,6 +77,7 @@ class Ledger:
             + self.dead_lettered
             + self.dead_by_others
             + self.queued
+            + self.held_by_others
         )
 
     def _claim_problems(self) -> list[str]:
@@ -94,7 +97,9 @@ class Ledger:
     def close(self, final: StateCounts) -> None:
         """Read the end state of the run's items and check conservation both ways."""
         self.expired = final.expired
-        self.queued = final.queued + final.leased
+        # The run's own leases are all acked or released by now: what is leased is someone else's.
+        self.queued = final.queued
+        self.held_by_others = final.leased
         in_frontier_dead = self.dead_lettered - self.refused_at_plan
         # Items of this run that drain-only workers settled (zero when none helped).
         self.stored_by_others = max(0, final.done - self.stored - self.fresh_skipped)
@@ -104,7 +109,8 @@ class Ledger:
             problems.append(
                 f"discovered {self.discovered} != stored {self.stored} + fresh_skipped "
                 f"{self.fresh_skipped} + expired {self.expired} + dead_lettered "
-                f"{self.dead_lettered} + queued {self.queued} (= {self.terminal_sum})"
+                f"{self.dead_lettered} + queued {self.queued} + held by others "
+                f"{self.held_by_others} (= {self.terminal_sum})"
             )
         if final.done != self.stored + self.stored_by_others + self.fresh_skipped:
             problems.append(

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import orjson
-
+from collector import _json
 from collector._closing import Closing
 from collector.errors import BackendError
 from collector.sinks._encode import digest as _digest
@@ -94,10 +93,10 @@ class JsonlSink(Closing):
         offset = 0
         for line in data[:end].splitlines(keepends=True):
             try:
-                row = orjson.loads(line)
+                row = _json.loads(line)
                 meta = row.pop(META)
                 key, token, batch = str(meta["key"]), int(meta["token"]), str(meta["batch"])
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError) as exc:  # ValueError: not JSON
                 raise BackendError(
                     f"sink {path}: byte {offset}: not a Collector record line ({exc})"
                 ) from exc
@@ -174,7 +173,7 @@ class JsonlSink(Closing):
             self._handle.flush()
         with self._segment_path(entry.segment).open("rb") as handle:
             handle.seek(entry.offset)
-            row: dict[str, Any] = orjson.loads(handle.readline())
+            row: dict[str, Any] = _json.loads(handle.readline())
         return row
 
     def count(self) -> int:

@@ -1,5 +1,6 @@
 """The ``collector`` command.
 
+``collector init NAME``              write a new source, a starter suite and its deployment entry
 ``collector schema``                 print the JSON schema of a source file
 ``collector validate SOURCE...``     check sources without running them (exit 2 when invalid)
 ``collector run SOURCE``             run the collect flow as a Prefect flow run
@@ -28,7 +29,16 @@ import sys
 from collections.abc import Sequence
 
 from collector.errors import ConfigError
-from flows.cli import deadletters, prefect_blocks, recovery, review, running, sources
+from flows.cli import (
+    deadletters,
+    init,
+    prefect_blocks,
+    recovery,
+    review,
+    running,
+    server,
+    sources,
+)
 from flows.cli._common import EXIT_BUSY, EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from flows.cli.deadletters import parse_age
 
@@ -42,7 +52,7 @@ __all__ = [
     "parse_age",
 ]
 
-_GROUPS = (sources, running, deadletters, review, prefect_blocks, recovery)
+_GROUPS = (init, sources, running, deadletters, review, prefect_blocks, recovery, server)
 
 
 def build_parser() -> argparse.ArgumentParser:

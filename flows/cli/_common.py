@@ -28,6 +28,13 @@ def _prefect_environment() -> None:
         os.environ.setdefault(name, value)
 
 
+def _prefect_server() -> None:
+    """Use the user's Prefect API, or the local background server (started on first use)."""
+    from flows.local_server import use_local_server
+
+    use_local_server(say=lambda line: print(f"collector: {line}", file=sys.stderr))
+
+
 def _console(stderr: bool = True) -> Any:
     from rich.console import Console
 

@@ -6,12 +6,13 @@ import argparse
 import sys
 from typing import Any
 
-from flows.cli._common import EXIT_INVALID, EXIT_OK, _prefect_environment
+from flows.cli._common import EXIT_INVALID, EXIT_OK, _prefect_environment, _prefect_server
 
 
 def cmd_blocks(args: argparse.Namespace) -> int:
     """Register block types, or save a source file as a block, on the current Prefect API."""
     _prefect_environment()
+    _prefect_server()
     from collector.config import SourceError, load_source
 
     if args.action == "save":

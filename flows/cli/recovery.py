@@ -10,11 +10,18 @@ from typing import Any
 
 from collector import defaults
 from collector.errors import CollectorError, ConfigError
-from flows.cli._common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, _prefect_environment
+from flows.cli._common import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    _prefect_environment,
+    _prefect_server,
+)
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
     _prefect_environment()
+    _prefect_server()
     from collector.config import SourceError, load_source
 
     try:

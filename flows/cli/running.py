@@ -18,6 +18,7 @@ from flows.cli._common import (
     EXIT_OK,
     _console,
     _prefect_environment,
+    _prefect_server,
 )
 
 
@@ -107,7 +108,9 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
         from collector.settle.validation_worker import prewarm
 
         prewarm(loaded.suite_path)  # GX imports on the other core while Prefect starts
+    _prefect_server()  # after the checks above: a source that cannot run starts nothing
     from collector.run.locks import SourceBusy
+    from collector.run.stop import EXIT_CODES, StoppedWaiting
     from flows.collect import progress_listeners, run_collect
 
     progress = _Progress(enabled=not args.json and sys.stderr.isatty())
@@ -127,6 +130,10 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
         progress.stop()
         print(f"collector: busy: {exc}", file=sys.stderr)
         return EXIT_BUSY, None
+    except StoppedWaiting as exc:
+        progress.stop()
+        print(f"collector: {exc}; nothing was claimed", file=sys.stderr)
+        return EXIT_CODES.get(exc.reason, EXIT_FAILED), None
     except ConfigError as exc:
         progress.stop()
         print(f"{source}: {exc}", file=sys.stderr)
@@ -138,9 +145,17 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
     finally:
         progress.stop()
         progress_listeners.remove(progress)
-    if summary.get("skipped"):
-        return EXIT_OK, summary
-    return (EXIT_OK if summary["balanced"] else EXIT_FAILED), summary
+    if summary.interrupted:
+        print(
+            f"collector: interrupted by {summary.interrupted}: {summary.stored} stored, "
+            f"{summary.returned + summary.released} returned to the queue unchanged, lock "
+            "released; run again to continue",
+            file=sys.stderr,
+        )
+        return EXIT_CODES.get(summary.interrupted, EXIT_FAILED), summary.as_dict()
+    if summary.skipped:
+        return EXIT_OK, summary.as_dict()
+    return (EXIT_OK if summary.balanced else EXIT_FAILED), summary.as_dict()
 
 
 def _print_summary(summary: dict[str, Any]) -> None:

@@ -336,6 +336,30 @@ class StoreConformance:
             assert got.payload == entry.payload
             assert type(got.payload) is type(entry.payload)
 
+    @pytest.mark.parametrize(
+        "payload",
+        [
+            2**70,
+            {"big": 2**70, "neg": -(2**63) - 1, "max": 2**64 - 1, "list": [2**64, -(2**80)]},
+            {"float": 1.5e300, "tiny": 5e-324, "nul": "a\u0000b", "ctl": "\u001f\u2028"},
+            ["\u0000", 2**70, 1.5e300, "Ünïcödé ☃"],
+        ],
+        ids=["big-int", "big-ints-nested", "floats-and-nul", "mixed"],
+    )
+    def test_payload_edge_values_round_trip_exactly(
+        self, store: DeadLetterStore, payload: Any
+    ) -> None:
+        """An int beyond 64 bits comes back as that int (not a float) from every store."""
+        entry = letter(payload=payload, failed_expectations=[{"value": 2**70, "nul": "\u0000"}])
+        store.put([entry])
+        got = store.get(entry.id)
+        assert got is not None
+        assert got.payload == payload
+        assert repr(got.payload) == repr(payload)  # 2**70 == 1.18e21 as floats; reprs differ
+        assert got.failed_expectations == entry.failed_expectations
+        assert repr(got.failed_expectations) == repr(entry.failed_expectations)
+        assert [repr(e.payload) for e in store.list()] == [repr(payload)]
+
     def test_first_seen_before_filter(self, store: DeadLetterStore) -> None:
         old, new = (
             letter("https://example.test/old"),

@@ -28,6 +28,7 @@ from collector.frontier.base import (
     Completed,
     DeadLettered,
     Frontier,
+    Holder,
     Lease,
     Offer,
     OfferResult,
@@ -84,8 +85,9 @@ def claim(
     now: float = T0,
     source: str = SRC,
     lease_s: float = LEASE,
+    holder: str = "",
 ) -> Lease:
-    return frontier.claim(source, limit, now=now, lease_s=lease_s)
+    return frontier.claim(source, limit, now=now, lease_s=lease_s, holder=holder)
 
 
 def urls_of(lease: Lease) -> list[str]:
@@ -514,6 +516,46 @@ class FrontierConformance:
         frontier.ack(new, [done(url(1)), done(url(2))], now=T0 + 22)
         assert frontier.release(new, now=T0 + 23) == 0
         assert frontier.counts(SRC) == counts(done=2)
+
+    # --- holders and revocation ---------------------------------------------------------------
+    def test_holders_lists_who_leases_what_with_heartbeats(self, frontier: Frontier) -> None:
+        offer(frontier, [url(n) for n in range(5)])
+        assert frontier.holders(SRC) == []
+        frontier.beat(SRC, "run-a", now=T0)
+        claim(frontier, 2, holder="run-a")
+        claim(frontier, 1, holder="helper-b")
+        claim(frontier, 1)  # anonymous: no holder, recovered only by lease expiry
+        found = sorted(frontier.holders(SRC), key=lambda h: h.holder)
+        assert found == [Holder("", 1, None), Holder("helper-b", 1, None), Holder("run-a", 2, T0)]
+        frontier.beat(SRC, "run-a", now=T0 + 5)
+        assert {h.holder: h.beat_at for h in frontier.holders(SRC)}["run-a"] == T0 + 5
+        assert frontier.holders("other-source") == []
+
+    def test_revoke_returns_one_holders_items_unchanged(self, frontier: Frontier) -> None:
+        offer(frontier, [url(n) for n in range(4)], now=T0 - 10)
+        frontier.beat(SRC, "dead", now=T0)
+        dead = claim(frontier, 2, holder="dead")
+        alive = claim(frontier, 1, holder="alive")
+        assert frontier.revoke(SRC, "dead", now=T0 + 1) == 2
+        assert frontier.counts(SRC) == counts(queued=3, leased=1)
+        assert [h.holder for h in frontier.holders(SRC)] == ["alive"]
+        # the revoked holder can no longer ack, renew or release what it held
+        assert frontier.ack(dead, [done(u) for u in urls_of(dead)], now=T0 + 2).stale
+        assert frontier.renew(dead, now=T0 + 2, lease_s=LEASE) == 0
+        retaken = claim(frontier, 10, now=T0 + 3, holder="next")
+        assert sorted(urls_of(retaken)) == sorted([*urls_of(dead), url(3)])
+        assert retaken.token > alive.token > dead.token
+        assert {i.attempts for i in retaken.items} == {0}  # not counted as an attempt
+        assert frontier.revoke(SRC, "dead", now=T0 + 4) == 0  # idempotent
+        assert frontier.revoke(SRC, "nobody", now=T0 + 4) == 0
+
+    def test_revoke_forgets_the_heartbeat(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1), url(2)])
+        frontier.beat(SRC, "run-a", now=T0)
+        claim(frontier, 1, holder="run-a")
+        frontier.revoke(SRC, "run-a", now=T0 + 1)
+        claim(frontier, 1, holder="run-a", now=T0 + 2)
+        assert frontier.holders(SRC) == [Holder("run-a", 1, None)]
 
     # --- queue TTL ----------------------------------------------------------------------------
     def test_queue_ttl_expires_items_at_next_claim(self, frontier: Frontier) -> None:
