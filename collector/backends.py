@@ -9,6 +9,9 @@ inside it. Secrets (``${env:}``, ``${secret:}``, RedisDatabase blocks) are resol
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,7 +21,14 @@ if TYPE_CHECKING:
     from collector.frontier.base import Frontier
     from collector.sinks.base import Sink
 
-__all__ = ["open_archive", "open_deadletters", "open_frontier", "open_sink"]
+__all__ = [
+    "Backends",
+    "open_archive",
+    "open_backends",
+    "open_deadletters",
+    "open_frontier",
+    "open_sink",
+]
 
 
 def _redis_url(
@@ -83,3 +93,30 @@ def open_sink(source: Source) -> Sink:
     from collector.sinks.jsonl import JsonlSink
 
     return JsonlSink(source.sink_path, source=source.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Backends:
+    """A source's three stores, open together (see :func:`open_backends`)."""
+
+    frontier: Frontier
+    deadletters: DeadLetters
+    sink: Sink
+
+
+@contextlib.contextmanager
+def open_backends(source: Source) -> Iterator[Backends]:
+    """Open the source's frontier, dead-letter store and sink; close every one that opened.
+
+    Opened in that order, so an unreachable server fails here with its one-line BackendError
+    (or a ConfigError for a missing variable) before anything was changed; whatever opened before
+    the failure is closed again.
+    """
+    with contextlib.ExitStack() as stack:
+        frontier = open_frontier(source)
+        stack.callback(frontier.close)
+        deadletters = open_deadletters(source)
+        stack.callback(deadletters.close)
+        sink = open_sink(source)
+        stack.callback(sink.close)
+        yield Backends(frontier, deadletters, sink)

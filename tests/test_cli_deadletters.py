@@ -160,7 +160,8 @@ def test_compensate_removes_exactly_one_batch_and_records_it(
     assert (record.batch_id, record.removed, record.reason) == ("r:2", 4, "table check failed")
     assert main(["compensate", path, "--batch", "r:2"]) == 1  # once only
     assert "already compensated" in capsys.readouterr().err
-    assert main(["compensate", path, "--batch", "never"]) == 1  # nothing to undo: said so
+    assert main(["compensate", path, "--batch", "never", "--reason", "x"]) == 1  # said so
+    assert "not in" in capsys.readouterr().err
     assert sorted(r["id"] for r in sink_lines(source.sink_path)) == [0, 1, 2, 7]
 
 
@@ -181,7 +182,8 @@ def test_compensate_makes_the_removed_records_pages_fetchable_again(source: Sour
         sink.write([SinkRecord("b", {"id": "b"}, pages["b"])], token=2, batch_id="r:2")
     finally:
         sink.close()
-    assert main(["compensate", str(source.base_dir / "source.yaml"), "--batch", "r:1"]) == 0
+    path = str(source.base_dir / "source.yaml")
+    assert main(["compensate", path, "--batch", "r:1", "--reason", "bad batch"]) == 0
     frontier = SqliteFrontier(source.frontier_path)
     try:
         planned = frontier.offer(source.name, [Offer(u, DAY) for u in pages.values()],

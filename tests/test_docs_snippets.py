@@ -10,7 +10,9 @@
 * A JSON block with ``expectations`` is a GX suite, checked like a source's suite.
 * Every ``collector ...`` command in a shell block is parsed by the real parser; ``init``,
   ``validate`` and ``schema`` are run, in page order, in the page's temp folder. Inline
-  ``collector ...`` code spans are parsed too (missing arguments allowed: prose names commands).
+  ``collector ...`` code spans are parsed too (missing arguments allowed: prose names commands;
+  an upper-case placeholder such as ``collector COMMAND --help``, or ``...``, stands for any
+  command; what follows a pipe is not the command's).
 * Python blocks compile; relative links in README.md point at files that exist.
 """
 
@@ -117,6 +119,8 @@ def strict_parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str], *, partial: bool = False) -> None:
+    if partial and argv and re.fullmatch(r"[A-Z][A-Z_]*|\.\.\.", argv[0]):
+        return  # prose about any command: `collector COMMAND --help`
     try:
         strict_parser().parse_args(argv)
     except _ParseError as exc:
@@ -204,7 +208,8 @@ def test_every_snippet_of_the_page_holds(
                 if argv and argv[0] in ("init", "validate", "schema"):
                     run_collector(argv, tmp_path, monkeypatch)
     for span in _INLINE.findall(page.read_text(encoding="utf-8")):
-        parse(shlex.split(span)[1:], partial=True)
+        for argv in shell_commands(span.replace("\\|", "|")):  # `\|` inside a table cell
+            parse(argv, partial=True)
 
 
 def test_fragments_are_few() -> None:
@@ -257,6 +262,10 @@ def test_an_unknown_option_in_a_command_fails() -> None:
     with pytest.raises(AssertionError, match="invalid choice"):
         parse(argv, partial=True)
     parse(["run"], partial=True)  # prose may name a command without its arguments
+    parse(["COMMAND", "--help"], partial=True)  # or stand for any command
+    parse(["..."], partial=True)
+    with pytest.raises(AssertionError, match="invalid choice"):
+        parse(["COMMAND", "--help"])  # but a shell block shows a real one
 
 
 def test_a_deployment_snippet_that_drifted_fails(tmp_path: Path) -> None:

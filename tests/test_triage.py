@@ -515,3 +515,33 @@ def test_tally_from_counts_equals_kind_of_entry_by_entry(tmp_path: Path) -> None
     assert {k: v for k, v in counted.items() if k not in ("quarantined", "balanced") and v} == (
         by_entry
     )
+
+
+def test_a_stop_request_ends_triage_between_entries_and_leaves_the_rest_open(
+    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+) -> None:
+    """Ctrl-C during `collector triage` (collector.run.stop): entries claimed before the stop
+    are settled, the others stay open and unclaimed for the next triage; the balance holds."""
+    from collector.run.stop import StopRequest
+
+    letters = [fetch_letter(source, f"/gone-{i}", "http_404") for i in range(5)]
+    store.put(letters)
+    make_dead(frontier, source, [e.url for e in letters])
+    stop = StopRequest()
+    settled: list[str] = []
+    original = store.claim_for_triage
+
+    def claim_then_stop(entry_id: str, *args: Any, **kwargs: Any) -> bool:
+        settled.append(entry_id)
+        if len(settled) == 2:
+            stop.request("SIGINT")  # arrives while the second entry is being settled
+        return original(entry_id, *args, **kwargs)
+
+    store.claim_for_triage = claim_then_stop  # type: ignore[method-assign]
+    report = triage(source, store, frontier, validator, stop=stop)
+    assert report.interrupted == "SIGINT"
+    assert (report.seen, report.escalated) == (2, 2)
+    assert store.counts(source.name)["open"] == 3
+    assert report.balance.balanced, report.balance.difference()
+    again = triage(source, store, frontier, validator, run_id="t2")
+    assert again.interrupted is None and again.escalated == 3

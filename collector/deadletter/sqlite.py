@@ -29,7 +29,7 @@ from typing import Any
 
 from collector import _json, defaults
 from collector._closing import Closing
-from collector.deadletter.archive import JsonlArchive
+from collector.deadletter.archive import JsonlArchive, dumps
 from collector.deadletter.base import (
     CAUSES,
     RESOLUTION_KINDS,
@@ -138,9 +138,13 @@ def _row_to_entry(row: tuple[Any, ...]) -> DeadLetter:
     )
 
 
+def _dumps(value: Any) -> bytes:
+    return _json.dumps(value)
+
+
 def _entry_to_row(e: DeadLetter) -> tuple[Any, ...]:
-    payload = _json.dumps(e.payload) if e.payload is not None else None
-    failed = _json.dumps(e.failed_expectations)
+    payload = dumps(e.payload) if e.payload is not None else None
+    failed = dumps(e.failed_expectations)
     return (
         *(e.id, e.source, e.url, e.stage, e.error_class, e.message, e.attempts),
         *(e.first_seen, e.last_seen, e.record_key, payload, failed),

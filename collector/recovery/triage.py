@@ -44,6 +44,8 @@ from collector.deadletter.archive import JsonlArchive
 from collector.deadletter.base import DeadLetter, DeadLetters, DeadLetterStore
 from collector.frontier.base import Completed, Frontier
 from collector.policy.retry import is_recoverable_status
+from collector.recovery.requeue import reenqueue
+from collector.run.stop import StopRequest
 from collector.settle.parse import dotted_get
 from collector.sinks.base import Sink, SinkRecord
 
@@ -197,6 +199,7 @@ class TriageReport:
     records_unchanged: int = 0
     pages_revived: int = 0  # dead pages made done again because their record was repaired
     replay_batch: str = ""
+    interrupted: str | None = None  # the stop request (SIGINT/SIGTERM) that ended the run early
     entries: list[EntryOutcome] = field(default_factory=list)
     balance: Tally = field(default_factory=Tally)
 
@@ -227,6 +230,7 @@ class TriageReport:
             "records_written": self.records_written,
             "records_unchanged": self.records_unchanged,
             "pages_revived": self.pages_revived,
+            "interrupted": self.interrupted,
             "replay_batch": self.replay_batch,
             "balance": self.balance.as_dict(),
             "expectations": self.expectation_rows(),
@@ -307,11 +311,23 @@ class Triage:
         self.max_requeues = max_requeues
         self.owner = f"triage:{run_id}"
 
-    def run(self, *, limit: int = defaults.TRIAGE_LIMIT, dry_run: bool = False) -> TriageReport:
+    def run(
+        self,
+        *,
+        limit: int = defaults.TRIAGE_LIMIT,
+        dry_run: bool = False,
+        stop: StopRequest | None = None,
+    ) -> TriageReport:
+        """Settle each open entry once. A ``stop`` request (Ctrl-C) ends the claiming: the
+        entries claimed so far are settled (records replayed), the others stay open for the
+        next run, untouched."""
         report = TriageReport(self.source.name, self.run_id, dry_run)
         report.replay_batch = f"triage:{self.run_id}"
         records: list[DeadLetter] = []
         for entry in self.store.list(source=self.source.name, status="open", limit=limit):
+            if stop is not None and stop.reason is not None:
+                report.interrupted = stop.reason
+                break
             report.seen += 1
             if not dry_run and not self.store.claim_for_triage(
                 entry.id, self.owner, now=self.clock(), lease_s=self.claim_s
@@ -344,14 +360,10 @@ class Triage:
         detail = f"recoverable {entry.error_class}, re-enqueue #{entry.requeues + 1}"
         if dry_run:
             return self._outcome(entry, "reenqueued", detail)
-        queued = self.frontier.requeue(
-            self.source.name, [entry.url], now=now, queue_ttl_s=self.source.ttl.queue_ttl_s
-        )
-        if not queued:
+        if not reenqueue(self.store, self.frontier, self.source, entry, detail=detail, now=now):
             return self._escalate(
                 entry, "the frontier does not hold this URL as dead, cannot re-enqueue", dry_run
             )
-        self.store.resolve(entry.id, "reenqueued", detail, requeued=True)
         return self._outcome(entry, "reenqueued", detail)
 
     @staticmethod

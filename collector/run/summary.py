@@ -24,8 +24,8 @@ class RunSummary:
     source: str
     run_id: str
     role: Role = "run"
-    # the ledger: discovered = stored + stored_by_others + fresh_skipped + expired
-    #             + dead_lettered + dead_by_others + queued + held_by_others
+    # the ledger: discovered + unlisted = stored + stored_by_others + fresh_skipped + expired
+    #             + dead_lettered + dead_by_others + queued + held_by_others + retired
     discovered: int = 0
     stored: int = 0
     fresh_skipped: int = 0
@@ -33,13 +33,20 @@ class RunSummary:
     dead_lettered: int = 0
     queued: int = 0
     held_by_others: int = 0
+    unlisted: int = 0  # queued by an earlier plan, no longer in the seed list
+    retired: int = 0  # unlisted items retired (seeds.on_removed: retire)
+    carried_over: int = 0  # unlisted items collected once more
+    deferred_by_circuit: int = 0  # sent back while their host's breaker was open (not attempts)
     stored_by_others: int = 0
     dead_by_others: int = 0
     balanced: bool = True
     problems: tuple[str, ...] = ()
     # detail of the ledger
+    plan: str = ""  # full (the seed list was offered) or incremental (only due items)
+    duplicates: int = 0  # seeds listed more than once, counted once
     refused_at_plan: int = 0
     already_dead: int = 0
+    replanned: int = 0  # old plan refusals closed: the URL policy allows them now (run/replan.py)
     retried: int = 0
     records_written: int = 0
     records_unchanged: int = 0
@@ -63,9 +70,11 @@ class RunSummary:
     # where things are
     sink: str = ""
     records_in_sink: int = 0
+    frontier: str = ""
     deadletters: str = ""
     deadletter_archive: str = ""
     deadletter_reasons: dict[str, int] = field(default_factory=dict)
+    hosts: dict[str, Any] = field(default_factory=dict)  # adaptive windows, breaker openings
     source_path: str = ""  # what a triggered triage is given (a file path or block:<name>)
     # how the run ended
     ending: str = "drained"  # drained | waited | max_items | stopped | skipped

@@ -41,6 +41,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from collector import _text
 from collector.errors import ConfigError
 
 __all__ = [
@@ -108,15 +109,15 @@ class Suite:
 
 
 def one_line(text: object, limit: int = 300) -> str:
-    """Collapse whitespace so a message (often a multi-line GX/pydantic text) is one line."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+    """A message (often a multi-line GX/pydantic text) on one line; spaces inside a line are
+    kept (a value like ``'  tools '`` must show its spaces): :func:`collector._text.one_line`."""
+    return _text.one_line(text, limit)
 
 
 def show(value: object, limit: int = 60) -> str:
     """A short repr of a record value for messages."""
     try:
-        text = repr(value)
+        text = _text.quoted(value)  # repr, except that a regex keeps its single backslashes
     except Exception:  # a hostile __repr__ must not break validation
         text = f"<{type(value).__name__}>"
     text = one_line(text, 1000)

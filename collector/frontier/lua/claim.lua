@@ -29,6 +29,7 @@ for _, name in ipairs(buckets) do
       if rec and rec[1] == Q and rec[5] <= now then
         if not rec[3] then rec[3] = -tonumber(redis.call('ZSCORE', K_Q, url) or '0') end
         leave_queue(url, rec); move(rec, E); clear_error(url, rec); save(k, f, rec)
+        redis.call('ZADD', K_E, now_s, url)
         expired = expired + 1
       end
     end
