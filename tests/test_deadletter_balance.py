@@ -219,3 +219,17 @@ def _markdown(balance: Any) -> str:
     report = TriageReport("src", "r", dry_run=False)
     report.balance = balance
     return report.markdown()
+
+
+def test_a_sqlite_store_whose_database_was_deleted_fails_the_balance(tmp_path: Path) -> None:
+    """The SQLite counterpart of a Redis restarted without persistence: the file is gone and a
+    new, empty one is created on open; the archive still says what was quarantined."""
+    entries = [letter(n) for n in range(3)]
+    with SqliteDeadLetterStore(tmp_path / "dl.db", archive=tmp_path / "dl.jsonl") as store:
+        store.put(entries)
+    for path in tmp_path.glob("dl.db*"):
+        path.unlink()
+    with SqliteDeadLetterStore(tmp_path / "dl.db", archive=tmp_path / "dl.jsonl") as store:
+        balance = tally(store, "src", archive_of(tmp_path))
+    assert (balance.balanced, balance.quarantined, balance.in_store) == (False, 3, 0)
+    assert balance.lost == sorted(e.id for e in entries)
