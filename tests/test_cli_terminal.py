@@ -213,7 +213,7 @@ def test_the_engine_reports_every_item_as_its_fetch_ends(
         summary = run_collect(str(path), batch_size=10, max_items=None, drain_wait_s=5)
     finally:
         progress_listeners.remove(listener)
-    assert summary["stored"] == 25
+    assert summary.stored == 25
     fetched = [data for event, data in events if event == "fetched"]
     assert len(fetched) == 25 and {d["status"] for d in fetched} == {"ok"}
     order = [event for event, _ in events if event in ("fetched", "batch")]
