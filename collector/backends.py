@@ -16,11 +16,19 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collector.config import DeadLetterSettings, FrontierSettings, Source
-    from collector.deadletter.base import DeadLetterStore
+    from collector.deadletter.archive import JsonlArchive
+    from collector.deadletter.base import DeadLetters
     from collector.frontier.base import Frontier
     from collector.sinks.base import Sink
 
-__all__ = ["Backends", "open_backends", "open_deadletters", "open_frontier", "open_sink"]
+__all__ = [
+    "Backends",
+    "open_archive",
+    "open_backends",
+    "open_deadletters",
+    "open_frontier",
+    "open_sink",
+]
 
 
 def _redis_url(
@@ -46,7 +54,7 @@ def open_frontier(source: Source) -> Frontier:
     return SqliteFrontier(source.frontier_path)
 
 
-def open_deadletters(source: Source) -> DeadLetterStore:
+def open_deadletters(source: Source) -> DeadLetters:
     settings = source.deadletters
     if settings.type == "redis":
         from collector.deadletter.redis import RedisDeadLetterStore
@@ -62,6 +70,15 @@ def open_deadletters(source: Source) -> DeadLetterStore:
         source.deadletter_path,
         archive=source.deadletter_archive_path,
         archive_max_bytes=settings.archive_max_bytes,
+    )
+
+
+def open_archive(source: Source) -> JsonlArchive:
+    """The source's dead-letter archive, for reading (the triage balance counts from it)."""
+    from collector.deadletter.archive import JsonlArchive
+
+    return JsonlArchive(
+        source.deadletter_archive_path, max_bytes=source.deadletters.archive_max_bytes
     )
 
 
@@ -83,7 +100,7 @@ class Backends:
     """A source's three stores, open together (see :func:`open_backends`)."""
 
     frontier: Frontier
-    deadletters: DeadLetterStore
+    deadletters: DeadLetters
     sink: Sink
 
 

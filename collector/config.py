@@ -47,7 +47,9 @@ from collector.recovery.repair import RepairRules
 from collector.sinks._names import DEFAULT_TABLE, check_table_name
 
 __all__ = [
+    "AdaptiveSettings",
     "BacklogSettings",
+    "CircuitSettings",
     "DeadLetterSettings",
     "FrontierSettings",
     "JsonlSinkSettings",
@@ -137,6 +139,76 @@ class RecordSettings(_Section):
     )
 
 
+class CircuitSettings(_Section):
+    """Per-host circuit breaker: stop sending to a host that keeps failing, probe it later."""
+
+    enabled: bool = Field(True, description="false: never open (retry as before).")
+    failures: int = Field(
+        defaults.CIRCUIT_FAILURES,
+        ge=1,
+        description="Consecutive recoverable failures (connect, timeout, 5xx, 429) that open it.",
+    )
+    failure_ratio: float = Field(
+        defaults.CIRCUIT_FAILURE_RATIO,
+        gt=0,
+        le=1,
+        description="...or this share of failures among the last `window` responses.",
+    )
+    window: int = Field(
+        defaults.CIRCUIT_WINDOW, ge=2, description="Responses the failure ratio looks at."
+    )
+    cooldown_s: float = Field(
+        defaults.CIRCUIT_COOLDOWN_S, gt=0, description="How long the first opening lasts (s)."
+    )
+    cooldown_factor: float = Field(
+        defaults.CIRCUIT_COOLDOWN_FACTOR,
+        ge=1,
+        description="Each re-opening (a failed probe) multiplies the cool-down by this.",
+    )
+    cooldown_max_s: float = Field(
+        defaults.CIRCUIT_COOLDOWN_MAX_S, gt=0, description="Longest cool-down (s)."
+    )
+    jitter: float = Field(
+        defaults.CIRCUIT_JITTER, ge=0, lt=1, description="Cool-downs vary +- this share."
+    )
+    probes: int = Field(
+        defaults.CIRCUIT_PROBES,
+        ge=1,
+        le=100,
+        description="Requests let through at once when half-open; one success closes it.",
+    )
+
+
+class AdaptiveSettings(_Section):
+    """Per-host concurrency window that follows the host's load (AIMD, like TCP)."""
+
+    enabled: bool = Field(True, description="false: per_domain_concurrency, fixed.")
+    start: int = Field(
+        defaults.ADAPTIVE_START, ge=1, le=1024, description="Window a host starts with."
+    )
+    latency_factor: float = Field(
+        defaults.ADAPTIVE_LATENCY_FACTOR,
+        gt=1,
+        description="Latency above its floor x this (and floor + latency_margin_s) shrinks it.",
+    )
+    latency_margin_s: float = Field(
+        defaults.ADAPTIVE_LATENCY_MARGIN_S,
+        ge=0,
+        description="Latency rises below this many seconds above the floor never count.",
+    )
+    decrease: float = Field(
+        defaults.ADAPTIVE_DECREASE,
+        gt=0,
+        lt=1,
+        description="Window x this on 429, 503, timeouts and refused connections.",
+    )
+
+
+def _switch(value: Any) -> Any:
+    """``circuit: false`` / ``adaptive: true`` are short for ``{enabled: ...}``."""
+    return {"enabled": value} if isinstance(value, bool) else value
+
+
 class LimitsSettings(_Section):
     """Politeness and safety limits of the fetch engine."""
 
@@ -170,6 +242,20 @@ class LimitsSettings(_Section):
         "batch, so per_domain_concurrency is shared by every worker (one API call per host and "
         "batch). The limit is created with per_domain_concurrency slots when missing.",
     )
+    circuit: CircuitSettings = Field(
+        default_factory=CircuitSettings,
+        description="Per-host circuit breaker; `false` turns it off (see docs/politeness.md).",
+    )
+    adaptive: AdaptiveSettings = Field(
+        default_factory=AdaptiveSettings,
+        description="Per-host adaptive concurrency up to per_domain_concurrency; `false` keeps "
+        "per_domain_concurrency fixed.",
+    )
+
+    @field_validator("circuit", "adaptive", mode="before")
+    @classmethod
+    def _on_off(cls, value: Any) -> Any:
+        return _switch(value)
 
     @field_validator("rate_storage")
     @classmethod

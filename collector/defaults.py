@@ -46,6 +46,25 @@ CONNECTIONS_PER_CLIENT = 2  # httpx's own pool degrades with many connections pe
 #                             several small clients (see docs/architecture.md, measurements)
 USER_AGENT = "collector/0.1 (+https://github.com/collector)"
 
+# --- Circuit breaker, per host (see docs/politeness.md) ------------------------------------
+CIRCUIT_FAILURES = 5  # consecutive recoverable failures (connect, timeout, 5xx, 429) that open it
+CIRCUIT_FAILURE_RATIO = 0.5  # ...or this share of failures among the last CIRCUIT_WINDOW responses
+CIRCUIT_WINDOW = 20  # responses the ratio looks at (it applies once this many were seen)
+CIRCUIT_COOLDOWN_S = 5.0  # the first opening lasts this long; probes go through after it
+CIRCUIT_COOLDOWN_FACTOR = 2.0  # each re-opening (a failed probe) multiplies the cool-down by this
+CIRCUIT_COOLDOWN_MAX_S = 300.0  # ...up to this
+CIRCUIT_JITTER = 0.2  # cool-downs are drawn from +-20 % around their value (workers spread out)
+CIRCUIT_PROBES = 2  # requests let through at once while half-open; one success closes it
+CIRCUIT_SYNC_S = 0.1  # a worker re-reads a shared (Redis) breaker at most this often per host
+
+# --- Adaptive concurrency, per host (AIMD on a window, see docs/politeness.md) ---------------
+ADAPTIVE_START = 4  # a host's window starts here and grows while it answers fast
+ADAPTIVE_LATENCY_FACTOR = 2.0  # latency above floor x this (and floor + margin) shrinks it
+ADAPTIVE_LATENCY_MARGIN_S = 0.025  # ...so sub-millisecond jitter of a fast host never counts
+ADAPTIVE_DECREASE = 0.5  # window x this on 429, 503, timeouts, refused connections
+ADAPTIVE_LATENCY_DECREASE = 0.75  # window x this when only the latency rose
+ADAPTIVE_PACE_GROWTH = 0.005  # after a 429/503, the paced rate grows this share per paced response
+
 # --- Run -----------------------------------------------------------------------------------
 SETTLE_BACKLOG = 8  # fetched batches that may wait for settling (validation, sink, ack) while
 #                    the next ones are fetched; bounds memory at SETTLE_BACKLOG x BATCH_SIZE bodies
@@ -89,3 +108,8 @@ HOLDER_DEAD_AFTER_S = 30.0  # a holder silent this long is dead: its leases are 
 STOP_GRACE_S = 2.0  # after a stop request, requests in flight get this long, then are cut off
 DRAIN_POLL_S = 1.0  # while draining waits for others' leases, the frontier is looked at this often
 WORK_IDLE_WAIT_S = 30.0  # `collector work` waits this long for items when the frontier is empty
+
+# --- Metrics (collector/ops/metrics.py) ----------------------------------------------------
+METRICS_MAX_HOSTS = 20  # distinct `host` label values per process; later hosts count as "other"
+#                         (env COLLECTOR_METRICS_MAX_HOSTS); bounds the series of requests_total
+METRICS_SAMPLE_S = 5.0  # frontier depth and backlog gauges are sampled at most this often per run

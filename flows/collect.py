@@ -28,6 +28,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State, TaskRun
 from prefect.events import emit_event
 from prefect.runtime import flow_run
+from prefect.settings import PREFECT_CLIENT_METRICS_ENABLED
 from prefect.states import Cancelled
 from pydantic import Field
 
@@ -35,7 +36,9 @@ from collector import defaults
 from collector.errors import CollectorError, ConfigError, ConservationError, PermanentFetchError
 from collector.fetch.engine import FetchEngine, FetchResult, host_of
 from collector.frontier import Lease
+from collector.ops import metrics
 from collector.ops.observability import init_sentry
+from collector.ops.tracing import init_tracing
 from collector.run.collection import BatchReport, Collection
 from collector.run.drain import DrainPolicy, drain
 from collector.run.locks import host_slots
@@ -73,6 +76,27 @@ def _tell(event: str, **data: Any) -> None:
 
 def _tell_fetched(result: FetchResult) -> None:
     _tell("fetched", status=result.status, decision=result.decision)
+
+
+def _circuit_events(source: str, run_id: str) -> Callable[[str, dict[str, Any]], None]:
+    """Circuit breaker transitions as Prefect events ``collector.circuit.opened`` / ``.closed``
+    on resource ``collector.host.<host>``, for the UI's event feed and automations."""
+
+    def emit(kind: str, data: dict[str, Any]) -> None:
+        emit_event(
+            event=f"collector.circuit.{kind}",
+            resource={"prefect.resource.id": f"collector.host.{data['host']}"},
+            related=[
+                {
+                    "prefect.resource.id": f"collector.source.{source}",
+                    "prefect.resource.role": "source",
+                }
+            ],
+            payload={**data, "source": source, "run_id": run_id},
+        )
+        _tell("circuit", kind=kind, **data)
+
+    return emit
 
 
 def _retry_unless_permanent(task: Any, task_run: TaskRun, state: State[Any]) -> bool:
@@ -136,6 +160,7 @@ def _report_failed_run(flow: Any, flow_run: Any, state: State[Any]) -> None:
     """on_failure hook: one Sentry event for the failed run (no-op without SENTRY_DSN)."""
     from collector.ops import observability
 
+    metrics.run_ended(str(flow_run.id), "failed")  # no-op if the flow counted it already
     if not observability.sentry_enabled():
         return
     path = str((flow_run.parameters or {}).get("source", ""))
@@ -205,8 +230,11 @@ async def collect(
     global last_summary
     logger = get_run_logger()
     init_sentry()  # once per process, only when SENTRY_DSN is set
+    init_tracing()  # once per process, only when OTEL_* asks for export
+    metrics.enable(metrics.enabled() or bool(PREFECT_CLIENT_METRICS_ENABLED.value()))
     loaded = resolve_source(source)
     run_id = str(flow_run.get_id() or uuid.uuid4())
+    metrics.run_started(run_id, loaded.name, role)
     lock = (
         source_lock(
             loaded,
@@ -223,10 +251,12 @@ async def collect(
         drain_wait_s=drain_wait_s,
         idle_wait_s=0.0 if role == "run" else idle_wait_s,
     )
+    lock = metrics.TimedLock(lock, loaded.name) if role == "run" else lock  # lock wait seconds
     with process_stop.on_signals():
         async with lock as acquired:
             if not acquired:
                 logger.warning("skipped: another run of %s holds its source lock", loaded.name)
+                metrics.run_ended(run_id, "skipped")
                 last_summary = RunSummary(
                     loaded.name, run_id, role, ending="skipped", skipped="busy"
                 )
@@ -235,6 +265,7 @@ async def collect(
             summary = summary.with_(source_path=source_reference(source))  # triggered triage
     last_summary = summary
     await _publish(summary)
+    metrics.run_ended(run_id, "ok" if summary.balanced else "failed")
     if summary.interrupted:
         message = (
             f"interrupted by {summary.interrupted}: stored {summary.stored}, returned "
@@ -281,6 +312,7 @@ async def _collect(
                 await progress.update()
 
         async with run.engine() as engine:
+            engine.circuit_listeners.append(_circuit_events(loaded.name, run_id))
             if progress_listeners:  # per-item progress for the terminal (`collector run`)
                 engine.on_item = _tell_fetched
             _contexts[run_id] = _RunContext(run, engine)

@@ -148,7 +148,9 @@ def test_deadletters_list_and_show(tmp_path: Path, capsys: pytest.CaptureFixture
     store = SqliteDeadLetterStore(source.deadletter_path, archive=source.deadletter_archive_path)
     letters = [
         DeadLetter(source.name, "http://h/a", "fetch", "http_404", "HTTP 404", 1, 1.0, 2.0),
-        DeadLetter(source.name, "http://h/b", "fetch", "retries_exhausted:http_500", "x", 3, 1, 2),
+        DeadLetter(
+            source.name, "http://h/b", "fetch", "http_500", "x", 3, 1, 2, cause="retries_exhausted"
+        ),
         DeadLetter(source.name, "http://h/c", "parse", "parse_error", "bad json", 1, 1.0, 2.0),
     ]
     store.put(letters)

@@ -4,7 +4,8 @@ Every URL of a source has one row and one state::
 
     queued ──claim──▶ leased ──ack: completed──▶ done ──(freshness passes, next plan)──▶ queued
       ▲  │              │ ├──ack: retry later──▶ queued (not before T, attempts + 1)
-      │  │              │ └──ack: dead─────────▶ dead   (until triage re-enqueues it)
+      │  │              │ └──ack: dead─────────▶ dead   (until triage re-enqueues it,
+      │  │              │                                or revives it as done: record repaired)
       │  └─queue TTL──▶ expired ──(next plan)──▶ queued
       └──lease expired (holder died)──┘
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "AckResult",
@@ -254,9 +255,23 @@ class Frontier(Protocol):
         """Put dead or expired URLs back in the queue (triage, operator retry)."""
         ...
 
+    def revive(self, source: str, pages: Sequence[Completed]) -> int:
+        """Dead URLs become done as if acked ``Completed`` (fresh until ``fresh_until``):
+        triage repaired and stored their record, so the page lives on like any other, fetched
+        again when its freshness passes. Returns how many were dead; other states are left."""
+        ...
+
     def make_stale(self, source: str, urls: Sequence[str]) -> int:
         """Done URLs lose their freshness, so the next plan queues them again (compensation
         removed their records); returns how many were done. Other states are left as they are."""
         ...
 
+    def location(self) -> str:
+        """Where the frontier lives (a file, or a Redis URL without password, and prefix)."""
+        ...
+
     def close(self) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...

@@ -87,6 +87,7 @@ from typing import Any
 import redis
 from redis.exceptions import RedisError
 
+from collector._closing import Closing
 from collector._redis import Scripts, backend_error, connect, describe_client, describe_url
 from collector.errors import BackendError
 from collector.frontier.base import (
@@ -123,6 +124,7 @@ _SCRIPTS = (
     "release",
     "requeue",
     "make_stale",
+    "revive",
     "offer_read",
     "offer_apply",
     "counts",
@@ -145,7 +147,7 @@ def _num(value: float) -> str:
     return repr(float(value))
 
 
-class RedisFrontier:
+class RedisFrontier(Closing):
     """Frontier in a Redis database, shared by every worker that uses the same URL and prefix.
 
     ``url_or_client`` is a ``redis://`` / ``rediss://`` / ``unix://`` URL (this object then owns
@@ -177,6 +179,9 @@ class RedisFrontier:
 
     def __repr__(self) -> str:
         return f"RedisFrontier({self.url!r}, prefix={self.prefix!r})"
+
+    def location(self) -> str:
+        return f"{self.url} (prefix {self.prefix!r})"
 
     def _base(self, source: str) -> str:
         return "{" + f"{self.prefix}:{source}" + "}"
@@ -350,6 +355,15 @@ class RedisFrontier:
             return 0
         args = [_num(now), _num(now + queue_ttl_s), *urls]
         return int(self._run("requeue", "requeue", source, args))
+
+    def revive(self, source: str, pages: Sequence[Completed]) -> int:
+        if not pages:
+            return 0
+        flat: list[Any] = []
+        for p in pages:
+            flat += (p.url, _num(p.fresh_until), _num(p.fetched_at), _num(p.cost))
+        args = [json.dumps(flat, ensure_ascii=False)]
+        return int(self._run("revive", "revive", source, args))
 
     def make_stale(self, source: str, urls: Sequence[str]) -> int:
         if not urls:

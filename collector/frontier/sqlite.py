@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager
 from itertools import islice
 from pathlib import Path
 
+from collector._closing import Closing
 from collector.errors import BackendError
 from collector.frontier.base import (
     AckResult,
@@ -87,7 +88,7 @@ def _chunks(items: Iterable[Offer], size: int) -> Iterator[list[Offer]]:
         yield chunk
 
 
-class SqliteFrontier:
+class SqliteFrontier(Closing):
     """Frontier in one SQLite file (``":memory:"`` for a throwaway in-process queue)."""
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
@@ -110,6 +111,9 @@ class SqliteFrontier:
 
     def __repr__(self) -> str:
         return f"SqliteFrontier({self.path!r})"
+
+    def location(self) -> str:
+        return self.path
 
     def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         return write_transaction(self._db, self._lock, f"frontier {self.path}")
@@ -328,6 +332,18 @@ class SqliteFrontier:
                     (now, now + queue_ttl_s, source, url),
                 ).rowcount
                 for url in urls
+            )
+
+    def revive(self, source: str, pages: Sequence[Completed]) -> int:
+        with self._transaction() as db:
+            return sum(
+                db.execute(
+                    "UPDATE items SET state = 'done', fresh_until = ?, last_fetched_at = ?,"
+                    " cost = ?, attempts = 0, first_attempt_at = NULL, not_before = 0,"
+                    " last_error = NULL WHERE source = ? AND url = ? AND state = 'dead'",
+                    (page.fresh_until, page.fetched_at, page.cost, source, page.url),
+                ).rowcount
+                for page in pages
             )
 
     def make_stale(self, source: str, urls: Sequence[str]) -> int:

@@ -27,13 +27,13 @@ def reenqueue(
     detail: str,
     now: float,
 ) -> bool:
-    """Queue ``entry``'s URL again and resolve the entry as ``reenqueued: <detail>``.
+    """Queue ``entry``'s URL again and, unless it is resolved already (a repaired entry whose
+    page is still dead), resolve the entry as ``reenqueued`` with ``detail``.
 
     False when the frontier does not hold the URL as dead or expired (nothing was changed).
     """
-    from collector.recovery.triage import resolution  # triage imports this module
-
     if not frontier.requeue(source.name, [entry.url], now=now, queue_ttl_s=source.ttl.queue_ttl_s):
         return False
-    store.resolve(entry.id, resolution("reenqueued", detail), requeued=True)
+    if entry.status != "resolved":
+        store.resolve(entry.id, "reenqueued", detail, requeued=True)
     return True

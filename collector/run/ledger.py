@@ -13,10 +13,12 @@ refused before reaching the frontier). An ack counted twice, an item dropped on 
 lease never returned makes one of them fail, and the run with it.
 
 A third check covers what the run *claimed*: every claimed item was acked stored, acked dead,
-acked back to the queue (``returned``), refused as stale, or given back with its failed batch
-(``released``). Drain-only workers (``collector work``) plan nothing, so this is their whole
-ledger (:meth:`Ledger.close_claims`). When such workers help a run, the run's items they settled
-show in the frontier but not in the run's acks: the run counts them as ``stored_by_others`` /
+acked back to the queue (``returned``), acked back deferred because its host's circuit breaker
+was open (``deferred_by_circuit``: not an attempt, see collector.fetch.circuit), refused as
+stale, or given back with its failed batch (``released``). Drain-only workers
+(``collector work``) plan nothing, so this is their whole ledger (:meth:`Ledger.close_claims`).
+When such workers help a run, the run's items they settled show in the frontier but not in the
+run's acks: the run counts them as ``stored_by_others`` /
 ``dead_by_others`` (never negative), and each helper's own claim check covers them.
 
 Compensation (a written batch found bad afterwards) is recorded in the source's
@@ -61,6 +63,7 @@ class Ledger:
     claimed: int = 0  # items leased by this run's claims
     returned: int = 0  # claimed items acked back to the queue (retry later, batch time)
     released: int = 0  # claimed items of batches whose task failed, given back unchanged
+    deferred_by_circuit: int = 0  # claimed items acked back unsent: their host's breaker was open
     stored_by_others: int = 0  # this run's items stored by other workers (`collector work`)
     dead_by_others: int = 0  # this run's items dead-lettered by other workers
     requests: int = 0
@@ -82,12 +85,20 @@ class Ledger:
 
     def _claim_problems(self) -> list[str]:
         acked_dead = self.dead_lettered - self.already_dead - self.refused_at_plan
-        settled = self.stored + acked_dead + self.returned + self.stale_acks + self.released
+        settled = (
+            self.stored
+            + acked_dead
+            + self.returned
+            + self.deferred_by_circuit
+            + self.stale_acks
+            + self.released
+        )
         if self.claimed == settled:
             return []
         return [
             f"claimed {self.claimed} != stored {self.stored} + dead {acked_dead} + returned "
-            f"{self.returned} + stale {self.stale_acks} + released {self.released} (= {settled})"
+            f"{self.returned} + deferred_by_circuit {self.deferred_by_circuit} + stale "
+            f"{self.stale_acks} + released {self.released} (= {settled})"
         ]
 
     def close_claims(self) -> None:

@@ -52,10 +52,9 @@ class LiftedRefusals:
 
     def resolve(self) -> int:
         """Close the entries of the offered URLs; how many were closed."""
-        from collector.recovery.triage import resolution
 
         detail = "re-planned: the URL policy allows it now"
         return sum(
-            self.store.resolve(self.pending[url], resolution("reenqueued", detail))
+            self.store.resolve(self.pending[url], "reenqueued", detail)
             for url in sorted(self.offered_urls)
         )

@@ -33,6 +33,7 @@ class RunSummary:
     dead_lettered: int = 0
     queued: int = 0
     held_by_others: int = 0
+    deferred_by_circuit: int = 0  # sent back while their host's breaker was open (not attempts)
     stored_by_others: int = 0
     dead_by_others: int = 0
     balanced: bool = True
@@ -64,9 +65,11 @@ class RunSummary:
     # where things are
     sink: str = ""
     records_in_sink: int = 0
+    frontier: str = ""
     deadletters: str = ""
     deadletter_archive: str = ""
     deadletter_reasons: dict[str, int] = field(default_factory=dict)
+    hosts: dict[str, Any] = field(default_factory=dict)  # adaptive windows, breaker openings
     source_path: str = ""  # what a triggered triage is given (a file path or block:<name>)
     # how the run ended
     ending: str = "drained"  # drained | waited | max_items | stopped | skipped

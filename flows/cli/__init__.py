@@ -1,5 +1,6 @@
 """The ``collector`` command: collect web data into a sink, every item accounted for.
 
+``collector init NAME``              write a new source, a starter suite and its deployment entry
 ``collector schema``                 print the JSON schema of a source file
 ``collector validate SOURCE...``     check sources without running them (exit 2 when invalid)
 ``collector run SOURCE``             run the collect flow as a Prefect flow run
@@ -7,6 +8,7 @@
 ``collector demo``                   start the local demo site and collect it
 ``collector deadletters list|show``  look at what failed and why
 ``collector deadletters retry|discard``  fetch again, or resolve with a reason that is kept
+``collector review SOURCE``          settle escalated dead letters by hand (accept, discard)
 ``collector triage SOURCE``          run the triage flow (repair, replay, re-enqueue, escalate)
 ``collector batches SOURCE``         list the written batches (what compensate and audit name)
 ``collector compensate SOURCE --batch ID``  undo exactly one batch's writes (recorded)
@@ -34,7 +36,17 @@ from collections.abc import Sequence
 
 from collector.config import SourceError
 from collector.errors import ConfigError
-from flows.cli import backlog, deadletters, prefect_blocks, recovery, running, server, sources
+from flows.cli import (
+    backlog,
+    deadletters,
+    init,
+    prefect_blocks,
+    recovery,
+    review,
+    running,
+    server,
+    sources,
+)
 from flows.cli._common import (
     EXIT_BUSY,
     EXIT_FAILED,
@@ -56,7 +68,17 @@ __all__ = [
     "parse_age",
 ]
 
-_GROUPS = (sources, running, deadletters, recovery, backlog, prefect_blocks, server)
+_GROUPS = (
+    init,
+    sources,
+    running,
+    deadletters,
+    review,
+    recovery,
+    backlog,
+    prefect_blocks,
+    server,
+)
 
 
 _DESCRIPTION = "Collect web data into a sink, every item accounted for."

@@ -185,29 +185,32 @@ def _say_none(source: Any, store: Any, args: argparse.Namespace) -> None:
 
 
 def _discard(source: Any, store: Any, args: argparse.Namespace) -> int:
-    from collector.recovery.triage import resolution
-
     entries = _selected(source, store, args)
     reason = _discard_reason(args)
     if reason is None:
         raise ConfigError("discard needs a reason (--reason TEXT, or answer the prompt)")
-    done = sum(store.resolve(e.id, resolution("discarded", reason)) for e in entries)
+    done = sum(store.resolve(e.id, "discarded", reason) for e in entries)
     print(f"discarded {done} of {len(entries)} dead letters ({len(entries) - done} were not open)")
     return EXIT_OK
 
 
 def _retry(source: Any, store: Any, args: argparse.Namespace) -> int:
-    """Fetch the entries' URLs again: back to the frontier's queue, entries resolved once (the
-    same engine code as triage's re-enqueue, :mod:`collector.recovery.requeue`)."""
+    """Fetch the entries' pages again: back to the frontier's queue if dead (or expired),
+    whatever the entry's status (a repaired entry's page may still be dead); each entry not
+    resolved yet is resolved once, through the same engine code as triage's re-enqueue
+    (:mod:`collector.recovery.requeue`). Exit 1 when a page was not dead, so nothing was done."""
     from collector.backends import open_frontier
     from collector.recovery.requeue import reenqueue
 
     entries = _selected(source, store, args)
-    frontier = open_frontier(source)
     requeued = refused = 0
-    try:
+    queued_urls: set[str] = set()
+    with open_frontier(source) as frontier:
         for entry in entries:
-            if entry.status == "resolved":
+            if entry.url in queued_urls:  # a page named by several entries: queued once
+                if entry.status != "resolved":
+                    store.resolve(entry.id, "reenqueued", "operator retry", requeued=True)
+                requeued += 1
                 continue
             if not reenqueue(store, frontier, source, entry, detail="operator retry",
                              now=time.time()):  # fmt: skip
@@ -215,9 +218,8 @@ def _retry(source: Any, store: Any, args: argparse.Namespace) -> int:
                 print(f"{entry.id}: the frontier does not hold {entry.url} as dead or expired;"
                       " not re-enqueued", file=sys.stderr)  # fmt: skip
                 continue
+            queued_urls.add(entry.url)
             requeued += 1
-    finally:
-        frontier.close()
     print(f"re-enqueued {requeued} of {len(entries)} dead letters; the next run fetches them")
     return EXIT_OK if not refused else EXIT_FAILED
 

@@ -59,6 +59,9 @@ def cmd_triage(args: argparse.Namespace) -> int:
         print(json.dumps(report, default=str))
     else:
         _print_triage(report, args.source, dry_run=args.dry_run)
+    if not report["balance"]["balanced"]:
+        print(f"collector: dead letters do not balance: {report['balance']['difference']}",
+              file=sys.stderr)  # fmt: skip
     return EXIT_OK if report["balance"]["balanced"] else EXIT_FAILED
 
 

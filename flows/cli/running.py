@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,7 +93,7 @@ class _Progress:
                 self._task,
                 completed=max(task.completed, settled),
                 detail=f"stored {ledger.stored}  dead {ledger.dead_lettered - ledger.already_dead}"
-                f"  deferred {ledger.retried}",
+                f"  deferred {ledger.retried}" + _hosts_detail(data["report"].windows, ledger),
             )
         elif event == "waiting":
             self._progress.update(self._task, detail=f"waiting {data['seconds']:.1f}s for retries")
@@ -138,8 +140,21 @@ def _preflight(loaded: Source) -> None:
     loaded.resolve(loaded.limits.rate_storage, field="limits.rate_storage")
 
 
+def _hosts_detail(windows: dict[str, int], ledger: Any) -> str:
+    """The adaptive window (one host) or its range (several), and circuit deferrals."""
+    text = ""
+    if len(windows) == 1:
+        text += f"  window {next(iter(windows.values()))}"
+    elif windows:
+        text += f"  windows {min(windows.values())}-{max(windows.values())}"
+    if ledger.deferred_by_circuit:
+        text += f"  circuit-deferred {ledger.deferred_by_circuit}"
+    return text
+
+
 def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | None]:
     """Run the collect flow; returns (exit code, summary or None)."""
+    _metrics_environment(getattr(args, "metrics_port", None))
     _prefect_environment()
     loaded = load(source)  # an invalid source: its problems, exit 2 (main)
     try:
@@ -158,6 +173,9 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
         from collector.ops.observability import init_sentry, register_secrets
 
         init_sentry()  # only when SENTRY_DSN is set; fast options (see collector.ops.observability)
+        from collector.ops.tracing import init_tracing
+
+        init_tracing()  # only when OTEL_* asks for export (see collector.ops.tracing)
         register_secrets(loaded.secret_values())  # scrubbed from Sentry events and every log line
         if loaded.suite_path is not None:
             from collector.settle.validation_worker import prewarm
@@ -201,6 +219,8 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
         summary = result.as_dict()
     finally:
         progress.finish(summary)
+        if getattr(args, "metrics_port", None) and getattr(args, "metrics_hold", 0):
+            time.sleep(args.metrics_hold)  # let a scraper see the final values
     if result.interrupted:
         print(
             f"collector: interrupted by {result.interrupted}: {result.stored} stored, "
@@ -226,6 +246,16 @@ def _first_refusal(loaded: Source) -> str | None:
     finally:
         store.close()
     return entries[0].message if entries else None
+
+
+def _metrics_environment(port: int | None) -> None:
+    """``--metrics-port``: Prefect's client metrics server (default registry) on ``port``."""
+    if port:
+        os.environ["PREFECT_CLIENT_METRICS_ENABLED"] = "true"
+        os.environ["PREFECT_CLIENT_METRICS_PORT"] = str(port)
+        from collector.ops import metrics
+
+        metrics.enable()
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
@@ -404,6 +434,14 @@ def register(commands: Any) -> None:
             help="how long to wait for retry-later items and others' leases",
         )  # fmt: skip
         p.add_argument("--json", action="store_true", help="one JSON summary on stdout's last line")
+        p.add_argument(
+            "--metrics-port", type=int, default=None, metavar="N",
+            help="serve Prometheus metrics on this port while running (docs/observability.md)",
+        )  # fmt: skip
+        p.add_argument(
+            "--metrics-hold", type=float, default=0.0, metavar="SECONDS",
+            help="with --metrics-port: keep serving this long after the run (a last scrape)",
+        )  # fmt: skip
 
     run = commands.add_parser("run", help="run the collect flow for a source")
     add_source(run)

@@ -127,6 +127,12 @@ class FrontierConformance:
     # --- basics -------------------------------------------------------------------------------
     def test_implements_protocol(self, frontier: Frontier) -> None:
         assert isinstance(frontier, Frontier)
+        assert isinstance(frontier.location(), str) and frontier.location()
+
+    def test_is_a_context_manager(self, frontier: Frontier) -> None:
+        with frontier as same:
+            assert same is frontier
+            assert same.counts(SRC) == counts()
 
     def test_empty_frontier(self, frontier: Frontier) -> None:
         assert frontier.counts(SRC) == StateCounts()
@@ -242,6 +248,23 @@ class FrontierConformance:
             enqueued=1, fresh_skipped=1
         )
         assert url("a") in urls_of(claim(frontier, 10, now=T0 + 3))
+
+    def test_revive_makes_a_dead_page_done_until_its_freshness_passes(
+        self, frontier: Frontier
+    ) -> None:
+        self._make_done(frontier, url("done"))
+        self._make_dead(frontier, url("dead"))
+        offer(frontier, [url("queued")])
+        pages = [Completed(url(x), T0 + 100, T0 + 5) for x in ("dead", "done", "queued", "nope")]
+        assert frontier.revive(SRC, pages) == 1
+        assert frontier.revive(SRC, pages) == 0  # done now: once
+        assert frontier.revive(SRC, []) == 0
+        assert frontier.counts(SRC) == counts(queued=1, done=2)
+        assert offer(frontier, [url("dead")], now=T0 + 99) == _result(fresh_skipped=1)
+        assert offer(frontier, [url("dead")], now=T0 + 101) == _result(enqueued=1)
+        lease = claim(frontier, 10, now=T0 + 102)
+        assert url("dead") in urls_of(lease)
+        assert next(i for i in lease.items if i.url == url("dead")).attempts == 0
 
     def test_expired_reoffered_is_enqueued(self, frontier: Frontier) -> None:
         offer(frontier, [url(1)], queue_ttl_s=100)
