@@ -160,8 +160,8 @@ def test_a_local_site_without_the_flag_is_explained_and_healed(
     assert (summary["stored"], summary["replanned"]) == (20, 20)
     assert summary["deadletter_reasons"] == {}
     listed = collector("deadletters", "list", str(path), "--json", "--status", "resolved")
-    resolutions = {e["resolution"] for e in json.loads(listed.stdout)}
-    assert resolutions == {"reenqueued: re-planned: the URL policy allows it now"}
+    resolutions = {(e["resolution_kind"], e["resolution"]) for e in json.loads(listed.stdout)}
+    assert resolutions == {("reenqueued", "re-planned: the URL policy allows it now")}
 
 
 # --- 19.4 progress ----------------------------------------------------------------------------
