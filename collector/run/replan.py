@@ -52,7 +52,6 @@ class LiftedRefusals:
 
     def resolve(self) -> int:
         """Close the entries of the offered URLs; how many were closed."""
-
         detail = "re-planned: the URL policy allows it now"
         return sum(
             self.store.resolve(self.pending[url], "reenqueued", detail)

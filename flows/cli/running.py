@@ -109,7 +109,7 @@ class _Progress:
                 self._task,
                 total=total,
                 completed=min(total, max(task.completed, _settled_of(summary))),
-                description="collected",
+                description="stopped" if summary.get("interrupted") else "collected",
             )
         self._progress.stop()
         self._progress = None
