@@ -16,12 +16,12 @@ from collector.errors import (
     FetchError,
     PermanentFetchError,
     RecoverableFetchError,
-    StaleLeaseError,
 )
 from collector.fetch.engine import FetchEngine, FetchResult
 from collector.frontier import Frontier, Lease, SqliteFrontier
 from collector.run.collection import BatchReport, Collection
 from collector.run.ledger import Ledger
+from collector.run.locks import SourceBusy
 from collector.sinks import JsonlSink, Sink, SinkRecord
 
 __all__ = [
@@ -45,10 +45,10 @@ __all__ = [
     "Sink",
     "SinkRecord",
     "Source",
+    "SourceBusy",
     "SourceError",
     "SqliteDeadLetterStore",
     "SqliteFrontier",
-    "StaleLeaseError",
     "load_source",
     "source_json_schema",
 ]

@@ -5,12 +5,24 @@ translated at the boundary where they happen, with the original kept as ``__caus
 
     CollectorError
     ├── ConfigError               a source file or setting is wrong; message names the field
+    │   └── SourceError           a source file is invalid; ``problems``: one line each
+    │                             (collector.config)
     ├── FetchError                one URL could not be fetched or parsed
     │   ├── PermanentFetchError   retrying cannot help (404, parse error, refused URL, too large)
     │   └── RecoverableFetchError retrying may help (timeout, 429, 503, connection reset)
     ├── BackendError              a frontier, sink or dead-letter store failed or is unreachable
-    │   └── StaleLeaseError       a write or ack carried a fencing token that is no longer current
+    ├── SourceBusy                another run holds the source's lock past the wait
+    │                             (collector.run.locks; the CLI exits 3)
+    ├── StoppedWaiting            a stop (Ctrl-C, SIGTERM) came while waiting for the lock
+    │                             (collector.run.stop; the CLI exits 130 / 143)
     └── ConservationError         a run could not prove that every item reached one terminal state
+
+A fencing token that is no longer current is not an error: the frontier and the sinks refuse
+those writes and report them in their results (``AckResult.stale``, ``WriteResult.stale_keys``),
+because the caller handles them item by item. Exceptions that never leave the module raising
+them (``_TooLate`` in the fetch engine; ``RefusedAddress``, an ``OSError`` because aiohttp's
+resolver must raise one, turned into a ``PermanentFetchError``) are outside the tree.
+``tests/test_exports.py`` checks that every other exception class in ``collector`` is in it.
 """
 
 from __future__ import annotations
@@ -23,7 +35,6 @@ __all__ = [
     "FetchError",
     "PermanentFetchError",
     "RecoverableFetchError",
-    "StaleLeaseError",
 ]
 
 
@@ -74,10 +85,6 @@ class RecoverableFetchError(FetchError):
 
 class BackendError(CollectorError):
     """A storage backend failed; the message names the backend and where it lives."""
-
-
-class StaleLeaseError(BackendError):
-    """A fencing token older than the current one was presented; the write is refused."""
 
 
 class ConservationError(CollectorError):

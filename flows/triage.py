@@ -12,7 +12,6 @@ by one run only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from typing import Annotated, Any
 
@@ -23,7 +22,7 @@ from prefect.runtime import flow_run
 from pydantic import Field
 
 from collector import defaults
-from collector.backends import open_deadletters, open_frontier, open_sink
+from collector.backends import open_archive, open_deadletters, open_frontier, open_sink
 from collector.recovery.triage import Triage, TriageReport
 from flows.sources import resolve_source
 
@@ -42,28 +41,21 @@ def _triage(source_path: str, run_id: str, limit: int, dry_run: bool) -> TriageR
         from collector.settle.validation import SuiteValidator  # GX is imported only where it runs
 
         validator = SuiteValidator(source.suite_path)
-    store = open_deadletters(source)
-    try:
-        frontier = open_frontier(source)
-        try:
-            sink = open_sink(source)
-            try:
-                engine = Triage(
-                    source,
-                    store=store,
-                    frontier=frontier,
-                    sink=sink,
-                    run_id=run_id,
-                    validator=validator,
-                )
-                return engine.run(limit=limit, dry_run=dry_run)
-            finally:
-                sink.close()
-        finally:
-            frontier.close()
-    finally:
-        with contextlib.suppress(Exception):
-            store.close()
+    with (
+        open_deadletters(source) as store,
+        open_frontier(source) as frontier,
+        open_sink(source) as sink,
+    ):
+        engine = Triage(
+            source,
+            store=store,
+            archive=open_archive(source),
+            frontier=frontier,
+            sink=sink,
+            run_id=run_id,
+            validator=validator,
+        )
+        return engine.run(limit=limit, dry_run=dry_run)
 
 
 @flow(name="triage", log_prints=False, validate_parameters=True)
@@ -80,6 +72,10 @@ async def triage(
     report = await asyncio.to_thread(_triage, source, run_id, limit, dry_run)
     counts = report.counts()
     logger.info("triage of %s: %s; balance %s", report.source, counts, report.balance.as_dict())
+    if not report.balance.balanced:
+        logger.error(
+            "dead-letter balance of %s fails: %s", report.source, report.balance.difference()
+        )
     await create_markdown_artifact(
         report.markdown(),
         key=_artifact_key(report.source, "triage"),

@@ -23,7 +23,8 @@ def test_a_run_counts_what_helpers_settled_of_its_items() -> None:
     ledger = Ledger(discovered=10, fresh_skipped=1, claimed=4, stored=3, returned=1)
     ledger.close(StateCounts(queued=1, leased=1, done=7, dead=1))
     assert ledger.balanced, ledger.problems
-    assert (ledger.stored_by_others, ledger.dead_by_others, ledger.queued) == (3, 1, 2)
+    counted = (ledger.stored_by_others, ledger.dead_by_others, ledger.queued, ledger.held_by_others)
+    assert counted == (3, 1, 1, 1)  # the leased item is a helper's: held by others, not queued
 
 
 def test_a_run_that_counted_more_than_the_frontier_holds_does_not_balance() -> None:

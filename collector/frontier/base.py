@@ -4,7 +4,8 @@ Every URL of a source has one row and one state::
 
     queued ──claim──▶ leased ──ack: completed──▶ done ──(freshness passes, next plan)──▶ queued
       ▲  │ │            │ ├──ack: retry later──▶ queued (not before T, attempts + 1)
-      │  │ │            │ └──ack: dead─────────▶ dead   (until triage re-enqueues it)
+      │  │ │            │ └──ack: dead─────────▶ dead   (until triage re-enqueues it,
+      │  │ │            │                                or revives it as done: record repaired)
       │  │ └─queue TTL──▶ expired ──(next plan)──▶ queued
       │  └─seed list no longer lists it, on_removed: retire──▶ retired ──(listed again)──▶ queued
       └──lease expired (holder died)──┘
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "AckResult",
@@ -41,6 +42,7 @@ __all__ = [
     "Completed",
     "DeadLettered",
     "Frontier",
+    "Holder",
     "ItemState",
     "Lease",
     "Offer",
@@ -138,6 +140,7 @@ class Lease:
     items: tuple[ClaimedItem, ...]
     expired: int = 0  # items this claim found past their queue TTL and marked expired
     reclaimed: int = 0  # items whose previous lease had expired and that went back to the queue
+    holder: str = ""  # who claimed it (a run or helper id); see Frontier.holders / revoke
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +189,19 @@ class StateCounts:
     @property
     def total(self) -> int:
         return self.queued + self.leased + self.done + self.dead + self.expired + self.retired
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Someone holding leased items of a source, and when it last said it was alive.
+
+    ``beat_at`` is None for leases taken without a heartbeat (an anonymous claim): those are
+    only recovered when their lease expires.
+    """
+
+    holder: str
+    leased: int
+    beat_at: float | None
 
 
 RankFor = Callable[[str, float | None, float], float]
@@ -260,12 +276,29 @@ class Frontier(Protocol):
         """Store (or clear, with None) the source's seed mark."""
         ...
 
-    def claim(self, source: str, limit: int, *, now: float, lease_s: float) -> Lease:
+    def claim(
+        self, source: str, limit: int, *, now: float, lease_s: float, holder: str = ""
+    ) -> Lease:
         """Lease up to ``limit`` due items, best rank first, in one atomic step.
 
         The same step returns items whose lease expired to the queue and expires items queued
-        longer than their queue TTL.
+        longer than their queue TTL. ``holder`` names the claimant, so that its leases can be
+        revoked at once when it is known to be dead (:meth:`revoke`).
         """
+        ...
+
+    def beat(self, source: str, holder: str, *, now: float) -> None:
+        """Record that ``holder`` is alive (a heartbeat, every few seconds while it works)."""
+        ...
+
+    def holders(self, source: str) -> list[Holder]:
+        """Everyone holding leased items of ``source`` now, with their last heartbeat."""
+        ...
+
+    def revoke(self, source: str, holder: str, *, now: float) -> int:
+        """Return every item ``holder`` leases to the queue unchanged (no attempt counted) and
+        forget its heartbeat; returns how many items. The items' next claim takes a new fencing
+        token, so a holder that was only paused cannot ack or write them any more."""
         ...
 
     def renew(self, lease: Lease, *, now: float, lease_s: float) -> int:
@@ -297,9 +330,23 @@ class Frontier(Protocol):
         """Put dead or expired URLs back in the queue (triage, operator retry)."""
         ...
 
+    def revive(self, source: str, pages: Sequence[Completed]) -> int:
+        """Dead URLs become done as if acked ``Completed`` (fresh until ``fresh_until``):
+        triage repaired and stored their record, so the page lives on like any other, fetched
+        again when its freshness passes. Returns how many were dead; other states are left."""
+        ...
+
     def make_stale(self, source: str, urls: Sequence[str]) -> int:
         """Done URLs lose their freshness, so the next plan queues them again (compensation
         removed their records); returns how many were done. Other states are left as they are."""
         ...
 
+    def location(self) -> str:
+        """Where the frontier lives (a file, or a Redis URL without password, and prefix)."""
+        ...
+
     def close(self) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...

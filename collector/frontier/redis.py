@@ -91,6 +91,7 @@ from typing import Any
 import redis
 from redis.exceptions import RedisError
 
+from collector._closing import Closing
 from collector._redis import Scripts, backend_error, connect, describe_client, describe_url
 from collector.errors import BackendError
 from collector.frontier.base import (
@@ -100,6 +101,7 @@ from collector.frontier.base import (
     Completed,
     DeadLettered,
     FreshFor,
+    Holder,
     Lease,
     Offer,
     OfferResult,
@@ -120,11 +122,15 @@ _MAX_OFFER_ROUNDS = 100  # re-decisions of one chunk under contention before giv
 # counters, queue and expiry indexes). Every file says its KEYS, ARGV and reply.
 _SCRIPTS = (
     "claim",
+    "beat",
+    "holders",
+    "revoke",
     "ack",
     "renew",
     "release",
     "requeue",
     "make_stale",
+    "revive",
     "offer_read",
     "offer_apply",
     "counts",
@@ -141,12 +147,16 @@ def _chunks(items: Iterable[Offer], size: int) -> Iterator[list[Offer]]:
         yield chunk
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
 def _num(value: float) -> str:
     """A float as text that reads back as the same double (Lua's tonumber, Redis scores)."""
     return repr(float(value))
 
 
-class RedisFrontier:
+class RedisFrontier(Closing):
     """Frontier in a Redis database, shared by every worker that uses the same URL and prefix.
 
     ``url_or_client`` is a ``redis://`` / ``rediss://`` / ``unix://`` URL (this object then owns
@@ -178,6 +188,9 @@ class RedisFrontier:
 
     def __repr__(self) -> str:
         return f"RedisFrontier({self.url!r}, prefix={self.prefix!r})"
+
+    def location(self) -> str:
+        return f"{self.url} (prefix {self.prefix!r})"
 
     def _base(self, source: str) -> str:
         return "{" + f"{self.prefix}:{source}" + "}"
@@ -340,9 +353,11 @@ class RedisFrontier:
             raise backend_error(f"frontier {self.url}: plan mark failed", exc) from exc
 
     # --- claiming --------------------------------------------------------------------------
-    def claim(self, source: str, limit: int, *, now: float, lease_s: float) -> Lease:
+    def claim(
+        self, source: str, limit: int, *, now: float, lease_s: float, holder: str = ""
+    ) -> Lease:
         expires_at = now + lease_s
-        args = [_num(now), _num(expires_at), max(int(limit), 0)]
+        args = [_num(now), _num(expires_at), max(int(limit), 0), holder]
         floor = self._max_token
         token, reclaimed, expired, packed = self._run("claim", "claim", source, args)
         token = int(token)
@@ -364,8 +379,27 @@ class RedisFrontier:
             )
         )
         return Lease(
-            source, token, expires_at, items, expired=int(expired), reclaimed=int(reclaimed)
+            source,
+            token,
+            expires_at,
+            items,
+            expired=int(expired),
+            reclaimed=int(reclaimed),
+            holder=holder,
         )
+
+    def beat(self, source: str, holder: str, *, now: float) -> None:
+        self._run("heartbeat", "beat", source, [holder, _num(now)])
+
+    def holders(self, source: str) -> list[Holder]:
+        flat = self._run("holders", "holders", source, [])
+        return [
+            Holder(_text(h), int(n), float(beat) if beat else None)
+            for h, n, beat in zip(flat[::3], flat[1::3], flat[2::3], strict=True)
+        ]
+
+    def revoke(self, source: str, holder: str, *, now: float) -> int:
+        return int(self._run("revoke", "revoke", source, [holder, _num(now)]))
 
     def renew(self, lease: Lease, *, now: float, lease_s: float) -> int:
         args = [lease.token, _num(now + lease_s), *(i.url for i in lease.items)]
@@ -405,6 +439,15 @@ class RedisFrontier:
             return 0
         args = [_num(now), _num(now + queue_ttl_s), *urls]
         return int(self._run("requeue", "requeue", source, args))
+
+    def revive(self, source: str, pages: Sequence[Completed]) -> int:
+        if not pages:
+            return 0
+        flat: list[Any] = []
+        for p in pages:
+            flat += (p.url, _num(p.fresh_until), _num(p.fetched_at), _num(p.cost))
+        args = [json.dumps(flat, ensure_ascii=False)]
+        return int(self._run("revive", "revive", source, args))
 
     def make_stale(self, source: str, urls: Sequence[str]) -> int:
         if not urls:

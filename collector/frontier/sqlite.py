@@ -30,6 +30,7 @@ from contextlib import AbstractContextManager
 from itertools import islice
 from pathlib import Path
 
+from collector._closing import Closing
 from collector.errors import BackendError
 from collector.frontier.base import (
     STATES,
@@ -38,6 +39,7 @@ from collector.frontier.base import (
     Completed,
     DeadLettered,
     FreshFor,
+    Holder,
     Lease,
     Offer,
     OfferResult,
@@ -90,6 +92,19 @@ CREATE INDEX IF NOT EXISTS items_lease ON items (src, lease_token) WHERE state =
 CREATE INDEX IF NOT EXISTS items_due ON items (src, fresh_until) WHERE state = {D};
 CREATE INDEX IF NOT EXISTS items_expired ON items (src) WHERE state = {E};
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS leases (
+    token INTEGER PRIMARY KEY,
+    source TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    claimed_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS leases_holder ON leases (source, holder);
+CREATE TABLE IF NOT EXISTS holders (
+    source TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    beat_at REAL NOT NULL,
+    PRIMARY KEY (source, holder)
+) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta (key, value) VALUES ('fencing_token', 0);
 """
 
@@ -115,6 +130,7 @@ FROM items_v1 AS v;
 DROP TABLE items_v1;
 """
 
+_LEASE_ROWS_KEPT_S = 86_400.0  # holder rows of old leases are pruned after a day
 _CHUNK = 500  # rows per step of adopt (each a transaction of its own)
 _OFFER_CHUNK = 2_000  # URLs per offer transaction: fewer commits, bounded statement size
 _CACHE_KIB = 65_536  # page cache: the URL index is written at random places
@@ -131,7 +147,7 @@ def _chunks(items: Iterable[Offer], size: int) -> Iterator[list[Offer]]:
         yield chunk
 
 
-class SqliteFrontier:
+class SqliteFrontier(Closing):
     """Frontier in one SQLite file (``":memory:"`` for a throwaway in-process queue)."""
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
@@ -173,6 +189,9 @@ class SqliteFrontier:
 
     def __repr__(self) -> str:
         return f"SqliteFrontier({self.path!r})"
+
+    def location(self) -> str:
+        return self.path
 
     def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         return write_transaction(self._db, self._lock, f"frontier {self.path}")
@@ -382,7 +401,9 @@ class SqliteFrontier:
             )
 
     # --- claiming --------------------------------------------------------------------------
-    def claim(self, source: str, limit: int, *, now: float, lease_s: float) -> Lease:
+    def claim(
+        self, source: str, limit: int, *, now: float, lease_s: float, holder: str = ""
+    ) -> Lease:
         with self._transaction() as db:
             src = self._src(db, source)
             reclaimed = db.execute(
@@ -407,9 +428,55 @@ class SqliteFrontier:
                 " RETURNING url, attempts, first_attempt_at, enqueued_at, rank",
                 (token, expires_at, src, now, limit),
             ).fetchall()
+            if holder and rows:
+                db.execute(
+                    "INSERT INTO leases (token, source, holder, claimed_at) VALUES (?, ?, ?, ?)",
+                    (token, source, holder, now),
+                )
         rows.sort(key=lambda r: (-r[4], r[0]))
         items = tuple(ClaimedItem(url, att, first, enq) for url, att, first, enq, _ in rows)
-        return Lease(source, token, expires_at, items, expired=expired, reclaimed=reclaimed)
+        return Lease(
+            source, token, expires_at, items, expired=expired, reclaimed=reclaimed, holder=holder
+        )
+
+    def beat(self, source: str, holder: str, *, now: float) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO holders (source, holder, beat_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (source, holder) DO UPDATE SET beat_at = excluded.beat_at",
+                (source, holder, now),
+            )
+            db.execute(
+                "DELETE FROM leases WHERE source = ? AND claimed_at < ?",
+                (source, now - _LEASE_ROWS_KEPT_S),
+            )
+
+    def holders(self, source: str) -> list[Holder]:
+        with self._lock:
+            src = self._known_src(source)
+            if src is None:
+                return []
+            rows = self._db.execute(
+                "SELECT COALESCE(l.holder, ''), COUNT(*), h.beat_at FROM items i"
+                " LEFT JOIN leases l ON l.token = i.lease_token"
+                " LEFT JOIN holders h ON h.source = ? AND h.holder = l.holder"
+                f" WHERE i.src = ? AND i.state = {L}"
+                " GROUP BY l.holder",
+                (source, src),
+            ).fetchall()
+        return [Holder(holder, leased, beat_at) for holder, leased, beat_at in rows]
+
+    def revoke(self, source: str, holder: str, *, now: float) -> int:
+        with self._transaction() as db:
+            revoked = db.execute(
+                f"UPDATE items SET state = {Q}, lease_token = NULL, lease_expires = NULL"
+                f" WHERE src = ? AND state = {L} AND lease_token IN ("
+                "   SELECT token FROM leases WHERE source = ? AND holder = ?)",
+                (self._src(db, source), source, holder),
+            ).rowcount
+            db.execute("DELETE FROM leases WHERE source = ? AND holder = ?", (source, holder))
+            db.execute("DELETE FROM holders WHERE source = ? AND holder = ?", (source, holder))
+        return revoked
 
     def renew(self, lease: Lease, *, now: float, lease_s: float) -> int:
         with self._transaction() as db:
@@ -482,6 +549,20 @@ class SqliteFrontier:
                     (now, now + queue_ttl_s, src, url_hash(url), url),
                 ).rowcount
                 for url in urls
+            )
+
+    def revive(self, source: str, pages: Sequence[Completed]) -> int:
+        with self._transaction() as db:
+            src = self._src(db, source)
+            return sum(
+                db.execute(
+                    f"UPDATE items SET state = {D}, fresh_until = ?, last_fetched_at = ?,"
+                    " cost = ?, attempts = 0, first_attempt_at = NULL, not_before = 0,"
+                    f" last_error = NULL WHERE src = ? AND h = ? AND url = ? AND state = {X}",
+                    (page.fresh_until, page.fetched_at, page.cost, src, url_hash(page.url))
+                    + (page.url,),
+                ).rowcount
+                for page in pages
             )
 
     def make_stale(self, source: str, urls: Sequence[str]) -> int:

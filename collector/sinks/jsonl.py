@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import orjson
-
+from collector import _json
+from collector._closing import Closing
 from collector.errors import BackendError
 from collector.sinks._encode import digest as _digest
 from collector.sinks._encode import dumps as _dumps
@@ -45,7 +45,7 @@ class _Entry:
     batch: str
 
 
-class JsonlSink:
+class JsonlSink(Closing):
     def __init__(self, folder: str | Path, *, source: str) -> None:
         self.folder = Path(folder)
         self.source = source
@@ -93,10 +93,10 @@ class JsonlSink:
         offset = 0
         for line in data[:end].splitlines(keepends=True):
             try:
-                row = orjson.loads(line)
+                row = _json.loads(line)
                 meta = row.pop(META)
                 key, token, batch = str(meta["key"]), int(meta["token"]), str(meta["batch"])
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError) as exc:  # ValueError: not JSON
                 raise BackendError(
                     f"sink {path}: byte {offset}: not a Collector record line ({exc})"
                 ) from exc
@@ -173,7 +173,7 @@ class JsonlSink:
             self._handle.flush()
         with self._segment_path(entry.segment).open("rb") as handle:
             handle.seek(entry.offset)
-            row: dict[str, Any] = orjson.loads(handle.readline())
+            row: dict[str, Any] = _json.loads(handle.readline())
         return row
 
     def count(self) -> int:

@@ -34,7 +34,6 @@ not always read back as it was written. Cast with ``record::jsonb`` to use jsonb
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -44,6 +43,8 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.numeric import Int8
 
+from collector import _json
+from collector._closing import Closing
 from collector.errors import BackendError
 from collector.ops.scrub import Scrubber
 from collector.sinks._encode import digest, dumps
@@ -78,7 +79,7 @@ def _one_line(exc: BaseException, scrub: Scrubber) -> str:
     return scrub.text(text)[:300]
 
 
-class PostgresSink:
+class PostgresSink(Closing):
     """Records of one source in a Postgres table shared by every worker.
 
     ``dsn`` is a libpq connection string (``postgresql://user:pw@host:5432/db`` or
@@ -333,7 +334,7 @@ class PostgresSink:
         row = self._run("get", lambda conn: conn.execute(query, [self.source, key]).fetchone())
         if row is None:
             return None
-        record: dict[str, Any] = json.loads(row[0])
+        record: dict[str, Any] = _json.loads(row[0])
         return record
 
     def count(self) -> int:
@@ -357,7 +358,7 @@ class PostgresSink:
         rows = self._run(
             "records", lambda conn: conn.execute(query, [self.source, batch_id]).fetchall()
         )
-        return [SinkRecord(key, json.loads(record), url) for key, record, url in rows]
+        return [SinkRecord(key, _json.loads(record), url) for key, record, url in rows]
 
     def remove_batch(self, batch_id: str) -> int:
         query = sql.SQL("DELETE FROM {t} WHERE source = %s AND batch_id = %s").format(t=self._table)

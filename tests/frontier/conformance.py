@@ -28,6 +28,7 @@ from collector.frontier.base import (
     Completed,
     DeadLettered,
     Frontier,
+    Holder,
     Lease,
     Offer,
     OfferResult,
@@ -98,8 +99,9 @@ def claim(
     now: float = T0,
     source: str = SRC,
     lease_s: float = LEASE,
+    holder: str = "",
 ) -> Lease:
-    return frontier.claim(source, limit, now=now, lease_s=lease_s)
+    return frontier.claim(source, limit, now=now, lease_s=lease_s, holder=holder)
 
 
 def urls_of(lease: Lease) -> list[str]:
@@ -139,6 +141,12 @@ class FrontierConformance:
     # --- basics -------------------------------------------------------------------------------
     def test_implements_protocol(self, frontier: Frontier) -> None:
         assert isinstance(frontier, Frontier)
+        assert isinstance(frontier.location(), str) and frontier.location()
+
+    def test_is_a_context_manager(self, frontier: Frontier) -> None:
+        with frontier as same:
+            assert same is frontier
+            assert same.counts(SRC) == counts()
 
     def test_empty_frontier(self, frontier: Frontier) -> None:
         assert frontier.counts(SRC) == StateCounts()
@@ -254,6 +262,23 @@ class FrontierConformance:
             enqueued=1, fresh_skipped=1
         )
         assert url("a") in urls_of(claim(frontier, 10, now=T0 + 3))
+
+    def test_revive_makes_a_dead_page_done_until_its_freshness_passes(
+        self, frontier: Frontier
+    ) -> None:
+        self._make_done(frontier, url("done"))
+        self._make_dead(frontier, url("dead"))
+        offer(frontier, [url("queued")])
+        pages = [Completed(url(x), T0 + 100, T0 + 5) for x in ("dead", "done", "queued", "nope")]
+        assert frontier.revive(SRC, pages) == 1
+        assert frontier.revive(SRC, pages) == 0  # done now: once
+        assert frontier.revive(SRC, []) == 0
+        assert frontier.counts(SRC) == counts(queued=1, done=2)
+        assert offer(frontier, [url("dead")], now=T0 + 99) == _result(fresh_skipped=1)
+        assert offer(frontier, [url("dead")], now=T0 + 101) == _result(enqueued=1)
+        lease = claim(frontier, 10, now=T0 + 102)
+        assert url("dead") in urls_of(lease)
+        assert next(i for i in lease.items if i.url == url("dead")).attempts == 0
 
     def test_expired_reoffered_is_enqueued(self, frontier: Frontier) -> None:
         offer(frontier, [url(1)], queue_ttl_s=100)
@@ -505,6 +530,46 @@ class FrontierConformance:
         frontier.ack(new, [done(url(1)), done(url(2))], now=T0 + 22)
         assert frontier.release(new, now=T0 + 23) == 0
         assert frontier.counts(SRC) == counts(done=2)
+
+    # --- holders and revocation ---------------------------------------------------------------
+    def test_holders_lists_who_leases_what_with_heartbeats(self, frontier: Frontier) -> None:
+        offer(frontier, [url(n) for n in range(5)])
+        assert frontier.holders(SRC) == []
+        frontier.beat(SRC, "run-a", now=T0)
+        claim(frontier, 2, holder="run-a")
+        claim(frontier, 1, holder="helper-b")
+        claim(frontier, 1)  # anonymous: no holder, recovered only by lease expiry
+        found = sorted(frontier.holders(SRC), key=lambda h: h.holder)
+        assert found == [Holder("", 1, None), Holder("helper-b", 1, None), Holder("run-a", 2, T0)]
+        frontier.beat(SRC, "run-a", now=T0 + 5)
+        assert {h.holder: h.beat_at for h in frontier.holders(SRC)}["run-a"] == T0 + 5
+        assert frontier.holders("other-source") == []
+
+    def test_revoke_returns_one_holders_items_unchanged(self, frontier: Frontier) -> None:
+        offer(frontier, [url(n) for n in range(4)], now=T0 - 10)
+        frontier.beat(SRC, "dead", now=T0)
+        dead = claim(frontier, 2, holder="dead")
+        alive = claim(frontier, 1, holder="alive")
+        assert frontier.revoke(SRC, "dead", now=T0 + 1) == 2
+        assert frontier.counts(SRC) == counts(queued=3, leased=1)
+        assert [h.holder for h in frontier.holders(SRC)] == ["alive"]
+        # the revoked holder can no longer ack, renew or release what it held
+        assert frontier.ack(dead, [done(u) for u in urls_of(dead)], now=T0 + 2).stale
+        assert frontier.renew(dead, now=T0 + 2, lease_s=LEASE) == 0
+        retaken = claim(frontier, 10, now=T0 + 3, holder="next")
+        assert sorted(urls_of(retaken)) == sorted([*urls_of(dead), url(3)])
+        assert retaken.token > alive.token > dead.token
+        assert {i.attempts for i in retaken.items} == {0}  # not counted as an attempt
+        assert frontier.revoke(SRC, "dead", now=T0 + 4) == 0  # idempotent
+        assert frontier.revoke(SRC, "nobody", now=T0 + 4) == 0
+
+    def test_revoke_forgets_the_heartbeat(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1), url(2)])
+        frontier.beat(SRC, "run-a", now=T0)
+        claim(frontier, 1, holder="run-a")
+        frontier.revoke(SRC, "run-a", now=T0 + 1)
+        claim(frontier, 1, holder="run-a", now=T0 + 2)
+        assert frontier.holders(SRC) == [Holder("run-a", 1, None)]
 
     # --- queue TTL ----------------------------------------------------------------------------
     def test_queue_ttl_expires_items_at_next_claim(self, frontier: Frontier) -> None:

@@ -35,11 +35,15 @@ def result(
     return WriteResult(written=written, unchanged=unchanged, stale=len(stale), stale_keys=stale)
 
 
-# JSON-shaped record content (what a parser produces); NaN and >64-bit ints are left out.
+# JSON-shaped record content (what a parser produces: NaN and infinities have no JSON literal).
+# Integers are unbounded, and the values codecs get wrong are drawn on purpose: beyond 64 bits
+# (orjson reads them back as floats), extreme floats, NUL and other control characters.
+EDGE_VALUES = [2**70, -(2**70), -(2**63) - 1, 2**64 - 1, 2**64, 1.5e300, 5e-324, "a\u0000b"]
 _scalars = (
     st.none()
     | st.booleans()
-    | st.integers(-(2**53), 2**53)
+    | st.integers()
+    | st.sampled_from(EDGE_VALUES)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=8)
 )
@@ -61,6 +65,11 @@ class SinkConformance:
         assert isinstance(sink, Sink)
         assert isinstance(sink.location(), str)
         assert sink.location()
+
+    def test_is_a_context_manager(self, sink: Sink) -> None:
+        with sink as same:
+            assert same is sink
+            assert same.count() == 0
 
     def test_empty(self, sink: Sink) -> None:
         assert sink.count() == 0
@@ -234,6 +243,24 @@ class SinkConformance:
         sink.write([SinkRecord("k", content, "u")], token=1, batch_id="b1")
         assert sink.get("k") == content
         assert reopen().get("k") == content
+
+    def test_edge_values_round_trip_exactly_and_stay_unchanged(
+        self, sink: Sink, reopen: Reopen
+    ) -> None:
+        """A value comes back as written (an int beyond 64 bits stays that int, not a float), so a
+        replay of the same record after reopening is "unchanged", not a rewrite."""
+        content = {f"v{i}": value for i, value in enumerate(EDGE_VALUES)}
+        content["nested"] = {"big": [2**70, {"n": -(2**80)}], "text": "\u0000\u001f\u2028é☃"}
+        sink.write([SinkRecord("k", content, "u")], token=1, batch_id="b1")
+        assert sink.get("k") == content
+        again = reopen()
+        got = again.get("k")
+        assert got == content
+        assert got is not None and type(got["v0"]) is int
+        assert [r.record for r in again.records("b1")] == [content]
+        assert again.write([SinkRecord("k", content, "u")], token=1, batch_id="b2") == result(
+            unchanged=1
+        )
 
     # --- properties ---------------------------------------------------------------------------
     def _check_last_highest_token_wins(

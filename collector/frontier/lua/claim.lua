@@ -1,4 +1,4 @@
--- KEYS: base, token key. ARGV: now, lease_expires, limit.
+-- KEYS: base, token key. ARGV: now, lease_expires, limit, holder ('' for an anonymous claim).
 -- Returns token, reclaimed, expired, and a JSON array of url, attempts, first_attempt_at,
 -- enqueued_at per item (times as exact text), or '' when nothing was leased.
 local now_s, lexp, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -90,5 +90,10 @@ while taken < limit do
   if #gone_p > 0 then bulk('ZREM', K_P, gone_p, 1000) end
 end
 if #leases > 0 then bulk('ZADD', K_L, leases, 1000) end
+local holder = ARGV[4] or ''
+if holder ~= '' and taken > 0 then
+  redis.call('HSET', K_LH, token, holder)
+  redis.call('SADD', B .. ':ht:' .. holder, token)
+end
 flush_counts()
 return {token, reclaimed, expired, taken > 0 and cjson.encode(out) or ''}
