@@ -554,16 +554,16 @@ class SqliteFrontier(Closing):
     def revive(self, source: str, pages: Sequence[Completed]) -> int:
         with self._transaction() as db:
             src = self._src(db, source)
-            return sum(
-                db.execute(
+            revived = 0
+            for page in pages:
+                where = (src, url_hash(page.url), page.url)
+                revived += db.execute(
                     f"UPDATE items SET state = {D}, fresh_until = ?, last_fetched_at = ?,"
                     " cost = ?, attempts = 0, first_attempt_at = NULL, not_before = 0,"
                     f" last_error = NULL WHERE src = ? AND h = ? AND url = ? AND state = {X}",
-                    (page.fresh_until, page.fetched_at, page.cost, src, url_hash(page.url))
-                    + (page.url,),
+                    (page.fresh_until, page.fetched_at, page.cost, *where),
                 ).rowcount
-                for page in pages
-            )
+            return revived
 
     def make_stale(self, source: str, urls: Sequence[str]) -> int:
         with self._transaction() as db:
