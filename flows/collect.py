@@ -291,11 +291,15 @@ async def _collect(
     with Collection(loaded, run_id=run_id) as run:
         if planned:
             ledger = run.plan()
-            to_fetch = ledger.discovered - ledger.fresh_skipped - ledger.dead_lettered
+            to_fetch = (
+                ledger.discovered + ledger.carried_over - ledger.fresh_skipped
+                - ledger.dead_lettered
+            )  # fmt: skip
             logger.info(
-                "planned %s: %d discovered, %d fresh, %d already dead, %d to fetch",
-                loaded.name, ledger.discovered, ledger.fresh_skipped, ledger.dead_lettered,
-                to_fetch,
+                "planned %s (%s): %d discovered, %d fresh, %d already dead, %d unlisted "
+                "(%d retired), %d to fetch",
+                loaded.name, ledger.plan, ledger.discovered, ledger.fresh_skipped,
+                ledger.dead_lettered, ledger.unlisted, ledger.retired, to_fetch,
             )  # fmt: skip
         else:
             to_fetch = run.frontier.counts(loaded.name).queued
@@ -383,9 +387,9 @@ def _artifact_key(source: str, what: str) -> str:
 async def _publish(summary: RunSummary) -> None:
     """Artifacts for the Prefect UI and an event when new dead letters appeared."""
     counts = [
-        "discovered", "stored", "fresh_skipped", "expired", "dead_lettered", "queued",
-        "held_by_others", "records_written", "records_quarantined", "retried", "requests",
-        "pages_per_second",
+        "discovered", "unlisted", "stored", "fresh_skipped", "expired", "dead_lettered",
+        "queued", "held_by_others", "retired", "records_written", "records_quarantined",
+        "retried", "requests", "pages_per_second",
     ]  # fmt: skip
     ending = summary.ending + (f" ({summary.interrupted})" if summary.interrupted else "")
     await create_table_artifact(

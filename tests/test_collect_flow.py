@@ -181,8 +181,10 @@ async def test_max_items_leaves_the_rest_queued_and_the_next_run_finishes(
         "expired": 0, "dead_lettered": 0, "queued": 30,
     }  # fmt: skip
     second = await collect(source=str(source_path), batch_size=8)
+    # the seed list is unchanged: an incremental plan takes the 30 queued items, nothing else
+    assert second["plan"] == "incremental"
     assert _terminal(second) == {
-        "discovered": 50, "stored": 30, "fresh_skipped": 20,
+        "discovered": 30, "stored": 30, "fresh_skipped": 0,
         "expired": 0, "dead_lettered": 0, "queued": 0,
     }  # fmt: skip
     rows = sink_lines(tmp_path / "out")

@@ -108,7 +108,6 @@ CREATE TABLE IF NOT EXISTS holders (
 INSERT OR IGNORE INTO meta (key, value) VALUES ('fencing_token', 0);
 """
 
-_LEASE_ROWS_KEPT_S = 86_400.0  # holder rows of old leases are pruned after a day
 # version 1: one WITHOUT ROWID table keyed by (source, url), text states and run ids
 _MIGRATE_V1 = f"""
 ALTER TABLE items RENAME TO items_v1;
@@ -131,6 +130,7 @@ FROM items_v1 AS v;
 DROP TABLE items_v1;
 """
 
+_LEASE_ROWS_KEPT_S = 86_400.0  # holder rows of old leases are pruned after a day
 _CHUNK = 500  # rows per step of adopt (each a transaction of its own)
 _OFFER_CHUNK = 2_000  # URLs per offer transaction: fewer commits, bounded statement size
 _CACHE_KIB = 65_536  # page cache: the URL index is written at random places
@@ -554,22 +554,16 @@ class SqliteFrontier(Closing):
     def revive(self, source: str, pages: Sequence[Completed]) -> int:
         with self._transaction() as db:
             src = self._src(db, source)
-            return sum(
-                db.execute(
+            revived = 0
+            for page in pages:
+                where = (src, url_hash(page.url), page.url)
+                revived += db.execute(
                     f"UPDATE items SET state = {D}, fresh_until = ?, last_fetched_at = ?,"
                     " cost = ?, attempts = 0, first_attempt_at = NULL, not_before = 0,"
                     f" last_error = NULL WHERE src = ? AND h = ? AND url = ? AND state = {X}",
-                    (
-                        page.fresh_until,
-                        page.fetched_at,
-                        page.cost,
-                        src,
-                        url_hash(page.url),
-                        page.url,
-                    ),
+                    (page.fresh_until, page.fetched_at, page.cost, *where),
                 ).rowcount
-                for page in pages
-            )
+            return revived
 
     def make_stale(self, source: str, urls: Sequence[str]) -> int:
         with self._transaction() as db:

@@ -270,7 +270,7 @@ class Collection:
             once_per_run=True,
         )
         put_refused()
-        self.replanned = lifted.resolve()  # old refusals of URLs allowed now (run/replan.py)
+        self.replanned = lifted.resolve()  # old refusals of URLs allowed now (collector.run.replan)
         retire = source.seeds.on_removed == "retire"
         swept = self.frontier.sweep(name, self.frontier_tag, retire=retire)
         self.frontier.set_plan_mark(name, mark)

@@ -143,8 +143,7 @@ class Ledger:
                 f"discovered {self.discovered} + unlisted {self.unlisted} != stored "
                 f"{self.stored} + fresh_skipped {self.fresh_skipped} + expired {self.expired} "
                 f"+ dead_lettered {self.dead_lettered} + queued {self.queued} + held by others "
-                f"{self.held_by_others} + retired "
-                f"{self.retired} (= {self.terminal_sum})"
+                f"{self.held_by_others} + retired {self.retired} (= {self.terminal_sum})"
             )
         if final.retired != self.retired:
             problems.append(

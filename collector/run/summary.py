@@ -27,23 +27,23 @@ class RunSummary:
     # the ledger: discovered + unlisted = stored + stored_by_others + fresh_skipped + expired
     #             + dead_lettered + dead_by_others + queued + held_by_others + retired
     discovered: int = 0
+    unlisted: int = 0  # queued by earlier plans, no longer in the seed list (docs/planning.md)
+    retired: int = 0
     stored: int = 0
     fresh_skipped: int = 0
     expired: int = 0
     dead_lettered: int = 0
     queued: int = 0
     held_by_others: int = 0
-    unlisted: int = 0  # queued by an earlier plan, no longer in the seed list
-    retired: int = 0  # unlisted items retired (seeds.on_removed: retire)
-    carried_over: int = 0  # unlisted items collected once more
     deferred_by_circuit: int = 0  # sent back while their host's breaker was open (not attempts)
     stored_by_others: int = 0
     dead_by_others: int = 0
     balanced: bool = True
     problems: tuple[str, ...] = ()
     # detail of the ledger
-    plan: str = ""  # full (the seed list was offered) or incremental (only due items)
+    plan: str = ""  # full (the seed list offered) | incremental (only due items)
     duplicates: int = 0  # seeds listed more than once, counted once
+    carried_over: int = 0  # unlisted items collected once more (seeds.on_removed: collect)
     refused_at_plan: int = 0
     already_dead: int = 0
     replanned: int = 0  # old plan refusals closed: the URL policy allows them now (run/replan.py)

@@ -7,9 +7,9 @@
 local B = KEYS[1]
 local K_Q, K_D, K_P, K_L = B .. ':q', B .. ':d', B .. ':p', B .. ':l'
 local K_XB, K_N, K_RUNS, K_ERR = B .. ':xb', B .. ':n', B .. ':runs', B .. ':err'
+local K_F, K_E = B .. ':f', B .. ':e'  -- due index: done items by fresh_until; expired items
 -- lease holders: B:lh token -> holder, B:ht:<holder> its tokens, B:hb holder -> last heartbeat
 local K_LH, K_HB = B .. ':lh', B .. ':hb'
-local K_F, K_E = B .. ':f', B .. ':e'  -- due index: done items by fresh_until; expired items
 local Q, L, D, X, E, R = 1, 2, 3, 4, 5, 6
 
 -- exact text of a double (Redis turns Lua numbers into text with only 14 digits)

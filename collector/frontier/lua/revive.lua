@@ -10,7 +10,7 @@ for i = 1, #A, 4 do
     rec[6], rec[7], rec[8] = nil, nil, nil
     clear_error(url, rec)
     move(rec, D); save(k, f, rec)
-    redis.call('ZADD', K_F, fmt(rec[10]), url)  -- due again when its freshness passes
+    redis.call('ZADD', K_F, fmt(rec[10]), url)  -- the due index
     revived = revived + 1
   end
 end
