@@ -308,7 +308,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
         ),
         "fresh_skipped": "still fresh from earlier runs (not fetched)",
     }
-    for name in ("stored", "fresh_skipped", "expired", "dead_lettered", "queued"):
+    for name in ("stored", "fresh_skipped", "expired", "dead_lettered", "queued", "held_by_others"):
         table.add_row(name, str(summary[name]), notes.get(name, "") if summary[name] else "")
     table.add_row("[bold]discovered", f"[bold]{summary['discovered']}", "")
     console.print(table)
@@ -325,6 +325,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
         console.print(
             f"nothing fetched: {', '.join(why)}"
             + ("" if refused else " (a no-op run, not a failure)")
+        )
+    if summary["held_by_others"]:
+        console.print(
+            f"held by helpers: {summary['held_by_others']} items were still leased by live "
+            "`collector work` helpers when this run ended; they settle them"
         )
     if summary["requests"] == 0 and not summary["discovered"] and summary["plan"] == "incremental":
         console.print(
