@@ -439,7 +439,7 @@ def run_collect(
     last_summary = None
     process_stop.reset()
     with process_stop.on_signals():
-        asyncio.run(
+        state: Any = asyncio.run(
             collect(  # type: ignore[arg-type]
                 source=source,
                 batch_size=batch_size,
@@ -452,8 +452,11 @@ def run_collect(
                 return_state=True,
             )
         )
-    if last_summary is None:  # pragma: no cover - the flow always leaves one or raises
-        raise CollectorError("the collect flow ended without a summary")
+    if last_summary is None:
+        # The flow failed before it had a summary (a backend down, a busy lock, a stop while
+        # waiting): raise its own error, as calling the flow without return_state would.
+        state.result(raise_on_failure=True)
+        raise CollectorError(f"the collect flow ended {state.type.value} without a summary")
     return last_summary.with_(wall_seconds=round(time.monotonic() - started, 3))
 
 
