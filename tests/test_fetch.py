@@ -196,9 +196,10 @@ async def test_per_domain_rate_is_enforced(site: FaultSite) -> None:
     assert time.monotonic() - began >= 2.0  # 10 now, 10 after 1 s, 5 after 2 s
     arrivals = sorted(r.at for r in site.requests)
     # No 1-second window holds more than 10 requests; arrivals are stamped by the server, so
-    # allow them 0.2 s of delivery jitter (a loaded box delays a sent request that much).
+    # allow them 0.4 s of delivery jitter (a box at load 14 delayed a sent request 0.2 s+).
+    # Without the limiter all 25 arrive within a few milliseconds, so this still fails then.
     for start in arrivals:
-        assert sum(1 for t in arrivals if start <= t < start + 0.8) <= 10
+        assert sum(1 for t in arrivals if start <= t < start + 0.6) <= 10
 
 
 async def test_retry_budget_defers_instead_of_retrying(site: FaultSite) -> None:
