@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -83,7 +84,7 @@ async def raw_httpx(
 
 def collector_run(
     site: StaticSite, pages: int, batch_size: int, concurrency: int, transport: str
-) -> dict:
+) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="collector-bench-src-"))
     (folder / "suite.json").write_text(json.dumps(SUITE))
     source = {
@@ -122,7 +123,7 @@ def collector_run(
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"collector run failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     summary["wall_pages_per_second"] = round(summary["stored"] / wall, 1)
     summary["wall_seconds"] = round(wall, 2)
     return summary

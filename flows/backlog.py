@@ -14,7 +14,7 @@ import time
 from typing import Annotated, Any
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import acreate_markdown_artifact
 from prefect.events import emit_event
 from prefect.variables import Variable
 from pydantic import Field
@@ -48,7 +48,7 @@ async def _observe(loaded: Source) -> dict[str, Any]:
     settings = loaded.backlog
     sample = sample_of(counts, settings, now=time.time())
     name = state_variable(loaded.name)
-    state = BacklogState.from_json(await Variable.aget(name, default=None))
+    state = BacklogState.from_json(await Variable.aget(name))
     transition = state.observe(sample, settings.thresholds, keep=settings.samples)
     if transition is not None:
         # Before saving the state: a failed save repeats the event next run, never loses it.
@@ -58,7 +58,7 @@ async def _observe(loaded: Source) -> dict[str, Any]:
             payload=transition.payload(loaded.name),
         )
     await Variable.aset(name, state.to_json(), overwrite=True)
-    await create_markdown_artifact(
+    await acreate_markdown_artifact(
         trend_markdown(loaded.name, state, settings.thresholds),
         key=_artifact_key(loaded.name),
         description=f"Backlog trend of {loaded.name}",

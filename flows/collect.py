@@ -20,10 +20,10 @@ from typing import Annotated, Any, Literal
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import (
-    create_markdown_artifact,
-    create_progress_artifact,
-    create_table_artifact,
-    update_progress_artifact,
+    acreate_markdown_artifact,
+    acreate_progress_artifact,
+    acreate_table_artifact,
+    aupdate_progress_artifact,
 )
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State, TaskRun
@@ -356,7 +356,7 @@ class _ProgressArtifact:
 
     @classmethod
     async def create(cls, run: Collection, to_fetch: int) -> _ProgressArtifact:
-        artifact_id = await create_progress_artifact(
+        artifact_id = await acreate_progress_artifact(
             0.0, key=_artifact_key(run.source.name, "progress"), description="Items settled"
         )
         return cls(run, to_fetch, artifact_id)
@@ -368,7 +368,7 @@ class _ProgressArtifact:
         done = ledger.stored + ledger.dead_lettered - ledger.already_dead - ledger.refused_at_plan
         percent = min(100.0, 100.0 * done / self.to_fetch)
         self.sent_at = time.monotonic()
-        await update_progress_artifact(self.artifact_id, percent)
+        await aupdate_progress_artifact(self.artifact_id, percent)
 
 
 def _artifact_key(source: str, what: str) -> str:
@@ -382,13 +382,13 @@ async def _publish(summary: dict[str, Any]) -> None:
         "discovered", "stored", "fresh_skipped", "expired", "dead_lettered", "queued",
         "records_written", "records_quarantined", "retried", "requests", "pages_per_second",
     ]  # fmt: skip
-    await create_table_artifact(
+    await acreate_table_artifact(
         [{"count": name, "value": summary[name]} for name in counts]
         + [{"count": "balanced", "value": summary["balanced"]}],
         key=_artifact_key(summary["source"], "summary"),
         description=f"Ledger of run {summary['run_id']}",
     )
-    await create_markdown_artifact(
+    await acreate_markdown_artifact(
         _dead_letter_markdown(summary),
         key=_artifact_key(summary["source"], "deadletters"),
         description="Open dead letters by stage/reason",
