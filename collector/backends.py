@@ -9,15 +9,26 @@ inside it. Secrets (``${env:}``, ``${secret:}``, RedisDatabase blocks) are resol
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collector.config import DeadLetterSettings, FrontierSettings, Source
-    from collector.deadletter.base import DeadLetterStore
+    from collector.deadletter.archive import JsonlArchive
+    from collector.deadletter.base import DeadLetters
     from collector.frontier.base import Frontier
     from collector.sinks.base import Sink
 
-__all__ = ["open_deadletters", "open_frontier", "open_sink"]
+__all__ = [
+    "Backends",
+    "open_archive",
+    "open_backends",
+    "open_deadletters",
+    "open_frontier",
+    "open_sink",
+]
 
 
 def _redis_url(
@@ -43,7 +54,7 @@ def open_frontier(source: Source) -> Frontier:
     return SqliteFrontier(source.frontier_path)
 
 
-def open_deadletters(source: Source) -> DeadLetterStore:
+def open_deadletters(source: Source) -> DeadLetters:
     settings = source.deadletters
     if settings.type == "redis":
         from collector.deadletter.redis import RedisDeadLetterStore
@@ -62,6 +73,15 @@ def open_deadletters(source: Source) -> DeadLetterStore:
     )
 
 
+def open_archive(source: Source) -> JsonlArchive:
+    """The source's dead-letter archive, for reading (the triage balance counts from it)."""
+    from collector.deadletter.archive import JsonlArchive
+
+    return JsonlArchive(
+        source.deadletter_archive_path, max_bytes=source.deadletters.archive_max_bytes
+    )
+
+
 def open_sink(source: Source) -> Sink:
     settings = source.sink
     if settings.type == "postgres":
@@ -73,3 +93,30 @@ def open_sink(source: Source) -> Sink:
     from collector.sinks.jsonl import JsonlSink
 
     return JsonlSink(source.sink_path, source=source.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Backends:
+    """A source's three stores, open together (see :func:`open_backends`)."""
+
+    frontier: Frontier
+    deadletters: DeadLetters
+    sink: Sink
+
+
+@contextlib.contextmanager
+def open_backends(source: Source) -> Iterator[Backends]:
+    """Open the source's frontier, dead-letter store and sink; close every one that opened.
+
+    Opened in that order, so an unreachable server fails here with its one-line BackendError
+    (or a ConfigError for a missing variable) before anything was changed; whatever opened before
+    the failure is closed again.
+    """
+    with contextlib.ExitStack() as stack:
+        frontier = open_frontier(source)
+        stack.callback(frontier.close)
+        deadletters = open_deadletters(source)
+        stack.callback(deadletters.close)
+        sink = open_sink(source)
+        stack.callback(sink.close)
+        yield Backends(frontier, deadletters, sink)

@@ -46,12 +46,33 @@ CONNECTIONS_PER_CLIENT = 2  # httpx's own pool degrades with many connections pe
 #                             several small clients (see docs/architecture.md, measurements)
 USER_AGENT = "collector/0.1 (+https://github.com/collector)"
 
+# --- Circuit breaker, per host (see docs/politeness.md) ------------------------------------
+CIRCUIT_FAILURES = 5  # consecutive recoverable failures (connect, timeout, 5xx, 429) that open it
+CIRCUIT_FAILURE_RATIO = 0.5  # ...or this share of failures among the last CIRCUIT_WINDOW responses
+CIRCUIT_WINDOW = 20  # responses the ratio looks at (it applies once this many were seen)
+CIRCUIT_COOLDOWN_S = 5.0  # the first opening lasts this long; probes go through after it
+CIRCUIT_COOLDOWN_FACTOR = 2.0  # each re-opening (a failed probe) multiplies the cool-down by this
+CIRCUIT_COOLDOWN_MAX_S = 300.0  # ...up to this
+CIRCUIT_JITTER = 0.2  # cool-downs are drawn from +-20 % around their value (workers spread out)
+CIRCUIT_PROBES = 2  # requests let through at once while half-open; one success closes it
+CIRCUIT_SYNC_S = 0.1  # a worker re-reads a shared (Redis) breaker at most this often per host
+
+# --- Adaptive concurrency, per host (AIMD on a window, see docs/politeness.md) ---------------
+ADAPTIVE_START = 4  # a host's window starts here and grows while it answers fast
+ADAPTIVE_LATENCY_FACTOR = 2.0  # latency above floor x this (and floor + margin) shrinks it
+ADAPTIVE_LATENCY_MARGIN_S = 0.025  # ...so sub-millisecond jitter of a fast host never counts
+ADAPTIVE_DECREASE = 0.5  # window x this on 429, 503, timeouts, refused connections
+ADAPTIVE_LATENCY_DECREASE = 0.75  # window x this when only the latency rose
+ADAPTIVE_PACE_GROWTH = 0.005  # after a 429/503, the paced rate grows this share per paced response
+
 # --- Run -----------------------------------------------------------------------------------
 SETTLE_BACKLOG = 8  # fetched batches that may wait for settling (validation, sink, ack) while
 #                    the next ones are fetched; bounds memory at SETTLE_BACKLOG x BATCH_SIZE bodies
 PROGRESS_EVERY_S = 2.0  # the UI progress artifact is updated at most this often
 BATCH_SIZE = 200  # items claimed, fetched and stored per Prefect task
 DRAIN_WAIT_S = 60.0  # a run waits this long for retry-later items and others' leases to return
+LOCAL_SERVER_IDLE_S = 1800.0  # the background Prefect server of `collector` stops after this long
+#                              without use and without active flow runs (flows/local_server.py)
 STATE_DIR = ".collector"  # frontier and dead letters live here, beside the source file
 VALIDATION_LINGER_S = 5.0  # a fetched batch waits up to this long for others to be validated
 #                          with it in one GX call (GX costs ~5 ms per expectation per call);
@@ -82,5 +103,13 @@ LOCK_WAIT_S = 90.0  # a `run` waits this long for source:<name> before exiting w
 LOCK_LEASE_S = 60.0  # lease of a held lock, renewed every 3/4 of it (Prefect's minimum: 60)
 LOCK_POLL_S = 2.0  # a waiting `run` tries source:<name> again this often (one API call a try)
 DOMAIN_LOCK_WAIT_S = 600.0  # a batch waits this long for its domain:<host> slots
+HEARTBEAT_S = 5.0  # every run and helper records that it is alive this often (frontier.beat)
+HOLDER_DEAD_AFTER_S = 30.0  # a holder silent this long is dead: its leases are revoked at once
+STOP_GRACE_S = 2.0  # after a stop request, requests in flight get this long, then are cut off
 DRAIN_POLL_S = 1.0  # while draining waits for others' leases, the frontier is looked at this often
 WORK_IDLE_WAIT_S = 30.0  # `collector work` waits this long for items when the frontier is empty
+
+# --- Metrics (collector/ops/metrics.py) ----------------------------------------------------
+METRICS_MAX_HOSTS = 20  # distinct `host` label values per process; later hosts count as "other"
+#                         (env COLLECTOR_METRICS_MAX_HOSTS); bounds the series of requests_total
+METRICS_SAMPLE_S = 5.0  # frontier depth and backlog gauges are sampled at most this often per run

@@ -13,6 +13,8 @@ translated at the boundary where they happen, with the original kept as ``__caus
     ├── BackendError              a frontier, sink or dead-letter store failed or is unreachable
     ├── SourceBusy                another run holds the source's lock past the wait
     │                             (collector.run.locks; the CLI exits 3)
+    ├── StoppedWaiting            a stop (Ctrl-C, SIGTERM) came while waiting for the lock
+    │                             (collector.run.stop; the CLI exits 130 / 143)
     └── ConservationError         a run could not prove that every item reached one terminal state
 
 A fencing token that is no longer current is not an error: the frontier and the sinks refuse

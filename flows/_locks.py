@@ -32,6 +32,7 @@ from prefect.logging import get_logger
 from collector import defaults
 from collector.config import Source
 from collector.run.locks import SourceBusy, domain_lock_name, source_lock_name
+from collector.run.stop import StoppedWaiting, process_stop
 from flows._variables import variable_name
 
 __all__ = ["domain_slots", "ensure_limit", "source_lock"]
@@ -106,6 +107,8 @@ async def source_lock(
                 remaining = deadline - time.monotonic()
                 if not waits or remaining <= 0:
                     break
+                if process_stop.reason is not None:  # Ctrl-C while waiting: nothing was held
+                    raise StoppedWaiting(process_stop.reason, f"the source lock {name!r}") from None
                 await asyncio.sleep(min(remaining, defaults.LOCK_POLL_S))
         if busy is not None and on_busy == "wait":
             raise SourceBusy(

@@ -6,6 +6,10 @@ level with hysteresis), keeps the level and the last samples in the Prefect Vari
 for any worker), emits ``collector.backlog.warning|critical|recovered`` only on a level change,
 and publishes the trend as a markdown artifact (``collector-<source>-backlog``). Meant to run on
 a schedule (deployment ``backlog-monitor``), one run at a time.
+
+The flow is synchronous, so ``backlog_monitor(sources=[...])`` runs it from plain Python (an
+async flow returned an un-awaited coroutine there and did nothing); ``collector backlog SOURCE``
+is the command form.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import time
 from typing import Annotated, Any
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import acreate_markdown_artifact
+from prefect.artifacts import create_markdown_artifact
 from prefect.events import emit_event
 from prefect.variables import Variable
 from pydantic import Field
@@ -39,7 +43,7 @@ def _artifact_key(source: str) -> str:
     return f"collector-{safe}-backlog"[:100]
 
 
-async def _observe(loaded: Source) -> dict[str, Any]:
+def _observe(loaded: Source) -> dict[str, Any]:
     frontier = open_frontier(loaded)
     try:
         counts = frontier.counts(loaded.name)
@@ -48,7 +52,8 @@ async def _observe(loaded: Source) -> dict[str, Any]:
     settings = loaded.backlog
     sample = sample_of(counts, settings, now=time.time())
     name = state_variable(loaded.name)
-    state = BacklogState.from_json(await Variable.aget(name))
+    kept = Variable.get(name, default=None, _sync=True)  # type: ignore[call-overload]
+    state = BacklogState.from_json(kept)
     transition = state.observe(sample, settings.thresholds, keep=settings.samples)
     if transition is not None:
         # Before saving the state: a failed save repeats the event next run, never loses it.
@@ -57,11 +62,12 @@ async def _observe(loaded: Source) -> dict[str, Any]:
             resource={"prefect.resource.id": f"collector.source.{loaded.name}"},
             payload=transition.payload(loaded.name),
         )
-    await Variable.aset(name, state.to_json(), overwrite=True)
-    await acreate_markdown_artifact(
+    Variable.set(name, state.to_json(), overwrite=True, _sync=True)  # type: ignore[call-arg]
+    create_markdown_artifact(
         trend_markdown(loaded.name, state, settings.thresholds),
         key=_artifact_key(loaded.name),
         description=f"Backlog trend of {loaded.name}",
+        _sync=True,  # type: ignore[call-arg]
     )
     return {
         "source": loaded.name,
@@ -74,7 +80,7 @@ async def _observe(loaded: Source) -> dict[str, Any]:
 
 
 @flow(name="backlog-monitor", validate_parameters=True)
-async def backlog_monitor(
+def backlog_monitor(
     sources: Annotated[
         list[str], Field(min_length=1, description="Sources to watch: file paths, or block:<name>.")
     ],
@@ -87,7 +93,7 @@ async def backlog_monitor(
     for path in sources:
         try:
             loaded = resolve_source(path)
-            result = await _observe(loaded)
+            result = _observe(loaded)
         except CollectorError as exc:
             failures.append(f"{path}: {exc}")
             logger.error("backlog of %s not sampled: %s", path, exc)

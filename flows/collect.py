@@ -10,7 +10,6 @@ fail the task; they are decided in ``settle`` (retry later, or dead letters).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import time
 import uuid
@@ -29,15 +28,22 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State, TaskRun
 from prefect.events import emit_event
 from prefect.runtime import flow_run
+from prefect.settings import PREFECT_CLIENT_METRICS_ENABLED
+from prefect.states import Cancelled
 from pydantic import Field
 
 from collector import defaults
-from collector.errors import CollectorError, ConfigError, PermanentFetchError
+from collector.errors import CollectorError, ConfigError, ConservationError, PermanentFetchError
 from collector.fetch.engine import FetchEngine, FetchResult, host_of
 from collector.frontier import Lease
+from collector.ops import metrics
 from collector.ops.observability import init_sentry
+from collector.ops.tracing import init_tracing
 from collector.run.collection import BatchReport, Collection
+from collector.run.drain import DrainPolicy, drain
 from collector.run.locks import host_slots
+from collector.run.stop import process_stop
+from collector.run.summary import RunSummary
 from flows._locks import domain_slots, source_lock
 from flows.sources import resolve_source, source_reference
 
@@ -47,6 +53,10 @@ Role = Literal["run", "work"]
 ProgressListener = Callable[[str, dict[str, Any]], None]
 progress_listeners: list[ProgressListener] = []
 """Callbacks ``(event, data)`` for a local progress display (the `collector run` command)."""
+
+last_summary: RunSummary | None = None
+"""The summary of the last run in this process (what `collector run` prints, even when the run
+ended Cancelled because it was interrupted)."""
 
 
 @dataclass
@@ -62,6 +72,31 @@ _contexts: dict[str, _RunContext] = {}
 def _tell(event: str, **data: Any) -> None:
     for listener in progress_listeners:
         listener(event, data)
+
+
+def _tell_fetched(result: FetchResult) -> None:
+    _tell("fetched", status=result.status, decision=result.decision)
+
+
+def _circuit_events(source: str, run_id: str) -> Callable[[str, dict[str, Any]], None]:
+    """Circuit breaker transitions as Prefect events ``collector.circuit.opened`` / ``.closed``
+    on resource ``collector.host.<host>``, for the UI's event feed and automations."""
+
+    def emit(kind: str, data: dict[str, Any]) -> None:
+        emit_event(
+            event=f"collector.circuit.{kind}",
+            resource={"prefect.resource.id": f"collector.host.{data['host']}"},
+            related=[
+                {
+                    "prefect.resource.id": f"collector.source.{source}",
+                    "prefect.resource.role": "source",
+                }
+            ],
+            payload={**data, "source": source, "run_id": run_id},
+        )
+        _tell("circuit", kind=kind, **data)
+
+    return emit
 
 
 def _retry_unless_permanent(task: Any, task_run: TaskRun, state: State[Any]) -> bool:
@@ -110,18 +145,14 @@ class Batch:
         return f"Batch(token={self.lease.token}, items={len(self.lease.items)})"
 
 
-def _dead_letter_markdown(summary: dict[str, Any]) -> str:
-    reasons = summary["deadletter_reasons"]
-    lines = [f"# Dead letters of `{summary['source']}`", ""]
+def _dead_letter_markdown(summary: RunSummary) -> str:
+    reasons = summary.deadletter_reasons
+    lines = [f"# Dead letters of `{summary.source}`", ""]
     if not reasons:
         lines.append("No open dead letters.")
     for reason, count in reasons.items():
         lines.append(f"- **{reason}**: {count}")
-    lines += [
-        "",
-        f"Store: `{summary['deadletters']}`",
-        f"Archive: `{summary['deadletter_archive']}`",
-    ]
+    lines += ["", f"Store: `{summary.deadletters}`", f"Archive: `{summary.deadletter_archive}`"]
     return "\n".join(lines)
 
 
@@ -129,6 +160,7 @@ def _report_failed_run(flow: Any, flow_run: Any, state: State[Any]) -> None:
     """on_failure hook: one Sentry event for the failed run (no-op without SENTRY_DSN)."""
     from collector.ops import observability
 
+    metrics.run_ended(str(flow_run.id), "failed")  # no-op if the flow counted it already
     if not observability.sentry_enabled():
         return
     path = str((flow_run.parameters or {}).get("source", ""))
@@ -188,13 +220,22 @@ async def collect(
         float,
         Field(ge=0, description="work: how long to wait for items when the frontier is empty."),
     ] = 0.0,
-) -> dict[str, Any]:
-    """Collect one source: plan its URLs, fetch them in leased batches, store, account."""
+) -> dict[str, Any] | State[Any]:
+    """Collect one source: plan its URLs, fetch them in leased batches, store, account.
+
+    The first SIGINT/SIGTERM (a Ctrl-C, a cancellation from the UI through a process worker)
+    stops the run gracefully (collector.run.stop): the run settles what it fetched, gives the
+    rest back to the queue, releases its lock, publishes its summary and ends Cancelled.
+    """
+    global last_summary
     logger = get_run_logger()
     init_sentry()  # once per process, only when SENTRY_DSN is set
+    init_tracing()  # once per process, only when OTEL_* asks for export
+    metrics.enable(metrics.enabled() or bool(PREFECT_CLIENT_METRICS_ENABLED.value()))
     loaded = resolve_source(source)
     run_id = str(flow_run.get_id() or uuid.uuid4())
-    lock = (
+    metrics.run_started(run_id, loaded.name, role)
+    lock: contextlib.AbstractAsyncContextManager[Any] = (
         source_lock(
             loaded,
             holder=run_id,
@@ -204,46 +245,94 @@ async def collect(
         if role == "run"
         else contextlib.nullcontext(True)
     )
-    async with lock as acquired:
-        if not acquired:
-            logger.warning("skipped: another run of %s holds its source lock", loaded.name)
-            return {"source": loaded.name, "run_id": run_id, "role": role, "skipped": "busy"}
-        fetch = fetch_batch.with_options(
-            name=f"fetch-batch[{loaded.name}]", timeout_seconds=loaded.ttl.batch_timeout_s
-        )
-        planned = role == "run"
-        with Collection(loaded, run_id=run_id) as run:
-            if planned:
-                ledger = run.plan()
-                to_fetch = ledger.discovered - ledger.fresh_skipped - ledger.dead_lettered
-                logger.info(
-                    "planned %s: %d discovered, %d fresh, %d already dead, %d to fetch",
-                    loaded.name, ledger.discovered, ledger.fresh_skipped, ledger.dead_lettered,
-                    to_fetch,
-                )  # fmt: skip
-            else:
-                to_fetch = run.frontier.counts(loaded.name).queued
-            _tell("planned", discovered=run.ledger.discovered, to_fetch=to_fetch)
-            progress = await _ProgressArtifact.create(run, to_fetch)
-            idle_s = 0.0 if planned else idle_wait_s
-            async with run.engine() as engine:
-                _contexts[run_id] = _RunContext(run, engine)
-                try:
-                    await _drain(
-                        run, fetch, run_id, batch_size, max_items, drain_wait_s, progress, idle_s
-                    )
-                    await progress.update(final=True)
-                finally:
-                    _contexts.pop(run_id, None)
-                    await run.aclose()
-            run.finish(planned=planned)
-            summary = {**run.summary(), "role": role}
-            summary["source_path"] = source_reference(source)  # for triggered triage
+    policy = DrainPolicy(
+        batch_size=batch_size,
+        max_items=max_items,
+        drain_wait_s=drain_wait_s,
+        idle_wait_s=0.0 if role == "run" else idle_wait_s,
+    )
+    lock = metrics.TimedLock(lock, loaded.name) if role == "run" else lock  # lock wait seconds
+    with process_stop.on_signals():
+        async with lock as acquired:
+            if not acquired:
+                logger.warning("skipped: another run of %s holds its source lock", loaded.name)
+                metrics.run_ended(run_id, "skipped")
+                last_summary = RunSummary(
+                    loaded.name, run_id, role, ending="skipped", skipped="busy"
+                )
+                return last_summary.as_dict()
+            summary = await _collect(loaded, run_id, role, policy, logger)
+            summary = summary.with_(source_path=source_reference(source))  # triggered triage
+    last_summary = summary
     await _publish(summary)
-    if not run.ledger.balanced:
-        logger.error("ledger does not balance: %s", "; ".join(run.ledger.problems))
-        run.ledger.raise_if_unbalanced()
-    return summary
+    metrics.run_ended(run_id, metrics.result_of(summary.balanced, summary.interrupted))
+    if summary.interrupted:
+        message = (
+            f"interrupted by {summary.interrupted}: stored {summary.stored}, returned "
+            f"{summary.returned + summary.released} items to the queue unchanged; "
+            "a rerun continues"
+        )
+        logger.warning(message)
+        return Cancelled(message=message, data=summary.as_dict())
+    if not summary.balanced:
+        logger.error("ledger does not balance: %s", "; ".join(summary.problems))
+        raise ConservationError("ledger does not balance: " + "; ".join(summary.problems))
+    return summary.as_dict()
+
+
+async def _collect(
+    loaded: Any, run_id: str, role: Role, policy: DrainPolicy, logger: Any
+) -> RunSummary:
+    """Plan (role run), drain and account one source, under its lock when it has one."""
+    fetch_task = fetch_batch.with_options(
+        name=f"fetch-batch[{loaded.name}]", timeout_seconds=loaded.ttl.batch_timeout_s
+    )
+    planned = role == "run"
+    with Collection(loaded, run_id=run_id) as run:
+        if planned:
+            ledger = run.plan()
+            to_fetch = (
+                ledger.discovered + ledger.carried_over - ledger.fresh_skipped
+                - ledger.dead_lettered
+            )  # fmt: skip
+            logger.info(
+                "planned %s (%s): %d discovered, %d fresh, %d already dead, %d unlisted "
+                "(%d retired), %d to fetch",
+                loaded.name, ledger.plan, ledger.discovered, ledger.fresh_skipped,
+                ledger.dead_lettered, ledger.unlisted, ledger.retired, to_fetch,
+            )  # fmt: skip
+        else:
+            to_fetch = run.frontier.counts(loaded.name).queued
+        _tell("planned", discovered=run.ledger.discovered, to_fetch=to_fetch)
+        progress = await _ProgressArtifact.create(run, to_fetch)
+
+        async def fetch(lease: Lease) -> list[FetchResult]:
+            async with _batch_slots(run, lease, run_id) as slots:
+                return (await fetch_task(run_id, Batch(lease, slots))).results
+
+        async def listen(event: str, data: dict[str, Any]) -> None:
+            _tell(event, **data)
+            if event == "batch":
+                await progress.update()
+
+        async with run.engine() as engine:
+            engine.circuit_listeners.append(_circuit_events(loaded.name, run_id))
+            if progress_listeners:  # per-item progress for the terminal (`collector run`)
+                engine.on_item = _tell_fetched
+            _contexts[run_id] = _RunContext(run, engine)
+            try:
+                end = await drain(run, fetch, policy, stop=process_stop, listener=listen)
+                await progress.update(final=True)
+            finally:
+                _contexts.pop(run_id, None)
+                await run.aclose()
+        run.finish(planned=planned)
+        if end.held_by_others and end.ending != "drained":
+            logger.warning(
+                "%s: ended (%s) while helpers still hold %d items; they settle them",
+                loaded.name, end.ending, end.held_by_others,
+            )  # fmt: skip
+        return run.summary(role=role, ending=end.ending, interrupted=end.stop_reason)
 
 
 @contextlib.asynccontextmanager
@@ -259,88 +348,6 @@ async def _batch_slots(run: Collection, lease: Lease, run_id: str) -> AsyncItera
         yield granted
 
 
-async def _drain(
-    run: Collection,
-    fetch: Any,
-    run_id: str,
-    batch_size: int,
-    max_items: int | None,
-    drain_wait_s: float,
-    progress: _ProgressArtifact,
-    idle_wait_s: float = 0.0,
-) -> None:
-    """Claim, fetch and settle until nothing is due.
-
-    Settling (validation in the GX worker, sink write, ack) runs behind fetching: up to
-    ``defaults.SETTLE_BACKLOG`` fetched batches wait to be settled, in order, while the next
-    ones are fetched. Each keeps its lease alive until it is acked. Their validations are
-    sent to GX together (one call for several batches) unless the loop waits for a settle
-    (``run.wait_settled``).
-    """
-    claimed = 0
-    idle_until = time.monotonic() + idle_wait_s
-    waited = 0.0
-    backlog: collections.deque[asyncio.Task[BatchReport]] = collections.deque()
-
-    async def settle(
-        lease: Lease,
-        results: list[FetchResult],
-        renewer: asyncio.Task[None],
-        before: asyncio.Task[BatchReport] | None,
-    ) -> BatchReport:
-        try:
-            # Validated at once (with other batches), stored and acked in claim order.
-            report = await run.settle(lease, results, after=before)
-        finally:
-            renewer.cancel()
-        _tell("batch", report=report, ledger=run.ledger)
-        await progress.update()
-        return report
-
-    try:
-        while max_items is None or claimed < max_items:
-            while backlog and backlog[0].done():
-                backlog.popleft().result()
-            limit = batch_size if max_items is None else min(batch_size, max_items - claimed)
-            lease = run.claim(limit)
-            if not lease.items:
-                if backlog:  # settling may make retry-later items due: look again after it
-                    await run.wait_settled(backlog.popleft())
-                    continue
-                pause = run.seconds_until_claimable()
-                if pause is None and not claimed and time.monotonic() < idle_until:
-                    await asyncio.sleep(0.25)  # a helper started before the run planned
-                    continue
-                if pause is None or waited + pause > drain_wait_s:
-                    break
-                # Look again at least every DRAIN_POLL_S: other workers may ack their leases
-                # long before those leases would expire.
-                pause = min(max(pause, 0.05), defaults.DRAIN_POLL_S)
-                _tell("waiting", seconds=pause)
-                await asyncio.sleep(pause)
-                waited += pause
-                continue
-            claimed += len(lease.items)
-            renewer = run.keep_alive(lease)
-            try:
-                async with _batch_slots(run, lease, run_id) as slots:
-                    results = (await fetch(run_id, Batch(lease, slots))).results
-            except BaseException:
-                renewer.cancel()
-                run.release(lease)
-                raise
-            previous = backlog[-1] if backlog else None
-            backlog.append(asyncio.create_task(settle(lease, results, renewer, previous)))
-            if len(backlog) > defaults.SETTLE_BACKLOG:
-                await run.wait_settled(backlog.popleft())
-    finally:
-        # Settle everything fetched, even when the loop is failing: those results are real.
-        outcomes = await run.wait_settled(asyncio.gather(*backlog, return_exceptions=True))
-        errors = [o for o in outcomes if isinstance(o, BaseException)]
-        if errors:
-            raise errors[0]
-
-
 class _ProgressArtifact:
     """The run's progress bar in the UI, updated at most every PROGRESS_EVERY_S.
 
@@ -350,7 +357,7 @@ class _ProgressArtifact:
 
     def __init__(self, run: Collection, to_fetch: int, artifact_id: Any) -> None:
         self.run = run
-        self.to_fetch = max(to_fetch, 1)
+        self.to_fetch = to_fetch
         self.artifact_id = artifact_id
         self.sent_at = time.monotonic()
 
@@ -366,7 +373,8 @@ class _ProgressArtifact:
             return
         ledger = self.run.ledger
         done = ledger.stored + ledger.dead_lettered - ledger.already_dead - ledger.refused_at_plan
-        percent = min(100.0, 100.0 * done / self.to_fetch)
+        # A run with nothing to fetch is complete, not stuck at 0 %.
+        percent = min(100.0, 100.0 * done / self.to_fetch) if self.to_fetch > 0 else 100.0
         self.sent_at = time.monotonic()
         await aupdate_progress_artifact(self.artifact_id, percent)
 
@@ -376,37 +384,36 @@ def _artifact_key(source: str, what: str) -> str:
     return f"collector-{safe}-{what}"[:100]
 
 
-async def _publish(summary: dict[str, Any]) -> None:
+async def _publish(summary: RunSummary) -> None:
     """Artifacts for the Prefect UI and an event when new dead letters appeared."""
     counts = [
-        "discovered", "stored", "fresh_skipped", "expired", "dead_lettered", "queued",
-        "records_written", "records_quarantined", "retried", "requests", "pages_per_second",
+        "discovered", "unlisted", "stored", "fresh_skipped", "expired", "dead_lettered",
+        "queued", "held_by_others", "retired", "records_written", "records_quarantined",
+        "retried", "requests", "pages_per_second",
     ]  # fmt: skip
+    ending = summary.ending + (f" ({summary.interrupted})" if summary.interrupted else "")
     await acreate_table_artifact(
-        [{"count": name, "value": summary[name]} for name in counts]
-        + [{"count": "balanced", "value": summary["balanced"]}],
-        key=_artifact_key(summary["source"], "summary"),
-        description=f"Ledger of run {summary['run_id']}",
+        [{"count": name, "value": getattr(summary, name)} for name in counts]
+        + [{"count": "balanced", "value": summary.balanced}, {"count": "ended", "value": ending}],
+        key=_artifact_key(summary.source, "summary"),
+        description=f"Ledger of run {summary.run_id}",
     )
     await acreate_markdown_artifact(
         _dead_letter_markdown(summary),
-        key=_artifact_key(summary["source"], "deadletters"),
+        key=_artifact_key(summary.source, "deadletters"),
         description="Open dead letters by stage/reason",
     )
-    quarantined = (
-        summary["dead_lettered"] - summary["already_dead"] + summary["records_quarantined"]
-    )
-    if quarantined:
+    if summary.quarantined:
         emit_event(
             event="collector.deadletter.quarantined",
-            resource={"prefect.resource.id": f"collector.source.{summary['source']}"},
+            resource={"prefect.resource.id": f"collector.source.{summary.source}"},
             payload={
-                "source": summary["source"],
-                "items": summary["dead_lettered"] - summary["already_dead"],
-                "records": summary["records_quarantined"],
-                "reasons": summary["deadletter_reasons"],
-                "run_id": summary["run_id"],
-                "source_path": summary["source_path"],  # what the triage flow is given
+                "source": summary.source,
+                "items": summary.dead_lettered - summary.already_dead,
+                "records": summary.records_quarantined,
+                "reasons": summary.deadletter_reasons,
+                "run_id": summary.run_id,
+                "source_path": summary.source_path,  # what the triage flow is given
             },
         )
 
@@ -421,23 +428,33 @@ def run_collect(
     on_busy: Literal["wait", "skip"] | None = None,
     lock_wait_s: float | None = None,
     idle_wait_s: float = 0.0,
-) -> dict[str, Any]:
-    """Run the flow in this process (`collector run` / `collector work`); returns the summary."""
+) -> RunSummary:
+    """Run the flow in this process (`collector run` / `collector work`); returns the summary.
+
+    The first SIGINT/SIGTERM stops the run gracefully (its summary says ``interrupted``); the
+    second exits the process at once.
+    """
+    global last_summary
     started = time.monotonic()
-    summary = asyncio.run(
-        collect(
-            source=source,
-            batch_size=batch_size,
-            max_items=max_items,
-            drain_wait_s=drain_wait_s,
-            role=role,
-            on_busy=on_busy,
-            lock_wait_s=lock_wait_s,
-            idle_wait_s=idle_wait_s,
+    last_summary = None
+    process_stop.reset()
+    with process_stop.on_signals():
+        asyncio.run(
+            collect(  # type: ignore[arg-type]
+                source=source,
+                batch_size=batch_size,
+                max_items=max_items,
+                drain_wait_s=drain_wait_s,
+                role=role,
+                on_busy=on_busy,
+                lock_wait_s=lock_wait_s,
+                idle_wait_s=idle_wait_s,
+                return_state=True,
+            )
         )
-    )
-    summary["wall_seconds"] = round(time.monotonic() - started, 3)
-    return summary
+    if last_summary is None:  # pragma: no cover - the flow always leaves one or raises
+        raise CollectorError("the collect flow ended without a summary")
+    return last_summary.with_(wall_seconds=round(time.monotonic() - started, 3))
 
 
-__all__ += ["BatchReport", "CollectorError", "run_collect"]
+__all__ += ["BatchReport", "CollectorError", "RunSummary", "run_collect"]

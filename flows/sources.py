@@ -1,7 +1,8 @@
-"""How every flow names a source: a file path, or a ``CollectorSource`` block by name.
+"""How every flow and command names a source: a file path, or a ``CollectorSource`` block.
 
-One resolver for all flows, so a source kept in a block (edited in the UI) can be collected,
-triaged, monitored and watched for changes exactly like a file.
+One resolver for all flows and for the ``collector`` command, so a source kept in a block (edited
+in the UI) can be collected, triaged, monitored and watched for changes exactly like a file.
+Prefect is imported only for block names, so checking a file stays instant.
 """
 
 from __future__ import annotations
@@ -10,14 +11,24 @@ from pathlib import Path
 
 from collector.config import Source, load_source
 
-__all__ = ["resolve_source", "source_reference"]
+__all__ = ["BLOCK_PREFIXES", "block_name_of", "resolve_source", "source_reference"]
+
+BLOCK_PREFIXES = ("block:", "collector-source/")
+"""The forms naming a block (the same as ``blocks.source.BLOCK_PREFIXES``; a test keeps them
+equal). Kept here too so a file path is recognised without importing Prefect."""
+
+
+def block_name_of(source: str) -> str | None:
+    """The block name a ``source`` parameter refers to, or None when it is a file path."""
+    for prefix in BLOCK_PREFIXES:
+        if source.startswith(prefix):
+            return source[len(prefix) :].strip() or None
+    return None
 
 
 def resolve_source(source: str) -> Source:
     """A source from a file path, or from a ``CollectorSource`` block named
     ``block:<name>`` / ``collector-source/<name>`` (checked by the same model as a file)."""
-    from blocks.source import block_name_of
-
     name = block_name_of(source)
     if name is None:
         return load_source(Path(source).expanduser())
@@ -34,8 +45,6 @@ def resolve_source(source: str) -> Source:
 
 def source_reference(source: str) -> str:
     """How other flows can name this source again: a block name as given, a path made absolute."""
-    from blocks.source import block_name_of
-
     if block_name_of(source) is not None:
         return source
     return str(Path(source).expanduser().resolve())

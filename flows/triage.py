@@ -12,7 +12,6 @@ by one run only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from typing import Annotated, Any
 
@@ -23,8 +22,9 @@ from prefect.runtime import flow_run
 from pydantic import Field
 
 from collector import defaults
-from collector.backends import open_deadletters, open_frontier, open_sink
+from collector.backends import open_archive, open_deadletters, open_frontier, open_sink
 from collector.recovery.triage import Triage, TriageReport
+from collector.run.stop import process_stop
 from flows.sources import resolve_source
 
 __all__ = ["run_triage", "triage"]
@@ -36,34 +36,29 @@ def _artifact_key(source: str, what: str) -> str:
 
 
 def _triage(source_path: str, run_id: str, limit: int, dry_run: bool) -> TriageReport:
+    """The triage engine over the source's stores (in a thread: a Ctrl-C reaches it as a stop
+    request between entries, see collector.run.stop)."""
     source = resolve_source(source_path)
     validator = None
     if source.suite_path is not None:
         from collector.settle.validation import SuiteValidator  # GX is imported only where it runs
 
         validator = SuiteValidator(source.suite_path)
-    store = open_deadletters(source)
-    try:
-        frontier = open_frontier(source)
-        try:
-            sink = open_sink(source)
-            try:
-                engine = Triage(
-                    source,
-                    store=store,
-                    frontier=frontier,
-                    sink=sink,
-                    run_id=run_id,
-                    validator=validator,
-                )
-                return engine.run(limit=limit, dry_run=dry_run)
-            finally:
-                sink.close()
-        finally:
-            frontier.close()
-    finally:
-        with contextlib.suppress(Exception):
-            store.close()
+    with (
+        open_deadletters(source) as store,
+        open_frontier(source) as frontier,
+        open_sink(source) as sink,
+    ):
+        engine = Triage(
+            source,
+            store=store,
+            archive=open_archive(source),
+            frontier=frontier,
+            sink=sink,
+            run_id=run_id,
+            validator=validator,
+        )
+        return engine.run(limit=limit, dry_run=dry_run, stop=process_stop)
 
 
 @flow(name="triage", log_prints=False, validate_parameters=True)
@@ -77,9 +72,14 @@ async def triage(
     """Repair, replay, re-enqueue or escalate every open dead letter of a source, once."""
     logger = get_run_logger()
     run_id = str(flow_run.get_id() or uuid.uuid4())
-    report = await asyncio.to_thread(_triage, source, run_id, limit, dry_run)
+    with process_stop.on_signals():
+        report = await asyncio.to_thread(_triage, source, run_id, limit, dry_run)
     counts = report.counts()
     logger.info("triage of %s: %s; balance %s", report.source, counts, report.balance.as_dict())
+    if not report.balance.balanced:
+        logger.error(
+            "dead-letter balance of %s fails: %s", report.source, report.balance.difference()
+        )
     await acreate_markdown_artifact(
         report.markdown(),
         key=_artifact_key(report.source, "triage"),
@@ -108,4 +108,6 @@ async def triage(
 
 def run_triage(source: str, *, limit: int, dry_run: bool) -> dict[str, Any]:
     """Run the flow in this process (the `collector triage` command); returns the report."""
-    return asyncio.run(triage(source=source, limit=limit, dry_run=dry_run))
+    process_stop.reset()
+    with process_stop.on_signals():
+        return asyncio.run(triage(source=source, limit=limit, dry_run=dry_run))

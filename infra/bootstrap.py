@@ -10,7 +10,8 @@
   ``collector-notify`` points to ``--notify-url`` (or ``$COLLECTOR_NOTIFY_URL``);
 - the automations exist: ``collector-backlog-critical`` (a ``collector.backlog.critical`` event
   pauses the ``low`` queue and notifies), ``collector-backlog-recovered`` (resumes it), and
-  ``collector-collect-failed`` (a ``collect`` flow run entering Failed or Crashed notifies).
+  ``collector-collect-failed`` (a ``collect`` flow run entering Failed or Crashed notifies),
+  ``collector-zombie-runs`` (a flow run without a heartbeat for 90 s is marked Crashed).
 
 Running it again changes nothing that is already as described: it reads first, and creates or
 updates only what differs (a queue that an automation paused stays paused). Each line printed
@@ -34,6 +35,7 @@ POOL = "collector"
 QUEUES = {"critical": 1, "high": 2, "normal": 3, "low": 4}
 NOTIFY_BLOCK = "collector-notify"
 FLOW_NAME = "collect"
+ZOMBIE_AFTER_S = 90  # 3 missed heartbeats of PREFECT_FLOWS_HEARTBEAT_FREQUENCY (30 s)
 
 
 def _say(what: str, state: str) -> None:
@@ -149,7 +151,13 @@ async def ensure_notify_block(url: str) -> UUID:
 def automations(low_queue: UUID, notify: UUID | None) -> list[Any]:
     """The automations Collector relies on (their names are what makes bootstrap idempotent)."""
     from prefect.automations import AutomationCore
-    from prefect.events.actions import PauseWorkQueue, ResumeWorkQueue, SendNotification
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import (
+        ChangeFlowRunState,
+        PauseWorkQueue,
+        ResumeWorkQueue,
+        SendNotification,
+    )
     from prefect.events.schemas.automations import EventTrigger, Posture
 
     def notify_with(subject: str, body: str) -> list[Any]:
@@ -184,6 +192,36 @@ def automations(low_queue: UUID, notify: UUID | None) -> list[Any]:
             actions=[ResumeWorkQueue(source="selected", work_queue_id=low_queue)],
         ),
     ]
+    # Prefect's zombie-run recipe: a flow run whose heartbeats (PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+    # infra/prefect-worker.env) stop for 90 s without a final state is marked Crashed, so a run
+    # whose worker or machine died stops looking Running and the Failed/Crashed notice fires.
+    result.append(
+        AutomationCore(
+            name="collector-zombie-runs",
+            description="A flow run stopped sending heartbeats (process gone): mark it Crashed.",
+            trigger=EventTrigger(
+                after={"prefect.flow-run.heartbeat"},
+                expect={
+                    "prefect.flow-run.heartbeat",
+                    "prefect.flow-run.Completed",
+                    "prefect.flow-run.Failed",
+                    "prefect.flow-run.Cancelled",
+                    "prefect.flow-run.Crashed",
+                },
+                match={"prefect.resource.id": "prefect.flow-run.*"},
+                for_each={"prefect.resource.id"},
+                posture=Posture.Proactive,
+                threshold=1,
+                within=timedelta(seconds=ZOMBIE_AFTER_S),
+            ),
+            actions=[
+                ChangeFlowRunState(
+                    state=StateType.CRASHED,
+                    message="No heartbeat for 90 s: the flow run's process is gone.",
+                )
+            ],
+        )
+    )
     if notify is not None:
         result.append(
             AutomationCore(

@@ -4,6 +4,7 @@ throwaway Redis and Postgres servers."""
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +19,18 @@ os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("PREFECT_UI_ENABLED", "false")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+# A `collector` subprocess without PREFECT_API_URL starts the local background server
+# (flows/local_server.py): keep it in a throwaway home, short-lived, and stopped at the end.
+os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="collector-tests-prefect-"))
+os.environ.setdefault("COLLECTOR_SERVER_IDLE_S", "60")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_the_local_server_at_the_end() -> Iterator[None]:
+    yield
+    from flows.local_server import stop_local_server
+
+    stop_local_server()
 
 
 @pytest.fixture(scope="session")

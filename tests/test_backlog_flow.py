@@ -82,7 +82,7 @@ async def test_events_only_on_transitions_and_trend_artifact(tmp_path: Path) -> 
     levels = []
     for capacity in (10, 10, 8, 9, 100, 100):  # 70 %, 70 %, 87.5 %, 77.8 %, 7 %, 7 %
         _set_capacity(path, capacity)
-        [result] = await backlog_monitor(sources=[str(path)])
+        [result] = await asyncio.to_thread(backlog_monitor, sources=[str(path)])
         assert (result["depth"], result["capacity"]) == (7, capacity)
         levels.append((result["level"], result["event"]))
     assert levels == [
@@ -135,7 +135,7 @@ async def test_default_capacity_is_the_whole_source_and_bad_source_fails_after_o
     _fill(good, queued=2, done=8)
     missing = tmp_path / "nope.yaml"
     with pytest.raises(CollectorError, match=r"nope\.yaml: file not found"):
-        await backlog_monitor(sources=[str(missing), str(good)])
+        await asyncio.to_thread(backlog_monitor, sources=[str(missing), str(good)])
     state = await Variable.aget(state_variable(name))  # the good one was still sampled
     assert state["level"] == "ok" and [row[1:] for row in state["samples"]] == [[2, 10]]
 
@@ -152,7 +152,7 @@ async def test_redis_frontier_source_is_watched_the_same_way(
         backlog={"capacity": 4},
     )
     _fill(path, queued=4, done=1)
-    [result] = await backlog_monitor(sources=[str(path)])
+    [result] = await asyncio.to_thread(backlog_monitor, sources=[str(path)])
     assert result == {
         "source": name,
         "depth": 4,

@@ -77,10 +77,14 @@ def test_discard_needs_a_reason_when_not_interactive(
     assert entries(source)["http://h/a"].status == "open"
     assert main(["deadletters", "discard", path, entry.id, "--reason", "page removed"]) == 0
     got = entries(source)["http://h/a"]
-    assert (got.status, got.resolution) == ("resolved", "discarded: page removed")
+    assert (got.status, got.resolution_kind, got.resolution) == (
+        "resolved",
+        "discarded",
+        "page removed",
+    )
     assert main(["deadletters", "discard", path, entry.id, "--reason", "again"]) == 0
     assert "discarded 0 of 1" in capsys.readouterr().out
-    assert entries(source)["http://h/a"].resolution == "discarded: page removed"  # kept once
+    assert entries(source)["http://h/a"].resolution == "page removed"  # kept once
     archive = source.deadletter_archive_path.read_text().splitlines()
     assert [json.loads(line)["event"] for line in archive] == ["quarantined", "resolved"]
 
@@ -99,7 +103,7 @@ def test_discard_asks_for_the_reason_on_a_terminal(
     path = str(source.base_dir / "source.yaml")
     assert main(["deadletters", "discard", path, "--stage", "fetch"]) == 0
     got = entries(source)
-    assert got["http://h/a"].resolution == "discarded: duplicate of another feed"
+    assert got["http://h/a"].resolution == "duplicate of another feed"
     assert got["http://h/b"].status == "open"  # not selected
     assert main(["deadletters", "discard", path]) == 2  # no ids and no filter: refused
     assert "--all" in capsys.readouterr().err
@@ -124,7 +128,7 @@ def test_retry_puts_dead_urls_back_in_the_queue(
     assert main(["deadletters", "retry", path, a.id]) == 0
     got = entries(source)[dead]
     assert (got.status, got.requeues) == ("resolved", 1)
-    assert got.resolution == "reenqueued: operator retry"
+    assert (got.resolution_kind, got.resolution) == ("reenqueued", "operator retry")
     frontier = SqliteFrontier(source.frontier_path)
     try:
         assert frontier.counts(source.name).queued == 1
@@ -156,7 +160,8 @@ def test_compensate_removes_exactly_one_batch_and_records_it(
     assert (record.batch_id, record.removed, record.reason) == ("r:2", 4, "table check failed")
     assert main(["compensate", path, "--batch", "r:2"]) == 1  # once only
     assert "already compensated" in capsys.readouterr().err
-    assert main(["compensate", path, "--batch", "never"]) == 1  # nothing to undo: said so
+    assert main(["compensate", path, "--batch", "never", "--reason", "x"]) == 1  # said so
+    assert "not in" in capsys.readouterr().err
     assert sorted(r["id"] for r in sink_lines(source.sink_path)) == [0, 1, 2, 7]
 
 
@@ -177,7 +182,8 @@ def test_compensate_makes_the_removed_records_pages_fetchable_again(source: Sour
         sink.write([SinkRecord("b", {"id": "b"}, pages["b"])], token=2, batch_id="r:2")
     finally:
         sink.close()
-    assert main(["compensate", str(source.base_dir / "source.yaml"), "--batch", "r:1"]) == 0
+    path = str(source.base_dir / "source.yaml")
+    assert main(["compensate", path, "--batch", "r:1", "--reason", "bad batch"]) == 0
     frontier = SqliteFrontier(source.frontier_path)
     try:
         planned = frontier.offer(source.name, [Offer(u, DAY) for u in pages.values()],
@@ -207,3 +213,71 @@ def test_triage_command_runs_the_flow(source: Source, capsys: pytest.CaptureFixt
     assert "escalated 2" in out  # the timeout's URL is not dead in the frontier: a person looks
     assert "balance: quarantined 2 = repaired 0 + re-enqueued 0 + escalated 2" in out
     assert {e.status for e in entries(source).values()} == {"review"}
+
+
+def test_retry_works_on_a_resolved_entry_whose_page_is_dead(
+    source: Source, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A repaired entry whose page was left dead (before triage revived pages) can be
+    retried; a resolved entry whose page is not dead says so and exits 1."""
+    dead = "http://127.0.0.1:9/dead"
+    frontier = SqliteFrontier(source.frontier_path)
+    try:
+        now = time.time()
+        frontier.offer(source.name, [Offer(dead, 60)], now=now, queue_ttl_s=600,
+                       rank_for=lambda *a: 1.0, run_id="r")  # fmt: skip
+        lease = frontier.claim(source.name, 1, now=now, lease_s=60)
+        frontier.ack(lease, [DeadLettered(dead, 1, "validation")], now=now)
+    finally:
+        frontier.close()
+    entry = letter(source, dead, "schema", 10, stage="validate")
+    put(source, [entry])
+    store = SqliteDeadLetterStore(source.deadletter_path, archive=source.deadletter_archive_path)
+    try:
+        assert store.resolve(entry.id, "repaired", "trimmed name")
+    finally:
+        store.close()
+    path = str(source.base_dir / "source.yaml")
+    assert main(["deadletters", "retry", path, entry.id]) == 0
+    assert "re-enqueued 1 of 1" in capsys.readouterr().out
+    got = entries(source)[dead]
+    assert (got.resolution_kind, got.requeues) == ("repaired", 0)  # resolved once, kept
+    frontier = SqliteFrontier(source.frontier_path)
+    try:
+        assert frontier.counts(source.name).queued == 1
+    finally:
+        frontier.close()
+    assert main(["deadletters", "retry", path, entry.id]) == 1  # queued now, not dead
+    captured = capsys.readouterr()
+    assert "re-enqueued 0 of 1" in captured.out and "not re-enqueued" in captured.err
+
+
+def test_show_prints_the_trace_id(source: Source, capsys: pytest.CaptureFixture[str]) -> None:
+    seen = time.time()
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    entry = DeadLetter(source.name, "http://h/t", "fetch", "http_500", "boom", 3, seen, seen,
+                       cause="retries_exhausted", trace_id=trace)  # fmt: skip
+    put(source, [entry])
+    assert main(["deadletters", "show", str(source.base_dir / "source.yaml"), entry.id]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["trace_id"] == trace
+    assert (shown["error_class"], shown["cause"]) == ("http_500", "retries_exhausted")
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_triage_command_exits_1_and_names_the_ids_when_the_balance_fails(
+    source: Source, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    gone, lost = (
+        letter(source, "http://h/gone", "http_404", 10),
+        letter(source, "http://h/lost", "http_404", 10),
+    )
+    put(source, [gone, lost])
+    with sqlite3.connect(source.deadletter_path) as db:  # lost behind the store's back
+        db.execute("DELETE FROM deadletters WHERE id = ?", (lost.id,))
+    assert main(["triage", str(source.base_dir / "source.yaml")]) == 1
+    captured = capsys.readouterr()
+    assert f"1 lost by the store: {lost.id}" in captured.err
+    assert "do not balance" in captured.err

@@ -88,10 +88,23 @@ async def test_rerun_skips_fresh_items_and_writes_nothing_twice(
 
     second = await collect(source=str(source_path), batch_size=64)
 
+    # The seed list did not change: the plan offers nothing and nothing is due (all fresh or
+    # dead), so the run's account is empty and balanced.
+    assert second["plan"] == "incremental" and second["balanced"]
+    assert _terminal(second) == dict.fromkeys(TERMINAL, 0)
+    assert second["requests"] == 0
+
+    # An edit of the seed file (a comment: same URLs) is a changed list: offered in full, and
+    # every item is where the first run left it.
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text(seeds.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    third = await collect(source=str(source_path), batch_size=64)
+
     # Relative to the first run, not the demo's exact counts (asserted elsewhere): on a loaded
     # machine an item may exhaust its retries there, and this test is about the rerun.
     assert first["stored"] + first["dead_lettered"] == EXPECTED["discovered"]
-    assert _terminal(second) == {
+    assert third["plan"] == "full" and third["balanced"]
+    assert _terminal(third) == {
         "discovered": EXPECTED["discovered"],
         "stored": 0,
         "fresh_skipped": first["stored"],
@@ -99,8 +112,8 @@ async def test_rerun_skips_fresh_items_and_writes_nothing_twice(
         "dead_lettered": first["dead_lettered"],  # still waiting for triage
         "queued": 0,
     }
-    assert second["already_dead"] == first["dead_lettered"]
-    assert second["requests"] == 0
+    assert third["already_dead"] == first["dead_lettered"]
+    assert third["requests"] == 0 and (third["retired"], third["carried_over"]) == (0, 0)
     # The site logs a response when it is sent: the slow URL's last answer from the first run
     # (abandoned by its deadline) may land after the reset, so it is not counted here.
     assert [r.path for r in site.requests if "delay=" not in r.path] == []
@@ -168,8 +181,10 @@ async def test_max_items_leaves_the_rest_queued_and_the_next_run_finishes(
         "expired": 0, "dead_lettered": 0, "queued": 30,
     }  # fmt: skip
     second = await collect(source=str(source_path), batch_size=8)
+    # the seed list is unchanged: an incremental plan takes the 30 queued items, nothing else
+    assert second["plan"] == "incremental"
     assert _terminal(second) == {
-        "discovered": 50, "stored": 30, "fresh_skipped": 20,
+        "discovered": 30, "stored": 30, "fresh_skipped": 0,
         "expired": 0, "dead_lettered": 0, "queued": 0,
     }  # fmt: skip
     rows = sink_lines(tmp_path / "out")
@@ -343,7 +358,13 @@ async def test_the_whole_run_on_redis_backends_balances_and_reruns(
     first = await collect(source=str(source_path), batch_size=40)
     assert _terminal(first) == EXPECTED and first["balanced"]
     second = await collect(source=str(source_path), batch_size=40)
-    assert second["fresh_skipped"] == EXPECTED["stored"] and second["stored"] == 0
-    assert second["already_dead"] == EXPECTED["dead_lettered"] and second["balanced"]
+    assert second["plan"] == "incremental" and second["balanced"]
+    assert _terminal(second) == dict.fromkeys(TERMINAL, 0)
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text(seeds.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    third = await collect(source=str(source_path), batch_size=40)
+    assert third["plan"] == "full"
+    assert third["fresh_skipped"] == EXPECTED["stored"] and third["stored"] == 0
+    assert third["already_dead"] == EXPECTED["dead_lettered"] and third["balanced"]
     rows = sink_lines(tmp_path / "out")
     assert len(rows) == EXPECTED["stored"] and duplicate_keys(rows) == []

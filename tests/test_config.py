@@ -185,6 +185,59 @@ def test_template_range_is_half_open(tmp_path: Path):
     assert list(load_source(empty).iter_seed_urls()) == []
 
 
+def test_seed_urls_stream_every_listed_url_repeats_included(full_source: Path):
+    source = load_source(full_source)
+    streamed = list(source.seed_urls())
+    assert list(dict.fromkeys(streamed)) == list(source.iter_seed_urls())
+    assert len(streamed) > len(set(streamed))  # the full source lists some URLs twice
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "https://e.com/p/{i}",
+        "https://e.com/p/{i}.json?x=1",
+        "https://e.com/{i}/{i}",
+        "https://e.com/{{a}}/{i}",
+    ],
+)
+def test_template_fast_path_expands_like_format(tmp_path: Path, template: str):
+    path = write(tmp_path, minimal(seeds={"template": template, "range": [7, 12]}))
+    assert list(load_source(path).seed_urls()) == [template.format(i=i) for i in range(7, 12)]
+
+
+def test_seed_mark_follows_what_decides_the_seed_list(full_source: Path):
+    mark = load_source(full_source).seed_mark()
+    assert mark == load_source(full_source).seed_mark()
+    data = yaml.safe_load(full_source.read_text())
+    seeds = full_source.parent / data["seeds"]["file"]
+
+    def mark_with(**changes: Any) -> str:
+        edited = {**data, **changes}
+        write(full_source.parent, edited, "edited.yaml")
+        return load_source(full_source.parent / "edited.yaml").seed_mark()
+
+    assert mark_with() == mark
+    assert mark_with(seeds={**data["seeds"], "on_removed": "collect"}) == mark  # policy only
+    assert mark_with(seeds={**data["seeds"], "range": [3, 7]}) != mark
+    assert mark_with(allow_private_networks=True) != mark
+    assert mark_with(limits={**data["limits"], "allowed_hosts": ["other.com"]}) != mark
+    seeds.write_text(seeds.read_text() + "https://example.com/z\n")
+    assert load_source(full_source).seed_mark() != mark  # the file's contents count
+
+
+def test_on_removed_accepts_only_its_two_policies(tmp_path: Path):
+    good = write(tmp_path, minimal(seeds={"urls": ["https://e.com/a"], "on_removed": "collect"}))
+    assert load_source(good).seeds.on_removed == "collect"
+    assert load_source(write(tmp_path, minimal(), "d.yaml")).seeds.on_removed == "retire"
+    bad = write(
+        tmp_path, minimal(seeds={"urls": ["https://e.com/a"], "on_removed": "drop"}), "b.yaml"
+    )
+    with pytest.raises(SourceError) as caught:
+        load_source(bad)
+    assert "seeds.on_removed" in str(caught.value)
+
+
 def test_relative_paths_resolved_against_the_source_folder(
     full_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -504,3 +504,49 @@ def test_automations_pause_low_queue_on_critical_backlog_and_notify_failed_runs(
         "the failed-run notification",
         lambda: any(name in json.dumps(body) for body in world.webhook.received),
     )
+
+
+def test_cancelling_a_running_collect_run_releases_its_items_and_a_rerun_completes(
+    world: World,
+) -> None:
+    """Cancel from the API (as the UI's Cancel button does) a run the process worker is running:
+    it ends Cancelled, nothing stays leased, its summary is published, and a rerun stores every
+    record once."""
+    from collector.backends import open_frontier
+    from collector.config import load_source
+
+    items = 300
+    source = world.source("cancelled", items=items, delay_s=0.3)
+    run = world.post(
+        f"/deployments/{world.deployment('collect-normal')['id']}/create_flow_run",
+        {"parameters": {"source": str(source), "batch_size": 10}},
+    )["id"]
+    world.wait_for("the run to store something", lambda: len(world.stored_ids(source)) >= 8)
+    world.post(
+        f"/flow_runs/{run}/set_state",
+        {"state": {"type": "CANCELLING", "message": "cancelled by the test"}, "force": True},
+    )
+    final = world.wait_final(run)
+    assert final["state_type"] == "CANCELLED", final
+    stored_before = world.stored_ids(source)
+    assert 0 < len(stored_before) < items, world.logs()
+
+    loaded = load_source(source)
+    frontier = open_frontier(loaded)
+    try:
+        counts = frontier.counts(loaded.name)
+        assert counts.leased == 0, counts  # every lease went back (released, not waited out)
+        assert frontier.holders(loaded.name) == []
+    finally:
+        frontier.close()
+    artifact = world.post(
+        "/artifacts/filter", {"artifacts": {"key": {"any_": ["collector-cancelled-summary"]}}}
+    )
+    assert artifact and any(
+        row["count"] == "ended" and "stopped" in str(row["value"])
+        for row in json.loads(artifact[0]["data"])
+    ), artifact
+
+    rerun = _create_run(world, "collect-normal", str(source))
+    assert world.wait_final(rerun)["state_type"] == "COMPLETED", world.logs()
+    assert world.stored_ids(source) == set(range(items))

@@ -15,6 +15,14 @@ from typing import Any
 import pytest
 import yaml
 
+from infra.local_cluster import (
+    SERVER_ENV_FILE,
+    WORKER_ENV_FILE,
+    ClusterError,
+    read_env_file,
+    server_addresses,
+)
+
 INFRA = Path(__file__).resolve().parents[1] / "infra"
 COMPOSE = INFRA / "compose.yaml"
 HELM = sorted((INFRA / "helm").glob("*.yaml"))
@@ -42,10 +50,15 @@ def _valid_prefect_env_names() -> frozenset[str]:
 
 
 def _compose_env(service: dict[str, Any]) -> dict[str, str]:
+    """What compose gives the container: its ``env_file`` lines, then ``environment`` over them."""
+    files = service.get("env_file") or []
+    merged: dict[str, str] = {}
+    for name in [files] if isinstance(files, str) else files:
+        merged.update(read_env_file(INFRA / name))
     env = service.get("environment") or {}
     if isinstance(env, list):
         env = dict(item.split("=", 1) for item in env)
-    return {str(k): str(v) for k, v in env.items()}
+    return merged | {str(k): str(v) for k, v in env.items()}
 
 
 def _helm_env(values: Any) -> dict[str, str]:
@@ -162,10 +175,11 @@ def test_compose_services_present_and_consistent() -> None:
     server_envs = [_compose_env(services[n]) for n in prefect[:4]]
     assert all(env == server_envs[0] for env in server_envs)  # the same server settings
     assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
-    for name in ("prefect-api-1", "prefect-api-2", "prefect-services"):
-        assert services[name]["depends_on"]["migrate"]["condition"] == (
-            "service_completed_successfully"
-        )
+    assert services["prefect-api-1"]["depends_on"]["migrate"]["condition"] == (
+        "service_completed_successfully"
+    )
+    for name in ("prefect-api-2", "prefect-services"):  # after the first replica, not with it
+        assert services[name]["depends_on"]["prefect-api-1"]["condition"] == "service_healthy"
     assert server_envs[0]["PREFECT_SERVER_DATABASE_MIGRATE_ON_START"] == "false"
     assert services["worker"]["deploy"]["replicas"] >= 1
     upstreams = re.findall(r"server (\S+):4200;", (INFRA / "nginx.conf").read_text())
@@ -231,3 +245,80 @@ def test_image_pins_the_prefect_version_the_project_pins() -> None:
 
     dockerfile = (INFRA / "Dockerfile").read_text()
     assert f"FROM prefecthq/prefect:{prefect.__version__}-python3.11" in dockerfile
+
+
+# --- one source of truth for the settings -------------------------------------------------------
+ADDRESS_KEYS = set(
+    server_addresses(
+        database_url="", redis_host="", redis_port=0, api_host="", api_port=0, ui_api_url=""
+    )
+)
+
+
+def test_compose_server_processes_get_exactly_the_env_file_plus_addresses() -> None:
+    shared = read_env_file(SERVER_ENV_FILE)
+    assert not ADDRESS_KEYS & set(shared)  # the file holds no address
+    services = _load(COMPOSE)["services"]
+    for name in ("migrate", "prefect-api-1", "prefect-api-2", "prefect-services"):
+        assert services[name]["env_file"] == "prefect-server.env", name
+        env = _compose_env(services[name])
+        assert {k: env[k] for k in shared} == shared, name  # nothing overrides the file
+        assert set(env) - set(shared) == ADDRESS_KEYS, name
+    worker = services["worker"]
+    assert worker["env_file"] == "prefect-worker.env"
+    worker_env = _compose_env(worker)
+    assert set(read_env_file(WORKER_ENV_FILE).items()) <= set(worker_env.items())
+
+
+def test_helm_server_env_is_exactly_the_env_file_plus_addresses() -> None:
+    shared = read_env_file(SERVER_ENV_FILE)
+    values = _load(INFRA / "helm" / "prefect-server-values.yaml")
+    names = [item["name"] for item in values["global"]["prefect"]["env"]]
+    assert len(names) == len(set(names))
+    env = _helm_env(values)  # every env list in the file, so a per-component override shows too
+    assert {k: env.get(k) for k in shared} == shared
+    # the database URL comes from the chart's Secret, the listen address from the chart
+    assert set(env) - set(shared) <= ADDRESS_KEYS
+
+
+def test_helm_worker_settings_are_the_worker_env_file() -> None:
+    shared = read_env_file(WORKER_ENV_FILE)
+    worker = _load(INFRA / "helm" / "prefect-worker-values.yaml")["worker"]
+    config = {  # the chart turns these into the worker's settings
+        "PREFECT_WORKER_QUERY_SECONDS": str(worker["config"]["queryInterval"]),
+        "PREFECT_WORKER_PREFETCH_SECONDS": str(worker["config"]["prefetchSeconds"]),
+    }
+    env = config | {item["name"]: str(item["value"]) for item in worker["extraEnvVars"]}
+    assert {k: env.get(k) for k in shared} == shared
+
+
+def test_the_checks_above_see_a_drift(tmp_path: Path) -> None:
+    """A changed value or a misspelt line in an env file is caught."""
+    drifted = tmp_path / "drift.env"
+    drifted.write_text(SERVER_ENV_FILE.read_text().replace("=WARNING", "=INFO"))
+    values = _load(INFRA / "helm" / "prefect-server-values.yaml")
+    shared = read_env_file(drifted)
+    assert {k: _helm_env(values).get(k) for k in shared} != shared
+    drifted.write_text("PREFECT_SERVER_LOGGING_LEVEL: WARNING\n")
+    with pytest.raises(ClusterError, match=r"drift\.env:1: expected KEY=VALUE"):
+        read_env_file(drifted)
+
+
+def test_local_cluster_nginx_conf_is_the_compose_one_repointed(tmp_path: Path) -> None:
+    from infra.local_cluster import NGINX_SERVER_CONF, _nginx_conf
+
+    conf = _nginx_conf(tmp_path, 4300, [4301, 4302], tmp_path / "access.log")
+    assert re.findall(r"server (\S+);", conf) == ["127.0.0.1:4301", "127.0.0.1:4302"]
+    assert "listen 127.0.0.1:4300;" in conf
+    for line in NGINX_SERVER_CONF.read_text().splitlines():  # every other line as compose has it
+        if line.strip() and "server prefect-api" not in line and "listen" not in line:
+            assert line in conf, line
+
+
+def test_local_cluster_commands_parse() -> None:
+    from infra.local_cluster import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["up", "--workers", "-1", "--dir", "/nonexistent"])
+    assert exit_info.value.code == 2
+    assert main(["status", "--dir", "/nonexistent/cluster"]) == 1  # no cluster: one line, exit 1

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from collector.config import Source, load_source
+from collector.deadletter.archive import JsonlArchive
 from collector.deadletter.base import DeadLetter, DeadLetterStore
 from collector.deadletter.sqlite import SqliteDeadLetterStore
 from collector.frontier import DeadLettered, Offer
@@ -125,7 +126,7 @@ def record_letter(
 
 
 def fetch_letter(
-    source: Source, path: str, error_class: str, *, seen: float = NOW - 500
+    source: Source, path: str, error_class: str, *, seen: float = NOW - 500, cause: str = ""
 ) -> DeadLetter:
     return DeadLetter(
         source=source.name,
@@ -137,7 +138,21 @@ def fetch_letter(
         first_seen=seen,
         last_seen=seen,
         flow_run_id="collect-1",
+        cause=cause,
     )
+
+
+def archive(source: Source) -> JsonlArchive:
+    return JsonlArchive(source.deadletter_archive_path)
+
+
+def terms(balance: Any) -> dict[str, Any]:
+    """The balance's terms and verdict (without the id lists, empty when balanced)."""
+    data = balance.as_dict()
+    return {k: data[k] for k in (*KEYS, "balanced")}
+
+
+KEYS = ("quarantined", "repaired", "reenqueued", "escalated", "discarded", "open", "other")
 
 
 def triage(
@@ -152,7 +167,8 @@ def triage(
     try:
         engine = Triage(
             source,
-            store=store,
+            store=store,  # type: ignore[arg-type]  # the fixture gives every part
+            archive=archive(source),
             frontier=frontier,
             sink=sink,
             run_id=run_id,
@@ -172,7 +188,7 @@ def test_every_kind_of_entry_ends_where_the_rules_say(
     hopeless = record_letter(source, 3, {"id": 3, "name": "Chair", "price": -1.0}, ["between"])
     keyless = record_letter(source, 4, {"name": "No id", "price": 1.0})
     renamed_key = record_letter(source, 5, {"ID": 5, "name": "Rug", "price": "7"})
-    timeout = fetch_letter(source, "/slow", "retries_exhausted:timeout")
+    timeout = fetch_letter(source, "/slow", "timeout", cause="retries_exhausted")
     fresh_503 = fetch_letter(source, "/busy", "http_503", seen=NOW - 1)  # backoff not passed
     missing = fetch_letter(source, "/gone", "http_404")
     broken = fetch_letter(source, "/broken", "parse_error")
@@ -220,18 +236,22 @@ def test_every_kind_of_entry_ends_where_the_rules_say(
     assert {r["_collector"]["batch"] for r in rows} == {"triage:t1"}
     assert next(r for r in rows if r["id"] == 1)["name"] == "Lamp"
     assert next(r for r in rows if r["id"] == 1)["price"] == 12.5
-    # the timeout went back to the queue; the 404 and the rest stay dead
+    # the timeout went back to the queue; the repaired records' pages are done again, fresh for
+    # their TTL; the 404 and the rest stay dead
     counts = frontier.counts(source.name)
-    assert (counts.queued, counts.dead) == (1, len(letters) - 1)
+    assert (counts.queued, counts.done, counts.dead) == (1, 3, len(letters) - 4)
+    assert report.pages_revived == 3
     # the store: statuses, resolutions, the balance
     assert store.counts(source.name) == {"open": 1, "review": 4, "resolved": 4}
     got = store.get(timeout.id)
     assert got is not None and got.requeues == 1
-    assert got.resolution is not None and got.resolution.startswith("reenqueued: ")
-    balance = tally(store, source.name)
+    assert got.resolution_kind == "reenqueued"
+    assert got.resolution == "recoverable timeout, re-enqueue #1"
+    balance = tally(store, source.name, archive(source))
     assert balance.as_dict() == {
         "quarantined": 9, "repaired": 3, "reenqueued": 1, "escalated": 4, "discarded": 0,
-        "open": 1, "other": 0, "balanced": True,
+        "open": 1, "other": 0, "lost_count": 0, "unknown_count": 0, "lost": [], "unknown": [],
+        "balanced": True, "difference": "",
     }  # fmt: skip
     assert report.balance == balance
     assert report.expectation_rows() == [
@@ -249,7 +269,7 @@ def test_every_kind_of_entry_ends_where_the_rules_say(
     }  # fmt: skip
     later = triage(source, store, frontier, validator, run_id="t3", clock=lambda: NOW + 120)
     assert later.reenqueued == 1
-    assert tally(store, source.name).open == 0
+    assert tally(store, source.name, archive(source)).open == 0
 
 
 def test_replaying_twice_writes_nothing_the_second_time(
@@ -263,7 +283,7 @@ def test_replaying_twice_writes_nothing_the_second_time(
     assert (first.repaired, first.records_written) == (5, 5)
     before = sink_lines(source.sink_path)
     store.put(letters)  # the same failures come back (a rerun): open again
-    assert tally(store, source.name).open == 5
+    assert tally(store, source.name, archive(source)).open == 5
     second = triage(source, store, frontier, validator, run_id="r2")
     assert (second.repaired, second.records_written, second.records_unchanged) == (5, 0, 5)
     assert sink_lines(source.sink_path) == before
@@ -391,7 +411,7 @@ def test_two_overlapping_triage_runs_settle_each_entry_exactly_once(
     events = [json.loads(line) for line in source.deadletter_archive_path.read_text().splitlines()]
     settled_events = [e["id"] for e in events if e["event"] in ("resolved", "escalated")]
     assert sorted(settled_events) == sorted(e.id for e in letters)
-    balance = tally(store, source.name)
+    balance = tally(store, source.name, archive(source))
     assert balance.balanced and (balance.repaired, balance.reenqueued, balance.escalated) == (
         40,
         20,
@@ -400,11 +420,10 @@ def test_two_overlapping_triage_runs_settle_each_entry_exactly_once(
 
 
 def test_recoverable_classes() -> None:
-    for name in ("timeout", "retries_exhausted:timeout", "http_503", "max_total_exceeded:http_429",
-                 "connect_error", "http_408"):  # fmt: skip
+    for name in ("timeout", "http_503", "http_429", "connect_error", "http_408"):
         assert is_recoverable_class(name), name
-    for name in ("http_404", "parse_error", "too_large", "refused_url",
-                 "retries_exhausted:http_404", "http_5000", "schema"):  # fmt: skip
+    for name in ("http_404", "parse_error", "too_large", "refused_url", "http_5000", "schema",
+                 "retries_exhausted:timeout"):  # fmt: skip
         assert not is_recoverable_class(name), name
 
 
@@ -413,9 +432,10 @@ def test_kind_of_reads_the_resolution() -> None:
                 first_seen=1.0, last_seen=1.0)  # fmt: skip
     assert kind_of(DeadLetter(**base)) == "open"  # type: ignore[arg-type]
     assert kind_of(DeadLetter(**base, status="review")) == "escalated"  # type: ignore[arg-type]
-    for text, kind in (("repaired: x", "repaired"), ("reviewed: ok", "escalated"),
-                       ("discarded: dup", "discarded"), ("fixed", "other")):  # fmt: skip
-        assert kind_of(DeadLetter(**base, status="resolved", resolution=text)) == kind  # type: ignore[arg-type]
+    for stored, kind in (("repaired", "repaired"), ("reviewed", "escalated"),
+                         ("discarded", "discarded"), (None, "other")):  # fmt: skip
+        entry = DeadLetter(**base, status="resolved", resolution="x", resolution_kind=stored)  # type: ignore[arg-type]
+        assert kind_of(entry) == kind
 
 
 def test_an_entry_held_by_another_run_is_skipped_until_its_claim_expires(
@@ -428,11 +448,11 @@ def test_an_entry_held_by_another_run_is_skipped_until_its_claim_expires(
     report = triage(source, store, frontier, validator, run_id="mine")
     assert {e.id: e.outcome for e in report.entries} == {held.id: "skipped", free.id: "repaired"}
     assert [r["id"] for r in sink_lines(source.sink_path)] == [2]
-    assert tally(store, source.name).open == 1
+    assert tally(store, source.name, archive(source)).open == 1
     # the other run vanished: after its claim expires, the entry is triaged
     late = triage(source, store, frontier, validator, run_id="late", clock=lambda: NOW + 301)
     assert {e.id: e.outcome for e in late.entries} == {held.id: "repaired"}
-    assert tally(store, source.name).as_dict()["repaired"] == 2
+    assert tally(store, source.name, archive(source)).as_dict()["repaired"] == 2
 
 
 def test_replay_into_postgres_is_fenced_idempotent_and_compensable(
@@ -452,8 +472,9 @@ def test_replay_into_postgres_is_fenced_idempotent_and_compensable(
         store.put(letters)
 
         def run(run_id: str) -> Any:
-            return Triage(source, store=store, frontier=frontier, sink=sink, run_id=run_id,
-                          validator=validator, clock=lambda: NOW).run()  # fmt: skip
+            return Triage(source, store=store, archive=archive(source), frontier=frontier,
+                          sink=sink, run_id=run_id, validator=validator,
+                          clock=lambda: NOW).run()  # fmt: skip
 
         first = run("p1")
         assert (first.repaired, first.records_written) == (3, 3)
@@ -473,7 +494,8 @@ def test_replay_into_postgres_is_fenced_idempotent_and_compensable(
 
 def test_tally_from_counts_equals_kind_of_entry_by_entry(tmp_path: Path) -> None:
     """The balance read from the store's counts is the one kind_of gives per entry."""
-    store = SqliteDeadLetterStore(tmp_path / "dl.db")
+    log = tmp_path / "dl.jsonl"
+    store = SqliteDeadLetterStore(tmp_path / "dl.db", archive=log)
     urls = [f"https://example.test/{n}" for n in range(9)]
     entries = [
         DeadLetter(source="s", url=url, stage="fetch", error_class="http_500", message="x",
@@ -481,15 +503,45 @@ def test_tally_from_counts_equals_kind_of_entry_by_entry(tmp_path: Path) -> None
         for url in urls
     ]  # fmt: skip
     store.put(entries)
-    resolutions = ["repaired: a", "reenqueued: b", "discarded: c", "reviewed: d", "by hand", ""]
-    for entry, resolution in zip(entries, resolutions, strict=False):
-        store.resolve(entry.id, resolution)
+    kinds = ["repaired", "reenqueued", "discarded", "reviewed", "repaired", "discarded"]
+    for entry, kind in zip(entries, kinds, strict=False):
+        store.resolve(entry.id, kind, "why")  # type: ignore[arg-type]
     store.escalate(entries[6].id, "look")
     by_entry: dict[str, int] = {}
     for entry in store.list(source="s", status=None, limit=100):
         by_entry[kind_of(entry)] = by_entry.get(kind_of(entry), 0) + 1
-    counted = tally(store, "s").as_dict()
+    counted = terms(tally(store, "s", JsonlArchive(log)))
     assert counted["quarantined"] == 9 and counted["balanced"]
     assert {k: v for k, v in counted.items() if k not in ("quarantined", "balanced") and v} == (
         by_entry
     )
+
+
+def test_a_stop_request_ends_triage_between_entries_and_leaves_the_rest_open(
+    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+) -> None:
+    """Ctrl-C during `collector triage` (collector.run.stop): entries claimed before the stop
+    are settled, the others stay open and unclaimed for the next triage; the balance holds."""
+    from collector.run.stop import StopRequest
+
+    letters = [fetch_letter(source, f"/gone-{i}", "http_404") for i in range(5)]
+    store.put(letters)
+    make_dead(frontier, source, [e.url for e in letters])
+    stop = StopRequest()
+    settled: list[str] = []
+    original = store.claim_for_triage
+
+    def claim_then_stop(entry_id: str, *args: Any, **kwargs: Any) -> bool:
+        settled.append(entry_id)
+        if len(settled) == 2:
+            stop.request("SIGINT")  # arrives while the second entry is being settled
+        return original(entry_id, *args, **kwargs)
+
+    store.claim_for_triage = claim_then_stop  # type: ignore[method-assign]
+    report = triage(source, store, frontier, validator, stop=stop)
+    assert report.interrupted == "SIGINT"
+    assert (report.seen, report.escalated) == (2, 2)
+    assert store.counts(source.name)["open"] == 3
+    assert report.balance.balanced, report.balance.difference()
+    again = triage(source, store, frontier, validator, run_id="t2")
+    assert again.interrupted is None and again.escalated == 3

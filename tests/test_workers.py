@@ -203,8 +203,10 @@ def test_three_workers_store_20000_urls_exactly_once_and_never_hold_one_twice(
         assert summary is not None and summary["stored"] == by_worker.get(w.name, 0)
     helped = sum(h["stored"] for h in helpers if h)
     assert planner["stored"] + helped == total
-    # what the helpers stored before the run closed its books, and what they still held then
-    assert planner["stored_by_others"] + planner["queued"] == helped
+    # The run waited for the live helpers: its books describe the finished source, and what it
+    # says the others stored is what the helpers' own ledgers say they stored.
+    assert planner["queued"] == 0 and planner["held_by_others"] == 0, planner
+    assert planner["stored_by_others"] == helped
 
 
 FAST_TTL = {"http_timeout_s": 1, "request_deadline_s": 1, "batch_timeout_s": 2, "lease_s": 3}
@@ -311,6 +313,61 @@ def test_sigstop_a_worker_past_its_lease_its_late_writes_are_refused_and_counted
     assert {key for key in overtaken if batches[key].split(":")[0] != second["run_id"]} == set()
 
 
+def test_the_run_waits_for_slower_helpers_and_ends_when_the_source_is_done(
+    tmp_path: Path, prefect_api: str, redis_url: str, postgres_dsn: str
+) -> None:
+    """Helpers with batches ten times the run's, default lease (600 s): the run does not quit
+    while live helpers hold items; its counts match the helpers' own summaries."""
+    total = 4000
+    _audited_sink(postgres_dsn, "workers-slow-helpers")
+    with WorkerSite() as site:
+        site.set_delay(0.01)
+        source = _source("workers-slow-helpers", site, redis_url, postgres_dsn, total)
+        run = Worker(tmp_path, "run", "w0", prefect_api, source, batch=50)
+        helpers = [
+            Worker(tmp_path, "work", f"w{i}", prefect_api, source, batch=500) for i in (1, 2)
+        ]
+        results = [w.finish() for w in [run, *helpers]]
+
+    for code, summary, err in results:
+        assert code == 0, err[-2000:]
+        assert summary is not None and summary["balanced"], summary
+    planner = results[0][1]
+    assert planner is not None
+    helped = [r[1]["stored"] for r in results[1:] if r[1]]
+    assert planner["queued"] == 0 and planner["held_by_others"] == 0, planner
+    assert planner["stored_by_others"] == sum(helped), (planner, helped)
+    assert planner["stored"] + planner["stored_by_others"] == total
+    _assert_stored_exactly_once(postgres_dsn, total)
+
+
+def test_a_helper_killed_while_the_run_waits_for_it_is_taken_back_without_the_lease(
+    tmp_path: Path, prefect_api: str, redis_url: str, postgres_dsn: str
+) -> None:
+    """Default lease (600 s): the run notices the helper's heartbeat stop, revokes its leases
+    and finishes its items itself; nothing is left queued for a later run."""
+    total = 1500
+    _audited_sink(postgres_dsn, "workers-helper-dies")
+    with WorkerSite() as site:
+        site.set_delay(0.05)
+        source = _source("workers-helper-dies", site, redis_url, postgres_dsn, total)
+        helper = Worker(tmp_path, "work", "w1", prefect_api, source, batch=500)
+        run = Worker(tmp_path, "run", "w0", prefect_api, source, batch=50)
+        try:
+            _wait_until(lambda: len(_fetched_by(site.fetches(), "w1")) >= 50, "w1 to fetch")
+        finally:
+            helper.kill()
+        code, summary, err = run.finish(timeout=300)
+        fetches = site.fetches()
+
+    assert code == 0, err[-2000:]
+    assert summary is not None and summary["balanced"], summary
+    assert summary["queued"] == 0 and summary["held_by_others"] == 0, summary
+    assert summary["leases_reclaimed"] > 0  # the dead helper's leases, revoked
+    assert set(dict(fetches)) == set(range(total))
+    _assert_stored_exactly_once(postgres_dsn, total)
+
+
 class _PersistentRedis:
     """A redis-server that keeps its data across a restart (append-only file, fsync always)."""
 
@@ -386,5 +443,6 @@ def test_redis_restart_mid_run_workers_fail_clearly_or_recover_and_a_rerun_balan
 
     assert code == 0, err[-2000:]
     assert summary is not None and summary["balanced"], summary
-    assert summary["discovered"] == total and summary["queued"] == 0
+    # an unchanged source is planned incrementally: the rerun takes on what was still due
+    assert summary["queued"] == 0 and summary["held_by_others"] == 0, summary
     _assert_stored_exactly_once(postgres_dsn, total)

@@ -3,17 +3,25 @@
 An entry's ``id`` is derived from (source, url, stage, error class, record key), so the same
 failure seen again (a rerun, a replay) updates one entry (``attempts``, ``last_seen``) instead of
 adding a second: every dead letter exists once and is resolved once. Payloads are scrubbed of
-secrets before they are stored. Every backend passes ``tests/deadletter/conformance.py``.
+secrets before they are stored.
 
-Two kinds of ownership sit on top of the statuses (open -> review -> resolved):
+What an entry says is kept in fields, never encoded in strings: ``error_class`` is the final
+class (``http_500``), ``cause`` says why fetching stopped when it is not the class itself
+(``retries_exhausted``, ``max_total_exceeded``), and a resolution keeps its ``resolution_kind``
+(:data:`RESOLUTION_KINDS`) beside the free-text ``resolution`` detail.
 
-* a *triage claim* (:meth:`DeadLetterStore.claim_for_triage`): an owner and an expiry on an open
-  entry, taken by one conditional write, so two triage runs that overlap never work on the
-  same entry (the loser gets False and skips it); a claim whose owner vanished expires;
-* the *manual-review queue*: :meth:`~DeadLetterStore.escalate` moves an open entry to
-  ``review`` and queues one review message for it; reviewers :meth:`take_for_review` messages
-  no one else holds, :meth:`claim_stale_reviews` takes over messages held too long by someone
-  who vanished, and :meth:`finish_review` resolves the entry once and drops the message.
+Three small protocols, one per concern (each with its conformance suite in
+``tests/deadletter/conformance.py``; both backends implement all three, :class:`DeadLetters`):
+
+* :class:`DeadLetterStore`: the entries (upsert, read, count, resolve-once);
+* :class:`TriageClaims`: an owner and an expiry on an open entry, taken by one conditional
+  write, so two triage runs that overlap never work on the same entry; a claim whose owner
+  vanished expires;
+* :class:`ReviewQueue`: :meth:`~ReviewQueue.escalate` moves an open entry to ``review`` and
+  queues one review message for it, per source; reviewers :meth:`~ReviewQueue.take_for_review`
+  messages no one else holds, :meth:`~ReviewQueue.claim_stale_reviews` takes over messages held
+  too long by someone who vanished, :meth:`~ReviewQueue.put_back` hands one back untouched, and
+  :meth:`~ReviewQueue.finish_review` resolves the entry once and drops the message.
 """
 
 from __future__ import annotations
@@ -22,17 +30,51 @@ import builtins
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
-__all__ = ["DeadLetter", "DeadLetterStore", "Stage", "count_status_kinds", "dead_letter_id"]
+__all__ = [
+    "CAUSES",
+    "RESOLUTION_KINDS",
+    "Census",
+    "DeadLetter",
+    "DeadLetterStore",
+    "DeadLetters",
+    "ResolutionKind",
+    "ReviewQueue",
+    "Stage",
+    "TriageClaims",
+    "check_kind",
+    "count_status_kinds",
+    "dead_letter_id",
+    "reason_label",
+]
 
 Stage = Literal["plan", "fetch", "parse", "validate", "store"]
 Status = Literal["open", "review", "resolved"]
+ResolutionKind = Literal["repaired", "reenqueued", "escalated", "discarded", "reviewed"]
+RESOLUTION_KINDS: tuple[ResolutionKind, ...] = get_args(ResolutionKind)
+# Why fetching gave up when the error itself was recoverable ("" = the error was permanent).
+CAUSES = ("", "retries_exhausted", "max_total_exceeded")
 
 
 def dead_letter_id(source: str, url: str, stage: str, error_class: str, key: str = "") -> str:
-    raw = "\x1f".join((source, url, stage, error_class.split(":")[-1], key))
+    raw = "\x1f".join((source, url, stage, error_class, key))
     return hashlib.blake2b(raw.encode(), digest_size=12).hexdigest()
+
+
+def reason_label(stage: str, cause: str, error_class: str) -> str:
+    """How an entry's failure is shown and grouped: ``fetch/retries_exhausted:http_500``.
+
+    Display only: nothing parses it back (the parts are fields of the entry).
+    """
+    return f"{stage}/{cause}:{error_class}" if cause else f"{stage}/{error_class}"
+
+
+def check_kind(kind: str) -> ResolutionKind:
+    """``kind`` if it is a resolution kind; ValueError naming the allowed ones otherwise."""
+    if kind not in RESOLUTION_KINDS:
+        raise ValueError(f"resolution kind {kind!r} is not one of {', '.join(RESOLUTION_KINDS)}")
+    return kind
 
 
 @dataclass(slots=True)
@@ -40,7 +82,7 @@ class DeadLetter:
     source: str
     url: str
     stage: Stage
-    error_class: str
+    error_class: str  # the final class, e.g. http_500 (never a compound "cause:class")
     message: str
     attempts: int
     first_seen: float
@@ -50,22 +92,51 @@ class DeadLetter:
     failed_expectations: list[dict[str, Any]] = field(default_factory=list)
     flow_run_id: str | None = None
     status: Status = "open"
-    resolution: str | None = None
+    resolution: str | None = None  # free-text detail of the resolution
     requeues: int = 0  # times triage sent the item back to the frontier (kept by the store)
+    cause: str = ""  # one of CAUSES: why fetching gave up on a recoverable error
+    resolution_kind: ResolutionKind | None = None  # set exactly when status is resolved
+    trace_id: str = ""  # OpenTelemetry trace id of the run that quarantined it, when traced
     id: str = ""
 
     def __post_init__(self) -> None:
+        if ":" in self.error_class:
+            raise ValueError(
+                f"dead letter {self.url}: error_class {self.error_class!r} must be the final"
+                " class; put the reason fetching stopped in cause"
+            )
+        if self.cause not in CAUSES:
+            raise ValueError(f"dead letter {self.url}: cause {self.cause!r} is not one of {CAUSES}")
         if not self.id:
             self.id = dead_letter_id(
                 self.source, self.url, self.stage, self.error_class, self.record_key
             )
 
+    @property
+    def reason(self) -> str:
+        return reason_label(self.stage, self.cause, self.error_class)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class Census:
+    """A source's entries by state and their ids, from one consistent read of the store.
+
+    ``counts`` keys: ``open``, ``review`` and ``resolved:<kind>`` (``resolved:`` for an entry
+    resolved without a kind, e.g. migrated from text the old layout could not read). Each
+    entry is counted once, under what its own record says; ``ids`` are the entries that exist.
+    """
+
+    counts: dict[str, int]
+    ids: frozenset[str]
+
+
 @runtime_checkable
 class DeadLetterStore(Protocol):
+    """The entries: upsert by id, read, count, resolve once."""
+
     def put(self, entries: Sequence[DeadLetter]) -> int:
         """Store entries (upsert by id); returns how many ids were new."""
         ...
@@ -90,27 +161,43 @@ class DeadLetterStore(Protocol):
         ...
 
     def reasons(self, source: str, *, status: str | None = "open") -> dict[str, int]:
-        """Open entries per ``stage/error_class``."""
+        """Entries per :func:`reason_label` (``stage/[cause:]error_class``)."""
         ...
 
-    def status_kinds(self, source: str) -> dict[str, int]:
-        """Entries of ``source`` by state, in one consistent read, without loading them.
+    def census(self, source: str) -> Census:
+        """Entries of ``source`` by state, and their ids, in one consistent read (no payload).
 
-        Keys: ``open``, ``review``, and ``resolved:<kind>`` where kind is the resolution text
-        before its first ``:``, stripped (triage writes ``"repaired: ..."``). What the triage
-        balance is computed from, so it costs a count, not a read of every payload.
+        What the triage balance compares with the archive: an entry is counted from its own
+        record, so an index that lies (Redis) or a row the store cannot read shows.
         """
         ...
 
-    def resolve(self, entry_id: str, resolution: str, *, requeued: bool = False) -> bool:
-        """Mark an open entry resolved; False if it was not open (resolve happens once).
+    def resolve(
+        self, entry_id: str, kind: ResolutionKind, detail: str, *, requeued: bool = False
+    ) -> bool:
+        """Mark an entry that is not resolved yet resolved; False if it was (happens once).
 
-        ``requeued`` says the item went back to the frontier: the entry's ``requeues`` count
-        grows by one (triage's backoff and its limit read it when the item fails again).
+        ``kind`` goes in its own field (ValueError if it is not a resolution kind), ``detail``
+        is free text. ``requeued`` says the item went back to the frontier: the entry's
+        ``requeues`` count grows by one (triage's backoff and its limit read it).
         """
         ...
 
-    # --- triage claims -------------------------------------------------------------------
+    def location(self) -> str:
+        """Where the entries live (a file, or a Redis URL without password and prefix)."""
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
+
+@runtime_checkable
+class TriageClaims(Protocol):
+    """Exclusive, expiring claims of open entries by triage runs."""
+
     def claim_for_triage(self, entry_id: str, owner: str, *, now: float, lease_s: float) -> bool:
         """Take an open entry for triage until ``now + lease_s``, in one conditional write.
 
@@ -123,27 +210,37 @@ class DeadLetterStore(Protocol):
         """Drop ``owner``'s triage claim (the entry stays as it is); False if not held."""
         ...
 
-    # --- manual-review queue --------------------------------------------------------------
+
+@runtime_checkable
+class ReviewQueue(Protocol):
+    """Escalated entries waiting for a person, one queue per source."""
+
     def escalate(self, entry_id: str, reason: str) -> bool:
         """Move an open entry to manual review (status ``review``); True exactly once."""
         ...
 
     def take_for_review(
-        self, reviewer: str, *, count: int = 1, block_ms: int = 0
+        self, source: str, reviewer: str, *, count: int = 1, block_ms: int = 0
     ) -> builtins.list[tuple[str, DeadLetter]]:
-        """Up to ``count`` escalated entries no other reviewer holds, as (message id, entry).
-
-        ``block_ms`` waits that long for work when there is none; 0 returns at once.
-        """
+        """Up to ``count`` escalated entries of ``source`` no other reviewer holds, as
+        (message id, entry). ``block_ms`` waits that long for work; 0 returns at once."""
         ...
 
     def claim_stale_reviews(
-        self, reviewer: str, *, idle_ms: int, count: int = 100
+        self, source: str, reviewer: str, *, idle_ms: int, count: int = 100
     ) -> builtins.list[tuple[str, DeadLetter]]:
-        """Take over reviews held longer than ``idle_ms`` by a reviewer who vanished."""
+        """Take over reviews of ``source`` held longer than ``idle_ms`` by someone who
+        vanished."""
         ...
 
-    def finish_review(self, message_id: str, entry_id: str, resolution: str) -> bool:
+    def put_back(self, message_id: str, entry_id: str) -> bool:
+        """Hand a held review back to the queue, entry untouched (anyone may take it next);
+        False when the message is no longer the entry's current review."""
+        ...
+
+    def finish_review(
+        self, message_id: str, entry_id: str, kind: ResolutionKind, detail: str
+    ) -> bool:
         """Resolve the reviewed entry (once) and drop its message (always).
 
         False when the entry was already resolved or the message is no longer its current
@@ -151,13 +248,16 @@ class DeadLetterStore(Protocol):
         """
         ...
 
-    def close(self) -> None: ...
+
+@runtime_checkable
+class DeadLetters(DeadLetterStore, TriageClaims, ReviewQueue, Protocol):
+    """A backend with all three parts (what :func:`collector.backends.open_deadletters` gives)."""
 
 
-def count_status_kinds(rows: Iterable[tuple[str, str, int]]) -> dict[str, int]:
-    """``(status, resolution prefix, count)`` rows as :meth:`DeadLetterStore.status_kinds` keys."""
+def count_status_kinds(rows: Iterable[tuple[str, str | None, int]]) -> dict[str, int]:
+    """``(status, resolution kind, count)`` rows as :attr:`Census.counts` keys."""
     counts: dict[str, int] = {"open": 0, "review": 0}
-    for status, prefix, n in rows:
-        key = f"resolved:{prefix.strip()}" if status == "resolved" else status
+    for status, kind, n in rows:
+        key = f"resolved:{kind or ''}" if status == "resolved" else status
         counts[key] = counts.get(key, 0) + int(n)
     return counts

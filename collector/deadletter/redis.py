@@ -13,11 +13,17 @@ percent-escaped so that no two indexes can share a name)::
     Pix:seen:{source}                  ZSET   ids of a source by last_seen
     Pix:status:{status}[:{source}]     SET    ids per status, globally and per source
     Pix:stage:{stage}[:{source}]       SET    ids per stage, globally and per source
-    Pix:class:{class}                  SET    ids whose error class is {class} or ends ':{class}'
-    Pix:reasons:{status}:{source}      HASH   "stage/error_class" -> number of entries
-    Pmeta                              HASH   epoch token: detects that the data vanished
+    Pix:class:{class}                  SET    ids whose error class is {class}
+    Pix:reasons:{status}:{source}      HASH   reason_label ("stage/[cause:]class") -> entries
+    Pmeta                              HASH   epoch token (detects that the data vanished), layout
     Pevents                            STREAM every history event (quarantined/escalated/resolved)
-    Preview                            STREAM escalated entries, consumer group ``reviewers``
+    Preview:{source}                   STREAM escalated entries, consumer group ``reviewers``
+
+Layout versions (``layout`` in ``Pmeta``), migrated on open: 1 (no ``layout`` field) encoded the
+cause in ``error_class`` (``retries_exhausted:http_500``, indexed under every ``:``-suffix), the
+resolution kind in the ``resolution`` text, and kept one review stream ``Preview`` for every
+source; 2 keeps ``cause``, ``resolution_kind`` and ``trace_id`` as fields of their own and one
+review stream per source (``lua/migrate.lua``, one chunk of entries per call, idempotent).
 
 Every operation is one Lua script, a file in ``collector/deadletter/lua/`` (one round trip, atomic:
 no other client can interleave, so the indexes, the counters and the event stream always agree
@@ -47,9 +53,16 @@ from typing import Any, NoReturn
 import redis
 
 from collector import _json, defaults
+from collector._closing import Closing
 from collector._redis import Scripts, backend_error, connect, describe_client, describe_url
-from collector.deadletter.base import DeadLetter, count_status_kinds
-from collector.deadletter.sqlite import JsonlArchive
+from collector.deadletter.archive import JsonlArchive
+from collector.deadletter.base import (
+    Census,
+    DeadLetter,
+    ResolutionKind,
+    check_kind,
+    count_status_kinds,
+)
 from collector.errors import BackendError
 
 __all__ = ["REVIEW_GROUP", "RedisDeadLetterStore"]
@@ -63,13 +76,17 @@ _CANDIDATES_MAX = 5000  # list(): below this size, read the smallest filter set 
 # The scripts, in lua/<name>.lua, each run after lua/prelude.lua: ARGV[1] is the key prefix
 # "{prefix}:dl:", ARGV[2] the epoch token, KEYS[1] the meta key; the epoch check runs before any
 # write. Every file says its other arguments and its reply.
+LAYOUT = "2"
+_MIGRATE_CHUNK = 500  # entries per migration script call
 _SCRIPTS = (
+    "migrate",
+    "put_back",
     "put",
     "get",
     "list",
     "counts",
     "reasons",
-    "status_kinds",
+    "census",
     "resolve",
     "escalate",
     "finish",
@@ -115,7 +132,15 @@ def _from_hash(h: dict[str, str]) -> DeadLetter:
         status=h["status"],  # type: ignore[arg-type]  # stored from a Status
         resolution=h.get("resolution"),
         requeues=int(h.get("requeues", 0)),
+        cause=h.get("cause", ""),
+        resolution_kind=check_kind(h["resolution_kind"]) if h.get("resolution_kind") else None,
+        trace_id=h.get("trace_id", ""),
     )
+
+
+def _esc(text: str) -> str:
+    """The key escaping of the scripts' ``esc``: ``%`` and ``:`` percent-encoded."""
+    return text.replace("%", "%25").replace(":", "%3A")
 
 
 def _float(value: float, what: str, entry_id: str) -> str:
@@ -134,7 +159,7 @@ def _usable_id(entry_id: str) -> bool:
     return bool(entry_id) and ":" not in entry_id and entry_id not in _RESERVED_IDS
 
 
-class RedisDeadLetterStore:
+class RedisDeadLetterStore(Closing):
     """Dead letters in Redis, shared by every worker that uses the same URL and prefix.
 
     ``url_or_client`` is a ``redis://`` URL (the store then owns its client: no automatic
@@ -167,17 +192,18 @@ class RedisDeadLetterStore:
             self.url = describe_client(url_or_client)
         self._base = f"{prefix}:dl:"
         self.events_key = self._base + "events"
-        self.review_key = self._base + "review"
+        self._old_review_key = self._base + "review"  # layout 1: one stream for all sources
         self._meta_key = self._base + "meta"
         self.archive = JsonlArchive(archive, max_bytes=archive_max_bytes) if archive else None
         self._lock = threading.Lock()
-        self._group_ready = False
+        self._groups_ready: set[str] = set()
         self._epoch = ""
         try:
             with self._errors("cannot connect"):
                 self._client.ping()
                 self._scripts = Scripts(self._client, __package__, _SCRIPTS, prelude="prelude")
                 self._adopt_epoch()
+            self._migrate()
         except BackendError:
             self.close()
             raise
@@ -196,7 +222,24 @@ class RedisDeadLetterStore:
         epoch = pipe.execute()[-1]
         with self._lock:
             self._epoch = _text(epoch)
-            self._group_ready = False
+            self._groups_ready = set()
+
+    def _migrate(self) -> None:
+        """Bring the data to :data:`LAYOUT` (see the module docstring); nothing when it is."""
+        with self._errors("cannot read the layout"):
+            if _text(self._client.hget(self._meta_key, "layout") or "") == LAYOUT:
+                return
+            start = 0
+            while ids := self._client.zrange(self._base + "ix:seen", start, start + 999):
+                for i in range(0, len(ids), _MIGRATE_CHUNK):
+                    self._run("migrate", "migration failed", *ids[i : i + _MIGRATE_CHUNK])
+                start += len(ids)
+            self._client.delete(self._old_review_key)
+            self._client.hset(self._meta_key, "layout", LAYOUT)
+
+    def review_key(self, source: str) -> str:
+        """The review stream of ``source``."""
+        return f"{self._base}review:{_esc(source)}"
 
     def _fail(self, what: str, exc: BaseException) -> NoReturn:
         raise backend_error(f"dead letters {self.url}: {what}", exc) from exc
@@ -226,21 +269,21 @@ class RedisDeadLetterStore:
         with self._errors(what):
             return self._scripts(name, [self._meta_key], [self._base, self._epoch, *args])
 
-    def _ensure_group(self, *, force: bool = False) -> None:
-        """Create the reviewers group once (from the stream's start, so nothing is skipped)."""
-        if self._group_ready and not force:
+    def _ensure_group(self, stream: str, *, force: bool = False) -> None:
+        """Create the reviewers group of a stream once (from its start: nothing is skipped)."""
+        if stream in self._groups_ready and not force:
             return
         with self._errors("cannot create the review group"):
             try:
-                self._client.xgroup_create(self.review_key, REVIEW_GROUP, id="0", mkstream=True)
+                self._client.xgroup_create(stream, REVIEW_GROUP, id="0", mkstream=True)
             except redis.ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
-        self._group_ready = True
+        self._groups_ready.add(stream)
 
-    def _with_group(self, what: str, call: Callable[[], Any]) -> Any:
+    def _with_group(self, stream: str, what: str, call: Callable[[], Any]) -> Any:
         """Run a consumer-group command, re-creating the group once if the server lost it."""
-        self._ensure_group()
+        self._ensure_group(stream)
         for attempt in (1, 2):
             with self._errors(what):
                 try:
@@ -249,7 +292,7 @@ class RedisDeadLetterStore:
                     if "NOGROUP" not in str(exc) or attempt == 2:
                         raise
             self._run("ping", what)  # says "the data is gone" if that is why the group vanished
-            self._ensure_group(force=True)
+            self._ensure_group(stream, force=True)
         raise AssertionError("unreachable")
 
     def _archive(self, event: str, rows: builtins.list[dict[str, Any]]) -> None:
@@ -276,7 +319,8 @@ class RedisDeadLetterStore:
                 e.record_key, payload, failed, e.flow_run_id or "",
                 "1" if e.flow_run_id is not None else "0", e.status, e.resolution or "",
                 "1" if e.resolution is not None else "0", codec,
-                self._event("quarantined", e.to_dict()),
+                self._event("quarantined", e.to_dict()), e.cause, e.resolution_kind or "",
+                e.trace_id,
             ]  # fmt: skip
         new = int(self._run("put", "put failed", *args))
         self._archive("quarantined", [e.to_dict() for e in entries])
@@ -328,20 +372,23 @@ class RedisDeadLetterStore:
                     total[reason] = total.get(reason, 0) + int(n)
         return dict(sorted(total.items(), key=lambda item: (-item[1], item[0])))
 
-    def status_kinds(self, source: str) -> dict[str, int]:
-        found = self._run("status_kinds", "status counts failed", source)
-        rows = [("open", "", found[0]), ("review", "", found[1])]
-        rows += [("resolved", _text(k), n) for k, n in zip(found[2::2], found[3::2], strict=True)]
-        return count_status_kinds(rows)
+    def census(self, source: str) -> Census:
+        found = self._run("census", "census failed", source)
+        ids = [_text(x) for x in found[0::3]]
+        rows = [(_text(st), _text(k), 1) for st, k in zip(found[1::3], found[2::3], strict=True)]
+        return Census(counts=count_status_kinds(rows), ids=frozenset(ids))
 
-    def resolve(self, entry_id: str, resolution: str, *, requeued: bool = False) -> bool:
+    def resolve(
+        self, entry_id: str, kind: ResolutionKind, detail: str, *, requeued: bool = False
+    ) -> bool:
         """Resolve an entry that is not resolved yet (open or in review); True exactly once."""
+        check_kind(kind)
         if not _usable_id(entry_id):
             return False
-        row = {"id": entry_id, "resolution": resolution}
+        row = {"id": entry_id, "kind": kind, "resolution": detail}
         data = self._event("resolved", row)
         done = bool(self._run("resolve", "resolve failed", self.events_maxlen, entry_id,
-                              resolution, data, "1" if requeued else "0"))  # fmt: skip
+                              kind, detail, data, "1" if requeued else "0"))  # fmt: skip
         if done:
             self._archive("resolved", [row])
         return done
@@ -382,9 +429,10 @@ class RedisDeadLetterStore:
         return True
 
     def take_for_review(
-        self, reviewer: str, *, count: int = 1, block_ms: int = 0
+        self, source: str, reviewer: str, *, count: int = 1, block_ms: int = 0
     ) -> builtins.list[tuple[str, DeadLetter]]:
-        """Up to ``count`` escalated entries no other reviewer holds, as (message id, entry).
+        """Up to ``count`` escalated entries of ``source`` no other reviewer holds, as
+        (message id, entry).
 
         The consumer group gives each message to one reviewer only; it stays pending under
         that reviewer until :meth:`finish_review` (or until another one claims it with
@@ -398,6 +446,7 @@ class RedisDeadLetterStore:
         deadline = time.monotonic() + max(block_ms, 0) / 1000
         socket_timeout = self._client.connection_pool.connection_kwargs.get("socket_timeout")
         slice_ms = int(socket_timeout * 500) if socket_timeout else None  # half the timeout
+        stream = self.review_key(source)
         taken: builtins.list[tuple[str, DeadLetter]] = []
         while len(taken) < count:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
@@ -406,38 +455,41 @@ class RedisDeadLetterStore:
                 block = max(1, min(remaining_ms, slice_ms) if slice_ms else remaining_ms)
             want = count - len(taken)
             response = self._with_group(
+                stream,
                 "take for review failed",
                 partial(
                     self._client.xreadgroup,
                     REVIEW_GROUP,
                     reviewer,
-                    {self.review_key: ">"},
+                    {stream: ">"},
                     count=want,
                     block=block,
                 ),
             )
             messages = self._messages(response)
             if messages:
-                taken += self._load(messages, "take for review failed")
+                taken += self._load(source, messages, "take for review failed")
             elif block is None:
                 break
         return taken
 
     def claim_stale_reviews(
-        self, reviewer: str, *, idle_ms: int, count: int = 100
+        self, source: str, reviewer: str, *, idle_ms: int, count: int = 100
     ) -> builtins.list[tuple[str, DeadLetter]]:
-        """Take over reviews held longer than ``idle_ms`` by someone else (who vanished)."""
+        """Take over reviews of ``source`` held longer than ``idle_ms`` by someone else."""
         if not reviewer:
             raise ValueError("reviewer must be a non-empty name")
+        stream = self.review_key(source)
         claimed: builtins.list[tuple[str, DeadLetter]] = []
         start = "0-0"
         while len(claimed) < count:
             want = count - len(claimed)
             response = self._with_group(
+                stream,
                 "claim stale reviews failed",
                 partial(
                     self._client.xautoclaim,
-                    self.review_key,
+                    stream,
                     REVIEW_GROUP,
                     reviewer,
                     max(int(idle_ms), 0),
@@ -447,23 +499,34 @@ class RedisDeadLetterStore:
             )
             start = _text(response[0])
             pairs = [(m, f) for m, f in response[1] if m is not None and f is not None]
-            claimed += self._load(pairs, "claim stale reviews failed")
+            claimed += self._load(source, pairs, "claim stale reviews failed")
             if start == "0-0":
                 break
         return claimed
 
-    def finish_review(self, message_id: str, entry_id: str, resolution: str) -> bool:
+    def put_back(self, message_id: str, entry_id: str) -> bool:
+        """Hand a held review back: its message is replaced by a new one at the end of the
+        source's stream (a consumer group cannot un-deliver a message), held by nobody."""
+        if not _usable_id(entry_id):
+            return False
+        return bool(self._run("put_back", "put back failed", message_id, entry_id))
+
+    def finish_review(
+        self, message_id: str, entry_id: str, kind: ResolutionKind, detail: str
+    ) -> bool:
         """Resolve the reviewed entry (once) and acknowledge its message (always).
 
         False when the entry was already resolved (e.g. by another finish, or by
         :meth:`resolve`), or when this message is no longer the entry's current review.
         ValueError when the message is about another entry.
         """
-        row = {"id": entry_id, "resolution": resolution, "review_message": message_id}
+        check_kind(kind)
+        if not _usable_id(entry_id):
+            return False
+        row = {"id": entry_id, "kind": kind, "resolution": detail, "review_message": message_id}
         data = self._event("resolved", row)
-        self._ensure_group()
         done = bool(self._run("finish", "finish review failed", self.events_maxlen, message_id,
-                              entry_id, resolution, data))  # fmt: skip
+                              entry_id, kind, detail, data))  # fmt: skip
         if done:
             self._archive("resolved", [row])
         return done
@@ -481,7 +544,7 @@ class RedisDeadLetterStore:
         return out
 
     def _load(
-        self, messages: builtins.list[tuple[Any, Any]], what: str
+        self, source: str, messages: builtins.list[tuple[Any, Any]], what: str
     ) -> builtins.list[tuple[str, DeadLetter]]:
         args: builtins.list[str] = []
         for message_id, fields in messages:
@@ -489,5 +552,5 @@ class RedisDeadLetterStore:
             args += [_text(message_id), entry if _usable_id(entry) else "meta"]
         if not args:
             return []
-        hashes = self._run("load_reviews", what, *args)
+        hashes = self._run("load_reviews", what, source, *args)
         return [(args[2 * i], _from_hash(_pairs(flat))) for i, flat in enumerate(hashes) if flat]

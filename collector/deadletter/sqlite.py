@@ -1,20 +1,24 @@
-"""SQLite dead-letter store (embedded default) with its append-only JSONL archive.
+"""SQLite dead-letter store (embedded default); its history goes to a :class:`JsonlArchive`.
 
-The store holds the current state of each entry; the archive gets one line per ``put``, per
-escalation and per resolution, never rewritten, so the history survives even a deleted database.
-The archive is rotated by size: past ``max_bytes`` the file is renamed to the next free
-``<stem>.NNNNN<suffix>`` and a new one started (rotated files are never touched again).
+The store holds the current state of each entry; the archive
+(:mod:`collector.deadletter.archive`) gets one line per ``put``, per escalation and per
+resolution, never rewritten, so the history survives even a deleted database.
 
 The manual-review queue is a table of review messages (``reviews``), one per escalation, with
 the same semantics as the Redis store's consumer group: a message is held by one reviewer at a
 time, can be taken over once its holder has been idle for ``idle_ms``, and disappears when the
 review finishes or the entry is resolved another way.
+
+Layout versions (``PRAGMA user_version``), migrated on open in one transaction:
+1 (0 in files written before versions were kept): the failure's cause was encoded in the class
+(``retries_exhausted:http_500``) and a resolution's kind in its text (``repaired: trimmed``);
+2: ``cause`` and ``resolution_kind`` are columns of their own, ``trace_id`` is kept, and review
+messages name their source.
 """
 
 from __future__ import annotations
 
 import builtins
-import os
 import sqlite3
 import threading
 import time
@@ -24,11 +28,23 @@ from pathlib import Path
 from typing import Any
 
 from collector import _json, defaults
-from collector.deadletter.base import DeadLetter, count_status_kinds
+from collector._closing import Closing
+from collector.deadletter.archive import JsonlArchive, dumps
+from collector.deadletter.base import (
+    CAUSES,
+    RESOLUTION_KINDS,
+    Census,
+    DeadLetter,
+    ResolutionKind,
+    check_kind,
+    count_status_kinds,
+)
 from collector.errors import BackendError
 from collector.sqlite_tx import write_transaction
 
-__all__ = ["JsonlArchive", "SqliteDeadLetterStore"]
+__all__ = ["JsonlArchive", "SqliteDeadLetterStore", "split_legacy"]
+
+LAYOUT = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS deadletters (
@@ -60,83 +76,45 @@ CREATE TABLE IF NOT EXISTS reviews (
 CREATE INDEX IF NOT EXISTS reviews_free ON reviews (reviewer, msg_id);
 """
 
-# Added after the first release: (column, type) added to an existing table when missing.
+# Added after the first release: (table, column, type) added to an existing table when missing.
 _LATER_COLUMNS = (
-    ("claimed_by", "TEXT"),  # triage claim owner (open entries only)
-    ("claim_expires", "REAL"),
-    ("review_msg", "INTEGER"),  # the entry's current review message while in review
-    ("review_reason", "TEXT"),
-    ("requeues", "INTEGER NOT NULL DEFAULT 0"),
+    ("deadletters", "claimed_by", "TEXT"),  # triage claim owner (open entries only)
+    ("deadletters", "claim_expires", "REAL"),
+    ("deadletters", "review_msg", "INTEGER"),  # the entry's current review message
+    ("deadletters", "review_reason", "TEXT"),
+    ("deadletters", "requeues", "INTEGER NOT NULL DEFAULT 0"),
+    ("deadletters", "cause", "TEXT NOT NULL DEFAULT ''"),  # layout 2
+    ("deadletters", "resolution_kind", "TEXT"),  # layout 2
+    ("deadletters", "trace_id", "TEXT NOT NULL DEFAULT ''"),  # layout 2
+    ("reviews", "source", "TEXT NOT NULL DEFAULT ''"),  # layout 2
 )
 _POLL_S = 0.05  # take_for_review(block_ms=...) looks for new messages this often
 
 _COLUMNS = (
     "id, source, url, stage, error_class, message, attempts, first_seen, last_seen, record_key,"
-    " payload, failed_expectations, flow_run_id, status, resolution"
+    " payload, failed_expectations, flow_run_id, status, resolution, cause, resolution_kind,"
+    " trace_id"
 )
 _READ = _COLUMNS + ", requeues"  # requeues is the store's own count, never written by put
 
 
-class JsonlArchive:
-    """Append-only JSONL history of dead letters, rotated by size.
+def split_legacy(error_class: str, resolution: str | None, status: str) -> tuple[str, str, Any]:
+    """Layout 1's encoded strings as layout 2's fields: (error_class, cause, (kind, detail)).
 
-    A write that would take the file past ``max_bytes`` first moves the file aside to the next
-    ``<stem>.NNNNN<suffix>`` (numbers only grow, so the rotated files sort oldest first); one
-    write is never split across files, so a single event larger than ``max_bytes`` still lands
-    whole in a file of its own.
+    The one place the old encodings are read; only migrations call it.
     """
-
-    def __init__(self, path: str | Path, *, max_bytes: int = defaults.DEADLETTER_ARCHIVE_BYTES):
-        if max_bytes < 1:
-            raise ValueError("max_bytes must be at least 1")
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.max_bytes = max_bytes
-        self._lock = threading.Lock()
-
-    def rotated(self) -> builtins.list[Path]:
-        """The rotated files, oldest first (the live file is :attr:`path`)."""
-        found = []
-        for candidate in self.path.parent.glob(f"{self.path.stem}.*{self.path.suffix}"):
-            middle = candidate.name[
-                len(self.path.stem) + 1 : len(candidate.name) - len(self.path.suffix)
-            ]
-            if middle.isdigit():
-                found.append((int(middle), candidate))
-        return [path for _, path in sorted(found)]
-
-    def files(self) -> builtins.list[Path]:
-        """Every archive file, oldest first."""
-        return [*self.rotated(), *([self.path] if self.path.exists() else [])]
-
-    def _rotate(self) -> None:
-        existing = self.rotated()
-        number = 1
-        if existing:
-            last = existing[-1].name[len(self.path.stem) + 1 :].split(".")[0]
-            number = int(last) + 1
-        target = self.path.with_name(f"{self.path.stem}.{number:05d}{self.path.suffix}")
-        os.replace(self.path, target)
-
-    def append(self, event: str, rows: Sequence[dict[str, Any]]) -> None:
-        if not rows:
-            return
-        now = time.time()
-        data = b"".join(_dumps({"event": event, "at": now, **row}) + b"\n" for row in rows)
-        with self._lock:
-            try:
-                size = self.path.stat().st_size
-            except FileNotFoundError:
-                size = 0
-            if size and size + len(data) > self.max_bytes:
-                self._rotate()
-            with self.path.open("ab") as handle:
-                handle.write(data)
+    cause, _, final = error_class.rpartition(":")
+    kind_detail: tuple[str | None, str | None] = (None, resolution)
+    if status == "resolved" and resolution is not None:
+        prefix, colon, rest = resolution.partition(":")
+        if colon and prefix.strip() in RESOLUTION_KINDS:
+            kind_detail = (prefix.strip(), rest.strip())
+    return final, cause if cause in CAUSES else "", kind_detail
 
 
 def _row_to_entry(row: tuple[Any, ...]) -> DeadLetter:
     (eid, source, url, stage, error_class, message, attempts, first, last, key, payload,
-     failed, run_id, status, resolution, requeues) = row  # fmt: skip
+     failed, run_id, status, resolution, cause, kind, trace_id, requeues) = row  # fmt: skip
     return DeadLetter(
         id=eid,
         source=source,
@@ -154,6 +132,9 @@ def _row_to_entry(row: tuple[Any, ...]) -> DeadLetter:
         status=status,
         resolution=resolution,
         requeues=requeues or 0,
+        cause=cause or "",
+        resolution_kind=kind,
+        trace_id=trace_id or "",
     )
 
 
@@ -162,16 +143,47 @@ def _dumps(value: Any) -> bytes:
 
 
 def _entry_to_row(e: DeadLetter) -> tuple[Any, ...]:
-    payload = _dumps(e.payload) if e.payload is not None else None
-    failed = _dumps(e.failed_expectations)
+    payload = dumps(e.payload) if e.payload is not None else None
+    failed = dumps(e.failed_expectations)
     return (
         *(e.id, e.source, e.url, e.stage, e.error_class, e.message, e.attempts),
         *(e.first_seen, e.last_seen, e.record_key, payload, failed),
-        *(e.flow_run_id, e.status, e.resolution),
+        *(e.flow_run_id, e.status, e.resolution, e.cause, e.resolution_kind, e.trace_id),
     )
 
 
-class SqliteDeadLetterStore:
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring a store to :data:`LAYOUT` (idempotent; runs in the caller's transaction)."""
+    for table, column, kind in _LATER_COLUMNS:
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if column not in have:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    if version >= LAYOUT:
+        return
+    rows = db.execute(
+        "SELECT id, error_class, resolution, status FROM deadletters"
+        " WHERE instr(error_class, ':') > 0"
+        " OR (status = 'resolved' AND resolution_kind IS NULL)"
+    ).fetchall()
+    for eid, error_class, resolution, status in rows:
+        final, cause, (kind, detail) = split_legacy(error_class, resolution, status)
+        db.execute(
+            "UPDATE deadletters SET error_class = ?, cause = ?, resolution_kind = ?,"
+            " resolution = ? WHERE id = ?",
+            (final, cause, kind, detail, eid),
+        )
+    db.execute(
+        "UPDATE reviews SET source = coalesce((SELECT source FROM deadletters"
+        " WHERE deadletters.id = reviews.entry_id), '') WHERE source = ''"
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS reviews_source ON reviews (source, reviewer, msg_id)")
+    db.execute(f"PRAGMA user_version = {LAYOUT}")
+
+
+class SqliteDeadLetterStore(Closing):
+    """Dead letters in one SQLite file (WAL); ``archive`` adds the append-only JSONL history."""
+
     def __init__(
         self,
         path: str | Path,
@@ -182,6 +194,7 @@ class SqliteDeadLetterStore:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=30.0, isolation_level=None, check_same_thread=False
@@ -189,14 +202,11 @@ class SqliteDeadLetterStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
-            have = {row[1] for row in self._db.execute("PRAGMA table_info(deadletters)")}
-            for column, kind in _LATER_COLUMNS:
-                if column not in have:
-                    self._db.execute(f"ALTER TABLE deadletters ADD COLUMN {column} {kind}")
         except sqlite3.Error as exc:
             raise BackendError(f"dead letters {self.path}: cannot open SQLite: {exc}") from exc
+        with self._transaction() as db:
+            _migrate(db)
         self.archive = JsonlArchive(archive, max_bytes=archive_max_bytes) if archive else None
-        self._lock = threading.Lock()
 
     def location(self) -> str:
         return self.path
@@ -221,16 +231,19 @@ class SqliteDeadLetterStore:
                 )
             }
             db.executemany(
-                f"INSERT INTO deadletters ({_COLUMNS}) VALUES ({','.join('?' * 15)})"
+                f"INSERT INTO deadletters ({_COLUMNS}) VALUES ({','.join('?' * 18)})"
                 " ON CONFLICT (id) DO UPDATE SET message = excluded.message,"
                 " attempts = MAX(deadletters.attempts, excluded.attempts),"
                 " last_seen = excluded.last_seen, payload = excluded.payload,"
                 " failed_expectations = excluded.failed_expectations,"
-                " flow_run_id = excluded.flow_run_id,"
+                " flow_run_id = excluded.flow_run_id, cause = excluded.cause,"
+                " trace_id = excluded.trace_id,"
                 " claimed_by = CASE WHEN deadletters.status = 'resolved' THEN NULL"
                 "                   ELSE deadletters.claimed_by END,"
                 " status = CASE WHEN deadletters.status = 'resolved' THEN 'open'"
                 "               ELSE deadletters.status END,"
+                " resolution_kind = CASE WHEN deadletters.status = 'resolved' THEN NULL"
+                "                   ELSE deadletters.resolution_kind END,"
                 " resolution = CASE WHEN deadletters.status = 'resolved' THEN NULL"
                 "                   ELSE deadletters.resolution END",
                 rows,
@@ -257,14 +270,15 @@ class SqliteDeadLetterStore:
     ) -> builtins.list[DeadLetter]:
         where: builtins.list[str] = ["1 = 1"]
         params: builtins.list[Any] = []
-        for column, value in (("source", source), ("stage", stage), ("status", status)):
+        for column, value in (
+            ("source", source),
+            ("stage", stage),
+            ("status", status),
+            ("error_class", error_class),
+        ):
             if value is not None:
                 where.append(f"{column} = ?")
                 params.append(value)
-        if error_class is not None:
-            # exact, or as the last part of a compound class ("retries_exhausted:http_500")
-            where.append("(error_class = ? OR substr(error_class, -length(?)) = ?)")
-            params += [error_class, f":{error_class}", f":{error_class}"]
         if first_seen_before is not None:
             where.append("first_seen < ?")
             params.append(first_seen_before)
@@ -287,7 +301,10 @@ class SqliteDeadLetterStore:
         return {status: found.get(status, 0) for status in ("open", "review", "resolved")}
 
     def reasons(self, source: str, *, status: str | None = "open") -> dict[str, int]:
-        sql = "SELECT stage || '/' || error_class, COUNT(*) FROM deadletters WHERE source = ?"
+        sql = (
+            "SELECT stage || '/' || CASE WHEN cause != '' THEN cause || ':' ELSE '' END"
+            " || error_class, COUNT(*) FROM deadletters WHERE source = ?"
+        )
         params: builtins.list[str] = [source]
         if status is not None:
             sql += " AND status = ?"
@@ -295,20 +312,20 @@ class SqliteDeadLetterStore:
         with self._lock:
             return dict(self._db.execute(sql + " GROUP BY 1 ORDER BY 2 DESC", params).fetchall())
 
-    def status_kinds(self, source: str) -> dict[str, int]:
-        # One statement, so one snapshot; the prefix is grouped here and stripped in Python
-        # (SQL's trim() knows only spaces).
-        sql = (
-            "SELECT status, CASE WHEN status = 'resolved' THEN"
-            " substr(coalesce(resolution, ''), 1,"
-            " instr(coalesce(resolution, '') || ':', ':') - 1) ELSE '' END, COUNT(*)"
-            " FROM deadletters WHERE source = ? GROUP BY 1, 2"
+    def census(self, source: str) -> Census:
+        with self._lock:  # one statement: one snapshot
+            rows = self._db.execute(
+                "SELECT id, status, resolution_kind FROM deadletters WHERE source = ?", (source,)
+            ).fetchall()
+        return Census(
+            counts=count_status_kinds((status, kind, 1) for _, status, kind in rows),
+            ids=frozenset(eid for eid, _, _ in rows),
         )
-        with self._lock:
-            found = self._db.execute(sql, (source,)).fetchall()
-        return count_status_kinds(found)
 
-    def resolve(self, entry_id: str, resolution: str, *, requeued: bool = False) -> bool:
+    def resolve(
+        self, entry_id: str, kind: ResolutionKind, detail: str, *, requeued: bool = False
+    ) -> bool:
+        check_kind(kind)
         with self._transaction() as db:
             row = db.execute(
                 "SELECT review_msg FROM deadletters WHERE id = ? AND status != 'resolved'",
@@ -316,15 +333,16 @@ class SqliteDeadLetterStore:
             ).fetchone()
             if row is not None:
                 db.execute(
-                    "UPDATE deadletters SET status = 'resolved', resolution = ?,"
-                    " claimed_by = NULL, claim_expires = NULL, review_msg = NULL,"
-                    " review_reason = NULL, requeues = requeues + ? WHERE id = ?",
-                    (resolution, int(requeued), entry_id),
+                    "UPDATE deadletters SET status = 'resolved', resolution_kind = ?,"
+                    " resolution = ?, claimed_by = NULL, claim_expires = NULL,"
+                    " review_msg = NULL, review_reason = NULL, requeues = requeues + ?"
+                    " WHERE id = ?",
+                    (kind, detail, int(requeued), entry_id),
                 )
                 if row[0] is not None:  # a pending review of it is moot
                     db.execute("DELETE FROM reviews WHERE msg_id = ?", (row[0],))
         if row is not None:
-            self._archive("resolved", [{"id": entry_id, "resolution": resolution}])
+            self._archive("resolved", [{"id": entry_id, "kind": kind, "resolution": detail}])
         return row is not None
 
     # --- triage claims -------------------------------------------------------------------
@@ -355,13 +373,13 @@ class SqliteDeadLetterStore:
     def escalate(self, entry_id: str, reason: str) -> bool:
         with self._transaction() as db:
             opened = db.execute(
-                "SELECT 1 FROM deadletters WHERE id = ? AND status = 'open'", (entry_id,)
+                "SELECT source FROM deadletters WHERE id = ? AND status = 'open'", (entry_id,)
             ).fetchone()
             if opened is None:
                 return False
             msg = db.execute(
-                "INSERT INTO reviews (entry_id, reason, created_at) VALUES (?, ?, ?)",
-                (entry_id, reason, time.time()),
+                "INSERT INTO reviews (entry_id, source, reason, created_at) VALUES (?, ?, ?, ?)",
+                (entry_id, opened[0], reason, time.time()),
             ).lastrowid
             db.execute(
                 "UPDATE deadletters SET status = 'review', review_msg = ?, review_reason = ?,"
@@ -399,7 +417,7 @@ class SqliteDeadLetterStore:
         return out
 
     def take_for_review(
-        self, reviewer: str, *, count: int = 1, block_ms: int = 0
+        self, source: str, reviewer: str, *, count: int = 1, block_ms: int = 0
     ) -> builtins.list[tuple[str, DeadLetter]]:
         if not reviewer:
             raise ValueError("reviewer must be a non-empty name")
@@ -408,45 +426,74 @@ class SqliteDeadLetterStore:
         deadline = time.monotonic() + max(block_ms, 0) / 1000
         taken: builtins.list[tuple[str, DeadLetter]] = []
         while True:
-            taken += self._hand_out(reviewer, count - len(taken), "reviewer IS NULL", ())
-            if len(taken) >= count or time.monotonic() >= deadline:
-                return taken
-            if taken:
+            taken += self._hand_out(
+                reviewer, count - len(taken), "source = ? AND reviewer IS NULL", (source,)
+            )
+            if taken or time.monotonic() >= deadline:
                 return taken
             time.sleep(min(_POLL_S, max(deadline - time.monotonic(), 0)))
 
     def claim_stale_reviews(
-        self, reviewer: str, *, idle_ms: int, count: int = 100
+        self, source: str, reviewer: str, *, idle_ms: int, count: int = 100
     ) -> builtins.list[tuple[str, DeadLetter]]:
         if not reviewer:
             raise ValueError("reviewer must be a non-empty name")
         if count < 1:
             return []
         cutoff = time.time() - max(idle_ms, 0) / 1000
-        return self._hand_out(reviewer, count, "reviewer IS NOT NULL AND taken_at <= ?", (cutoff,))
+        return self._hand_out(
+            reviewer,
+            count,
+            "source = ? AND reviewer IS NOT NULL AND taken_at <= ?",
+            (source, cutoff),
+        )
 
-    def finish_review(self, message_id: str, entry_id: str, resolution: str) -> bool:
+    def _message(self, message_id: str) -> int | None:
         try:
-            msg = int(message_id)
+            return int(message_id)
         except ValueError:
+            return None
+
+    def _check_message(self, db: sqlite3.Connection, msg: int, entry_id: str) -> None:
+        found = db.execute("SELECT entry_id FROM reviews WHERE msg_id = ?", (msg,)).fetchone()
+        if found is not None and found[0] != entry_id:
+            raise ValueError(f"review message {msg} is for entry {found[0]}, not {entry_id}")
+
+    def put_back(self, message_id: str, entry_id: str) -> bool:
+        msg = self._message(message_id)
+        if msg is None:
             return False
         with self._transaction() as db:
-            found = db.execute("SELECT entry_id FROM reviews WHERE msg_id = ?", (msg,)).fetchone()
-            if found is not None and found[0] != entry_id:
-                raise ValueError(
-                    f"review message {message_id} is for entry {found[0]}, not {entry_id}"
-                )
+            self._check_message(db, msg, entry_id)
+            return bool(
+                db.execute(
+                    "UPDATE reviews SET reviewer = NULL, taken_at = NULL WHERE msg_id = ?"
+                    " AND EXISTS (SELECT 1 FROM deadletters WHERE id = ? AND status = 'review'"
+                    " AND review_msg = ?)",
+                    (msg, entry_id, msg),
+                ).rowcount
+            )
+
+    def finish_review(
+        self, message_id: str, entry_id: str, kind: ResolutionKind, detail: str
+    ) -> bool:
+        check_kind(kind)
+        msg = self._message(message_id)
+        if msg is None:
+            return False
+        with self._transaction() as db:
+            self._check_message(db, msg, entry_id)
             db.execute("DELETE FROM reviews WHERE msg_id = ?", (msg,))
             done = bool(
                 db.execute(
-                    "UPDATE deadletters SET status = 'resolved', resolution = ?,"
-                    " review_msg = NULL, review_reason = NULL"
+                    "UPDATE deadletters SET status = 'resolved', resolution_kind = ?,"
+                    " resolution = ?, review_msg = NULL, review_reason = NULL"
                     " WHERE id = ? AND status = 'review' AND review_msg = ?",
-                    (resolution, entry_id, msg),
+                    (kind, detail, entry_id, msg),
                 ).rowcount
             )
         if done:
-            row = {"id": entry_id, "resolution": resolution, "review_message": message_id}
+            row = {"id": entry_id, "kind": kind, "resolution": detail, "review_message": message_id}
             self._archive("resolved", [row])
         return done
 

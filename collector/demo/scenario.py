@@ -21,7 +21,7 @@ FAULT_PATHS: dict[str, str] = {
     "/items/1001.json?status=429&retry_after=1": "stored (after honouring Retry-After: 1)",
     "/items/1002.json?status=503&times=2": "stored (after two 503s, retried with backoff)",
     "/items/1003.json?status=503&times=2&retry_after=0": "stored (503 burst with Retry-After: 0)",
-    "/items/1004.json?delay=5": "dead letter: timeout (slower than its 1.5 s deadline, 3 tries)",
+    "/items/1004.json?delay=5": "dead letter: timeout (no answer within its 1 s read timeout)",
     "/items/1005.json?malformed=1": "dead letter: parse_error (truncated JSON, never retried)",
     "/items/1006.json?invalid=1": "dead letter: schema (price -1 and name null fail the suite)",
     "/missing/1007.json": "dead letter: http_404 (fetched once, never retried)",

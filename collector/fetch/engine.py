@@ -11,7 +11,11 @@ What it guarantees for each URL of a batch:
   (:mod:`collector.policy.urls`), and bodies larger than ``max_response_bytes`` are cut off;
 * **retries**: recoverable failures are retried under the source's retry policy
   (:mod:`collector.policy.retry`); waits short enough are done here, longer ones are returned as
-  ``later`` for the frontier to schedule.
+  ``later`` for the frontier to schedule;
+* **outages and load** (see docs/politeness.md): a host whose circuit breaker is open gets no
+  request; its items are returned ``deferred`` until the breaker may close
+  (:mod:`collector.fetch.circuit`). With an adaptive window, a host's requests in flight follow
+  its load between 1 and ``per_domain_concurrency`` (:mod:`collector.fetch.adaptive`).
 
 Requests go through httpx's API; the connection pool under it is aiohttp's by default (about
 1.6x the pages/s of httpx's own, see :mod:`collector.fetch.transport`). The engine lends a
@@ -25,22 +29,28 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import httpx
 
 from collector import defaults
 from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
+from collector.fetch.adaptive import HostGate, Signal
+from collector.fetch.circuit import GO, CircuitBoard, CircuitListener, RedisCircuitStore
 from collector.fetch.ratelimit import LimitsRateLimiter, RateLimiter
 from collector.fetch.transport import POOL_ERROR as _POOL_ERROR
 from collector.fetch.transport import TransportKind, make_clients, pool_failure
 from collector.frontier.base import ClaimedItem
+from collector.ops import metrics
 from collector.policy.retry import RetryBudget, RetryDecision, RetrySettings, is_recoverable_status
 from collector.policy.retry import parse_retry_after as _parse_retry_after
 from collector.policy.urls import HostPolicy
+
+if TYPE_CHECKING:
+    from collector.config import AdaptiveSettings
 
 __all__ = ["FetchEngine", "FetchResult", "host_of"]
 
@@ -55,6 +65,13 @@ class _TooLate(Exception):
     """The batch is out of time to start this attempt."""
 
 
+class _Deferred(Exception):
+    """The host's circuit breaker is open: come back at ``not_before`` (wall clock)."""
+
+    def __init__(self, not_before: float) -> None:
+        self.not_before = not_before
+
+
 @dataclass(slots=True)
 class _Progress:
     """How far one item got, readable after its task was cancelled."""
@@ -63,6 +80,7 @@ class _Progress:
     attempts: int = 0
     first_attempt_at: float = 0.0
     last_error: FetchError | None = None
+    sent_at: float = 0.0  # monotonic time the current attempt was sent (request latency)
 
     def __post_init__(self) -> None:
         self.attempts = self.item.attempts
@@ -75,11 +93,12 @@ class FetchResult:
 
     ``status`` ``ok``: ``body`` holds the response; ``failed``: ``error`` and ``decision`` say why
     and what next (retry later or dead); ``skipped``: the batch ran out of time before this URL
-    was tried, so it goes back to the queue unchanged.
+    was tried, so it goes back to the queue unchanged; ``deferred``: the host's circuit breaker
+    is open, so it goes back to the queue not before ``not_before`` (not an attempt).
     """
 
     url: str
-    status: Literal["ok", "failed", "skipped"]
+    status: Literal["ok", "failed", "skipped", "deferred"]
     attempts: int  # total attempts of this item so far, across batches
     first_attempt_at: float
     final_url: str | None = None
@@ -89,6 +108,7 @@ class FetchResult:
     elapsed_s: float = 0.0
     error: FetchError | None = None
     decision: RetryDecision | None = None
+    not_before: float = 0.0  # deferred: wall-clock time the host may be tried again
 
 
 class FetchEngine:
@@ -110,6 +130,8 @@ class FetchEngine:
         headers: dict[str, str] | None = None,
         transport: TransportKind = defaults.TRANSPORT,  # type: ignore[assignment]
         rng: random.Random | None = None,
+        circuit: CircuitBoard | None = None,
+        adaptive: AdaptiveSettings | None = None,
     ) -> None:
         self.retry = retry
         self.host_policy = host_policy
@@ -125,17 +147,56 @@ class FetchEngine:
         self.transport: TransportKind = transport
         self.rng = rng or random.Random()
         self.requests_sent = 0
+        # Called with each item's result as soon as its fetch ends (a progress display counts
+        # items, not batches); must be quick and must not raise. Cut-off items are not reported.
+        self.on_item: Callable[[FetchResult], None] | None = None
+        # per-batch request counts for Prometheus (collector.ops.metrics), None when metrics are off
+        self.tally = metrics.RequestTally() if metrics.enabled() else None
         self._clients: list[httpx.AsyncClient] = []
         self._lendable: asyncio.Queue[httpx.AsyncClient] | None = None
-        self._domain_slots: dict[str, asyncio.Semaphore] = {}
+        self.circuit = circuit  # None: no breaker
+        self.adaptive = adaptive if adaptive is not None and adaptive.enabled else None
+        self._gates: dict[str, HostGate] = {}
+        self._halted = asyncio.Event()
+        self.stop_grace_s = defaults.STOP_GRACE_S
+
+    @property
+    def halted(self) -> bool:
+        return self._halted.is_set()
+
+    def halt(self) -> None:
+        """Stop the run's fetching: no attempt starts any more, and attempts in flight get
+        ``stop_grace_s`` to finish before they are cut off. Items that did not finish come back
+        ``skipped`` with their attempts as claimed (a stop is not an attempt)."""
+        self._halted.set()
 
     @classmethod
-    def for_source(cls, source: object, *, rate_storage_uri: str = "memory://") -> FetchEngine:
-        """Build an engine from a :class:`collector.config.Source`."""
+    def for_source(
+        cls,
+        source: object,
+        *,
+        rate_storage_uri: str = "memory://",
+        circuit_storage_uri: str | None = None,
+    ) -> FetchEngine:
+        """Build an engine from a :class:`collector.config.Source`.
+
+        ``circuit_storage_uri`` (a redis:// URL) shares the circuit breakers with every worker
+        of the source; without it each worker has its own.
+        """
         from collector.config import Source
 
         assert isinstance(source, Source)
         limits = source.limits
+        circuit = None
+        if limits.circuit.enabled:
+            store = (
+                RedisCircuitStore(circuit_storage_uri, source.name, limits.circuit)
+                if circuit_storage_uri
+                else None
+            )
+            circuit = CircuitBoard(
+                limits.circuit, store=store, probe_window_s=source.ttl.request_deadline_s
+            )
         return cls(
             retry=source.retry,
             host_policy=HostPolicy(
@@ -156,7 +217,32 @@ class FetchEngine:
             max_redirects=limits.max_redirects,
             headers=source.resolved_headers(),
             transport=limits.transport,
+            circuit=circuit,
+            adaptive=limits.adaptive,
         )
+
+    # --- what the engine knows about hosts (progress, summary, metrics gauges) -------------
+    def windows(self) -> dict[str, int]:
+        """Each host's current concurrency window (adaptive mode only; empty when fixed)."""
+        if self.adaptive is None:
+            return {}
+        return {host: gate.limit for host, gate in self._gates.items()}
+
+    def host_report(self) -> dict[str, Any]:
+        """Windows and breakers for the run's summary and progress (plain JSON values)."""
+        report: dict[str, Any] = {"windows": self.windows()}
+        if self.circuit is not None:
+            report["circuit"] = {
+                "opened": self.circuit.opened,
+                "closed": self.circuit.closed,
+                "open_until": {h: round(u, 3) for h, u in self.circuit.open_hosts().items()},
+            }
+        return report
+
+    @property
+    def circuit_listeners(self) -> list[CircuitListener]:
+        """Callbacks ``(kind, data)`` told when a breaker opens or closes (the flow's events)."""
+        return self.circuit.listeners if self.circuit is not None else []
 
     # --- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> Self:
@@ -186,6 +272,8 @@ class FetchEngine:
         await asyncio.gather(*(client.aclose() for client in self._clients))
         self._clients.clear()
         self._lendable = None
+        if self.circuit is not None:
+            await self.circuit.aclose()
 
     async def _check_request(self, request: httpx.Request) -> None:
         # Runs before the first request and before every redirect hop.
@@ -224,23 +312,49 @@ class FetchEngine:
         async def fetch_one(p: _Progress) -> FetchResult:
             cap = caps.get(_host_of(p.item.url)) if caps else None
             if cap is None:
-                return await self._fetch_item(p, budget, start_by)
-            async with cap:
-                return await self._fetch_item(p, budget, start_by)
+                result = await self._fetch_item(p, budget, start_by)
+            else:
+                async with cap:
+                    result = await self._fetch_item(p, budget, start_by)
+            if self.on_item is not None:
+                self.on_item(result)
+            return result
 
         tasks = [asyncio.create_task(fetch_one(p)) for p in progress]
         if not tasks:
             return []
         timeout = None if math.isinf(stop_at) else max(stop_at - time.monotonic(), 0.0)
-        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        pending = await self._wait(tasks, timeout)
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        cut_off = self._stopped if self.halted else self._cut_off
         return [
-            self._cut_off(p) if task in pending else task.result()
+            cut_off(p) if task in pending else task.result()
             for task, p in zip(tasks, progress, strict=True)
         ]
+
+    async def _wait(
+        self, tasks: list[asyncio.Task[FetchResult]], timeout: float | None
+    ) -> set[asyncio.Task[FetchResult]]:
+        """Wait for the batch until its stop time, or until ``stop_grace_s`` after a halt."""
+        everything = asyncio.ensure_future(asyncio.wait(tasks, timeout=timeout))
+        halted = asyncio.ensure_future(self._halted.wait())
+        try:
+            await asyncio.wait({everything, halted}, return_when=asyncio.FIRST_COMPLETED)
+            if not everything.done():
+                await asyncio.wait({everything}, timeout=self.stop_grace_s)
+        finally:
+            halted.cancel()
+            if not everything.done():
+                everything.cancel()
+        return {task for task in tasks if not task.done()}
+
+    def _stopped(self, progress: _Progress) -> FetchResult:
+        """The result of an item cut off by a halt: back to the queue as it was claimed."""
+        item = progress.item
+        return FetchResult(item.url, "skipped", item.attempts, progress.first_attempt_at)
 
     def _cut_off(self, progress: _Progress) -> FetchResult:
         """The result of an item whose task was cancelled at the batch's stop time."""
@@ -260,6 +374,10 @@ class FetchEngine:
         )
         if decision.action == "inline":
             decision = RetryDecision("later", decision.delay_s, decision.reason)
+        if self.tally is not None:
+            self.tally.request(_host_of(item.url), None, None)
+            if decision.action != "dead":
+                self.tally.retry(decision.reason)
         return FetchResult(
             item.url, "failed", progress.attempts, progress.first_attempt_at,
             error=error, decision=decision,
@@ -276,6 +394,11 @@ class FetchEngine:
                 final_url, status, body, content_type = await self._attempt(
                     item.url, budget, progress, start_by
                 )
+            except _Deferred as deferred:
+                return FetchResult(
+                    item.url, "deferred", progress.attempts, first_attempt_at,
+                    not_before=deferred.not_before,
+                )  # fmt: skip
             except _TooLate:
                 if progress.last_error is None:
                     return FetchResult(item.url, "skipped", progress.attempts, first_attempt_at)
@@ -295,6 +418,12 @@ class FetchEngine:
                     budget=budget,
                     rng=self.rng,
                 )
+                if self.tally is not None:
+                    self.tally.request(
+                        _host_of(item.url), error.status_code, time.monotonic() - progress.sent_at
+                    )
+                    if decision.action != "dead":
+                        self.tally.retry(decision.reason)
                 if decision.action == "inline" and time.monotonic() + decision.delay_s <= start_by:
                     await asyncio.sleep(decision.delay_s)
                     continue
@@ -310,6 +439,8 @@ class FetchEngine:
                     error=error,
                     decision=decision,
                 )
+            if self.tally is not None:
+                self.tally.request(_host_of(item.url), status, time.monotonic() - progress.sent_at)
             return FetchResult(
                 item.url,
                 "ok",
@@ -322,12 +453,11 @@ class FetchEngine:
                 elapsed_s=time.monotonic() - began,
             )
 
-    def _domain_slot(self, url: str) -> tuple[str, asyncio.Semaphore]:
-        host = _host_of(url)
-        slot = self._domain_slots.get(host)
-        if slot is None:
-            slot = self._domain_slots[host] = asyncio.Semaphore(self.per_domain_concurrency)
-        return host, slot
+    def _gate(self, host: str) -> HostGate:
+        gate = self._gates.get(host)
+        if gate is None:
+            gate = self._gates[host] = HostGate(self.per_domain_concurrency, self.adaptive)
+        return gate
 
     async def _attempt(
         self, url: str, budget: RetryBudget, progress: _Progress, start_by: float
@@ -335,30 +465,57 @@ class FetchEngine:
         """One request under every limit; returns (final_url, status, body, content type).
 
         Raises _TooLate, without sending anything, when the slot is only free after
-        ``start_by``.
+        ``start_by``, and _Deferred when the host's circuit breaker keeps it back.
         """
         assert self._lendable is not None
-        host, domain_slot = self._domain_slot(url)
-        async with domain_slot:
+        host = _host_of(url)
+        circuit = self.circuit
+        if circuit is not None and (until := circuit.deferred_until(host)) is not None:
+            raise _Deferred(until)  # known open: do not even queue for a slot
+        gate = self._gate(host)
+        paced = await gate.acquire()
+        try:
+            admission = GO
+            if circuit is not None:
+                admission = await circuit.admit(host)
+                if not admission.go:
+                    raise _Deferred(admission.not_before)
             if self.rate_limiter is not None:
                 await self.rate_limiter.acquire(host)
             client = await self._lendable.get()
             try:
-                if time.monotonic() > start_by:
+                if time.monotonic() > start_by or self._halted.is_set():
                     raise _TooLate
                 progress.attempts += 1
+                progress.sent_at = time.monotonic()
                 budget.record_request()
                 self.requests_sent += 1
-                async with asyncio.timeout(self.request_deadline_s):
-                    return await self._request(client, url)
-            except TimeoutError:
-                raise RecoverableFetchError(
-                    f"no complete response within the request deadline "
-                    f"({self.request_deadline_s:g} s)",
-                    error_class="timeout",
-                ) from None
+                sent_at = time.monotonic()
+                try:
+                    async with asyncio.timeout(self.request_deadline_s):
+                        answer = await self._request(client, url)
+                except TimeoutError:
+                    error: FetchError = RecoverableFetchError(
+                        f"no complete response within the request deadline "
+                        f"({self.request_deadline_s:g} s)",
+                        error_class="timeout",
+                    )
+                except FetchError as exc:
+                    error = exc
+                else:
+                    gate.observe("ok", sent_at=sent_at, latency_s=time.monotonic() - sent_at,
+                                  paced=paced)  # fmt: skip
+                    if circuit is not None:
+                        await circuit.record(host, admission, failed=False)
+                    return answer
+                gate.observe(_signal(error), sent_at=sent_at, latency_s=0.0, paced=paced)
+                if circuit is not None:
+                    await circuit.record(host, admission, failed=not error.permanent)
+                raise error
             finally:
                 self._lendable.put_nowait(client)
+        finally:
+            gate.release()
 
     async def _request(self, client: httpx.AsyncClient, url: str) -> tuple[str, int, bytes, str]:
         try:
@@ -425,6 +582,15 @@ def _host_of(url: str) -> str:
     if netloc.startswith("["):
         return netloc[1:].split("]", 1)[0].lower()
     return netloc.split(":", 1)[0].lower()
+
+
+def _signal(error: FetchError) -> Signal:
+    """What a failure says about the host's load (see collector.fetch.adaptive)."""
+    if error.status_code in (429, 503):
+        return "throttled"
+    if error.error_class in ("timeout", "connect_error") or error.status_code in (502, 504):
+        return "overload"
+    return "other"
 
 
 def _status_error(response: httpx.Response, url: str) -> FetchError:

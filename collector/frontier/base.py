@@ -3,10 +3,21 @@
 Every URL of a source has one row and one state::
 
     queued ──claim──▶ leased ──ack: completed──▶ done ──(freshness passes, next plan)──▶ queued
-      ▲  │              │ ├──ack: retry later──▶ queued (not before T, attempts + 1)
-      │  │              │ └──ack: dead─────────▶ dead   (until triage re-enqueues it)
-      │  └─queue TTL──▶ expired ──(next plan)──▶ queued
+      ▲  │ │            │ ├──ack: retry later──▶ queued (not before T, attempts + 1)
+      │  │ │            │ └──ack: dead─────────▶ dead   (until triage re-enqueues it,
+      │  │ │            │                                or revives it as done: record repaired)
+      │  │ └─queue TTL──▶ expired ──(next plan)──▶ queued
+      │  └─seed list no longer lists it, on_removed: retire──▶ retired ──(listed again)──▶ queued
       └──lease expired (holder died)──┘
+
+Planning comes in two shapes. A plan of a *changed* seed list offers every seed
+(:meth:`Frontier.offer` with ``once_per_run``, which needs no memory per URL: a URL already
+tagged with the run is a duplicate) and then settles the items queued by earlier plans that the
+new list no longer names (:meth:`Frontier.sweep`: retired, or carried into this run to be
+collected). A plan of an *unchanged* seed list (the seed mark kept by :meth:`Frontier.plan_mark`
+is the same) offers nothing: :meth:`Frontier.adopt` takes the items that are due (queued,
+leased, expired, or done whose freshness ran out: the last two through an index by due time)
+into the run, so its cost is that of the due items, not of the seed list.
 
 A claim takes the best-ranked due items as a *lease*: the items are invisible to other claims
 until the lease expires or is acked, and the lease carries a *fencing token*, a number from a
@@ -23,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "AckResult",
@@ -31,6 +42,7 @@ __all__ = [
     "Completed",
     "DeadLettered",
     "Frontier",
+    "Holder",
     "ItemState",
     "Lease",
     "Offer",
@@ -39,11 +51,12 @@ __all__ = [
     "RetryLater",
     "StateCounts",
     "StoredRow",
+    "SweepResult",
     "plan_decision",
 ]
 
-ItemState = Literal["queued", "leased", "done", "dead", "expired"]
-STATES: tuple[ItemState, ...] = ("queued", "leased", "done", "dead", "expired")
+ItemState = Literal["queued", "leased", "done", "dead", "expired", "retired"]
+STATES: tuple[ItemState, ...] = ("queued", "leased", "done", "dead", "expired", "retired")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +89,7 @@ def plan_decision(row: StoredRow | None, now: float) -> PlanAction:
         return "already_dead"
     if row.state == "done" and row.fresh_until is not None and row.fresh_until > now:
         return "fresh"
-    return "requeue"  # done but stale, or expired
+    return "requeue"  # done but stale, expired, or retired and listed again
 
 
 @dataclass(slots=True)
@@ -87,10 +100,26 @@ class OfferResult:
     already_queued: int = 0  # queued or leased before this plan (not queued twice)
     fresh_skipped: int = 0
     already_dead: int = 0  # in the dead letters, waiting for triage
+    # offered again in the same run (``once_per_run``): already counted, nothing done
+    duplicates: int = 0
 
     @property
     def total(self) -> int:
-        return self.enqueued + self.already_queued + self.fresh_skipped + self.already_dead
+        return (
+            self.enqueued
+            + self.already_queued
+            + self.fresh_skipped
+            + self.already_dead
+            + self.duplicates
+        )
+
+
+@dataclass(slots=True)
+class SweepResult:
+    """What :meth:`Frontier.sweep` did with items an earlier plan queued and the list dropped."""
+
+    carried: int = 0  # tagged with this run, to be collected by it (or leased by a helper)
+    retired: int = 0  # queued ones moved to ``retired`` (tagged with this run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +140,7 @@ class Lease:
     items: tuple[ClaimedItem, ...]
     expired: int = 0  # items this claim found past their queue TTL and marked expired
     reclaimed: int = 0  # items whose previous lease had expired and that went back to the queue
+    holder: str = ""  # who claimed it (a run or helper id); see Frontier.holders / revoke
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,14 +184,31 @@ class StateCounts:
     done: int = 0
     dead: int = 0
     expired: int = 0
+    retired: int = 0
 
     @property
     def total(self) -> int:
-        return self.queued + self.leased + self.done + self.dead + self.expired
+        return self.queued + self.leased + self.done + self.dead + self.expired + self.retired
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Someone holding leased items of a source, and when it last said it was alive.
+
+    ``beat_at`` is None for leases taken without a heartbeat (an anonymous claim): those are
+    only recovered when their lease expires.
+    """
+
+    holder: str
+    leased: int
+    beat_at: float | None
 
 
 RankFor = Callable[[str, float | None, float], float]
 """``rank_for(url, age_s, fresh_s) -> rank`` from the planner (see collector.policy.priority)."""
+
+FreshFor = Callable[[str], float]
+"""``fresh_for(url) -> seconds`` from the planner (see collector.policy.ttl)."""
 
 
 @runtime_checkable
@@ -177,20 +224,81 @@ class Frontier(Protocol):
         queue_ttl_s: float,
         rank_for: RankFor,
         run_id: str,
+        once_per_run: bool = False,
     ) -> OfferResult:
         """Plan URLs: queue new and stale ones, skip fresh ones, never queue one twice.
 
         Every offered URL is tagged with ``run_id`` so :meth:`run_counts` can say where this
-        run's items ended up.
+        run's items ended up. With ``once_per_run`` a URL already tagged with ``run_id`` (offered
+        earlier in the same run, by this call or another) counts as a duplicate and is left as
+        it is, so a plan in several calls needs no memory per URL; without it only repeats
+        within this call are duplicates (counted as ``already_queued``).
         """
         ...
 
-    def claim(self, source: str, limit: int, *, now: float, lease_s: float) -> Lease:
+    def sweep(self, source: str, run_id: str, *, retire: bool) -> SweepResult:
+        """After a full plan: settle the queued and leased items not tagged with ``run_id``.
+
+        Those are items an earlier plan queued that the current seed list no longer names.
+        With ``retire`` queued ones become ``retired``; otherwise they stay queued. Either way
+        they (and leased ones, whose holder may still ack them) are tagged with ``run_id`` and
+        marked *unlisted*, so :meth:`adopt` never queues them again once settled; offering the
+        URL again makes it listed. Done and expired items not tagged with ``run_id`` are marked
+        unlisted too, for the same reason (they are not counted: not the run's business).
+        Returns the counts; every queued or leased item is tagged, none dropped.
+        """
+        ...
+
+    def adopt(
+        self,
+        source: str,
+        run_id: str,
+        *,
+        now: float,
+        queue_ttl_s: float,
+        rank_for: RankFor,
+        fresh_for: FreshFor,
+    ) -> OfferResult:
+        """Plan an unchanged seed list without offering it: the due items join the run.
+
+        Queued and leased items are tagged with ``run_id`` (``already_queued``); listed items
+        that are expired, or done with their freshness passed, are queued again (``enqueued``),
+        found through an index by due time. Fresh, dead and retired items are left alone and
+        not counted. Cost: the due items, not the seed list.
+        """
+        ...
+
+    def plan_mark(self, source: str) -> str | None:
+        """The seed mark stored by the last plan that finished (None: none, or one cut short)."""
+        ...
+
+    def set_plan_mark(self, source: str, mark: str | None) -> None:
+        """Store (or clear, with None) the source's seed mark."""
+        ...
+
+    def claim(
+        self, source: str, limit: int, *, now: float, lease_s: float, holder: str = ""
+    ) -> Lease:
         """Lease up to ``limit`` due items, best rank first, in one atomic step.
 
         The same step returns items whose lease expired to the queue and expires items queued
-        longer than their queue TTL.
+        longer than their queue TTL. ``holder`` names the claimant, so that its leases can be
+        revoked at once when it is known to be dead (:meth:`revoke`).
         """
+        ...
+
+    def beat(self, source: str, holder: str, *, now: float) -> None:
+        """Record that ``holder`` is alive (a heartbeat, every few seconds while it works)."""
+        ...
+
+    def holders(self, source: str) -> list[Holder]:
+        """Everyone holding leased items of ``source`` now, with their last heartbeat."""
+        ...
+
+    def revoke(self, source: str, holder: str, *, now: float) -> int:
+        """Return every item ``holder`` leases to the queue unchanged (no attempt counted) and
+        forget its heartbeat; returns how many items. The items' next claim takes a new fencing
+        token, so a holder that was only paused cannot ack or write them any more."""
         ...
 
     def renew(self, lease: Lease, *, now: float, lease_s: float) -> int:
@@ -222,9 +330,23 @@ class Frontier(Protocol):
         """Put dead or expired URLs back in the queue (triage, operator retry)."""
         ...
 
+    def revive(self, source: str, pages: Sequence[Completed]) -> int:
+        """Dead URLs become done as if acked ``Completed`` (fresh until ``fresh_until``):
+        triage repaired and stored their record, so the page lives on like any other, fetched
+        again when its freshness passes. Returns how many were dead; other states are left."""
+        ...
+
     def make_stale(self, source: str, urls: Sequence[str]) -> int:
         """Done URLs lose their freshness, so the next plan queues them again (compensation
         removed their records); returns how many were done. Other states are left as they are."""
         ...
 
+    def location(self) -> str:
+        """Where the frontier lives (a file, or a Redis URL without password, and prefix)."""
+        ...
+
     def close(self) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...

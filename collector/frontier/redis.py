@@ -31,6 +31,10 @@ a compact record holds the rest::
                       queued item; stale entries live until their bucket's time
     B:n        hash   state -> count, so counts() is O(1)
     B:runs     hash   run_id -> small run number (kept in each record)
+    B:f        zset   the due index: done items by fresh_until (-inf once made stale), so an
+                      unchanged plan finds what is due without the seed list
+    B:e        zset   expired items (score: when they expired), for the same reason
+    B:plan     string the seed mark of the last finished plan
     B:rc:N     hash   state -> count of the items last offered by run N, moved on every
                       transition, so run_counts() is O(1) (one small hash per run, never deleted)
     B:err      hash   url -> last_error of items that have one (an expired item's
@@ -87,6 +91,7 @@ from typing import Any
 import redis
 from redis.exceptions import RedisError
 
+from collector._closing import Closing
 from collector._redis import Scripts, backend_error, connect, describe_client, describe_url
 from collector.errors import BackendError
 from collector.frontier.base import (
@@ -95,6 +100,8 @@ from collector.frontier.base import (
     ClaimedItem,
     Completed,
     DeadLettered,
+    FreshFor,
+    Holder,
     Lease,
     Offer,
     OfferResult,
@@ -103,6 +110,7 @@ from collector.frontier.base import (
     RetryLater,
     StateCounts,
     StoredRow,
+    SweepResult,
     plan_decision,
 )
 
@@ -114,15 +122,22 @@ _MAX_OFFER_ROUNDS = 100  # re-decisions of one chunk under contention before giv
 # counters, queue and expiry indexes). Every file says its KEYS, ARGV and reply.
 _SCRIPTS = (
     "claim",
+    "beat",
+    "holders",
+    "revoke",
     "ack",
     "renew",
     "release",
     "requeue",
     "make_stale",
+    "revive",
     "offer_read",
     "offer_apply",
     "counts",
     "next_event",
+    "sweep",
+    "adopt_tag",
+    "due_read",
 )
 
 
@@ -132,12 +147,16 @@ def _chunks(items: Iterable[Offer], size: int) -> Iterator[list[Offer]]:
         yield chunk
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
 def _num(value: float) -> str:
     """A float as text that reads back as the same double (Lua's tonumber, Redis scores)."""
     return repr(float(value))
 
 
-class RedisFrontier:
+class RedisFrontier(Closing):
     """Frontier in a Redis database, shared by every worker that uses the same URL and prefix.
 
     ``url_or_client`` is a ``redis://`` / ``rediss://`` / ``unix://`` URL (this object then owns
@@ -170,6 +189,9 @@ class RedisFrontier:
     def __repr__(self) -> str:
         return f"RedisFrontier({self.url!r}, prefix={self.prefix!r})"
 
+    def location(self) -> str:
+        return f"{self.url} (prefix {self.prefix!r})"
+
     def _base(self, source: str) -> str:
         return "{" + f"{self.prefix}:{source}" + "}"
 
@@ -192,17 +214,23 @@ class RedisFrontier:
         queue_ttl_s: float,
         rank_for: RankFor,
         run_id: str,
+        once_per_run: bool = False,
     ) -> OfferResult:
         result = OfferResult()
-        seen: set[str] = set()  # a URL offered twice in one call is queued once
+        # a URL offered twice in one call is queued once; with once_per_run the run tag says so
+        seen: set[str] = set()
         head = [_num(now), _num(now + queue_ttl_s), run_id]
         for chunk in _chunks(offers, _CHUNK):
             pending: list[Offer] = []
+            planned = set() if once_per_run else seen
             for o in chunk:
-                if o.url in seen:
-                    result.already_queued += 1
+                if o.url in planned:
+                    if once_per_run:
+                        result.duplicates += 1
+                    else:
+                        result.already_queued += 1
                 else:
-                    seen.add(o.url)
+                    planned.add(o.url)
                     pending.append(o)
             rounds = 0
             while pending:
@@ -213,12 +241,21 @@ class RedisFrontier:
                         f"{len(pending)} URLs of source {source!r}"
                     )
                 urls = json.dumps([o.url for o in pending], ensure_ascii=False)
-                read = json.loads(self._run("offer", "offer_read", source, [urls]))
+                read = json.loads(self._run("offer", "offer_read", source, [urls, run_id]))
                 flat: list[str] = []
                 actions: list[str] = []
-                for o, version, state_no, fresh_until, fetched in zip(
-                    pending, read[::4], read[1::4], read[2::4], read[3::4], strict=True
+                for o, version, state_no, fresh_until, fetched, ours in zip(
+                    pending,
+                    read[::5],
+                    read[1::5],
+                    read[2::5],
+                    read[3::5],
+                    read[4::5],
+                    strict=True,
                 ):
+                    if once_per_run and ours:
+                        actions.append("duplicate")
+                        continue
                     row = (
                         StoredRow(
                             STATES[state_no - 1],
@@ -239,8 +276,13 @@ class RedisFrontier:
                         flat += ("r", o.url, version, _num(-rank_for(o.url, age, o.fresh_s)))
                     else:
                         flat += ("t", o.url, version, "")
-                args = [*head, json.dumps(flat, ensure_ascii=False)]
-                conflicts = {int(i) - 1 for i in self._run("offer", "offer_apply", source, args)}
+                conflicts: set[int] = set()
+                if flat:
+                    args = [*head, json.dumps(flat, ensure_ascii=False)]
+                    applied = self._run("offer", "offer_apply", source, args)
+                    # positions in flat (the applied ones) back to positions in pending
+                    sent = [n for n, done in enumerate(actions) if done != "duplicate"]
+                    conflicts = {sent[int(i) - 1] for i in applied}
                 for n, done in enumerate(actions):
                     if n in conflicts:
                         continue
@@ -250,15 +292,72 @@ class RedisFrontier:
                         result.fresh_skipped += 1
                     elif done == "already_queued":
                         result.already_queued += 1
+                    elif done == "duplicate":
+                        result.duplicates += 1
                     else:
                         result.already_dead += 1
                 pending = [pending[n] for n in sorted(conflicts)]
         return result
 
+    def sweep(self, source: str, run_id: str, *, retire: bool) -> SweepResult:
+        carried, retired = self._run("sweep", "sweep", source, [run_id, "1" if retire else "0"])
+        return SweepResult(carried=int(carried), retired=int(retired))
+
+    def adopt(
+        self,
+        source: str,
+        run_id: str,
+        *,
+        now: float,
+        queue_ttl_s: float,
+        rank_for: RankFor,
+        fresh_for: FreshFor,
+    ) -> OfferResult:
+        result = OfferResult(already_queued=int(self._run("adopt", "adopt_tag", source, [run_id])))
+        while True:
+            args = [_num(now), _CHUNK, run_id]
+            urls = json.loads(self._run("adopt", "due_read", source, args))
+            if not urls:
+                return result
+            part = self.offer(
+                source,
+                [Offer(url, fresh_for(url)) for url in urls],
+                now=now,
+                queue_ttl_s=queue_ttl_s,
+                rank_for=rank_for,
+                run_id=run_id,
+                once_per_run=True,
+            )
+            result.enqueued += part.enqueued
+            result.already_queued += part.already_queued
+            result.fresh_skipped += part.fresh_skipped
+            result.already_dead += part.already_dead
+
+    def plan_mark(self, source: str) -> str | None:
+        try:
+            mark = self._client.get(self._base(source) + ":plan")
+        except RedisError as exc:
+            raise backend_error(f"frontier {self.url}: plan mark failed", exc) from exc
+        if isinstance(mark, bytes):
+            return mark.decode("utf-8")
+        return None if mark is None else str(mark)
+
+    def set_plan_mark(self, source: str, mark: str | None) -> None:
+        key = self._base(source) + ":plan"
+        try:
+            if mark is None:
+                self._client.delete(key)
+            else:
+                self._client.set(key, mark)
+        except RedisError as exc:
+            raise backend_error(f"frontier {self.url}: plan mark failed", exc) from exc
+
     # --- claiming --------------------------------------------------------------------------
-    def claim(self, source: str, limit: int, *, now: float, lease_s: float) -> Lease:
+    def claim(
+        self, source: str, limit: int, *, now: float, lease_s: float, holder: str = ""
+    ) -> Lease:
         expires_at = now + lease_s
-        args = [_num(now), _num(expires_at), max(int(limit), 0)]
+        args = [_num(now), _num(expires_at), max(int(limit), 0), holder]
         floor = self._max_token
         token, reclaimed, expired, packed = self._run("claim", "claim", source, args)
         token = int(token)
@@ -280,8 +379,27 @@ class RedisFrontier:
             )
         )
         return Lease(
-            source, token, expires_at, items, expired=int(expired), reclaimed=int(reclaimed)
+            source,
+            token,
+            expires_at,
+            items,
+            expired=int(expired),
+            reclaimed=int(reclaimed),
+            holder=holder,
         )
+
+    def beat(self, source: str, holder: str, *, now: float) -> None:
+        self._run("heartbeat", "beat", source, [holder, _num(now)])
+
+    def holders(self, source: str) -> list[Holder]:
+        flat = self._run("holders", "holders", source, [])
+        return [
+            Holder(_text(h), int(n), float(beat) if beat else None)
+            for h, n, beat in zip(flat[::3], flat[1::3], flat[2::3], strict=True)
+        ]
+
+    def revoke(self, source: str, holder: str, *, now: float) -> int:
+        return int(self._run("revoke", "revoke", source, [holder, _num(now)]))
 
     def renew(self, lease: Lease, *, now: float, lease_s: float) -> int:
         args = [lease.token, _num(now + lease_s), *(i.url for i in lease.items)]
@@ -321,6 +439,15 @@ class RedisFrontier:
             return 0
         args = [_num(now), _num(now + queue_ttl_s), *urls]
         return int(self._run("requeue", "requeue", source, args))
+
+    def revive(self, source: str, pages: Sequence[Completed]) -> int:
+        if not pages:
+            return 0
+        flat: list[Any] = []
+        for p in pages:
+            flat += (p.url, _num(p.fresh_until), _num(p.fetched_at), _num(p.cost))
+        args = [json.dumps(flat, ensure_ascii=False)]
+        return int(self._run("revive", "revive", source, args))
 
     def make_stale(self, source: str, urls: Sequence[str]) -> int:
         if not urls:

@@ -2,12 +2,27 @@
 
 Each public method is one transaction (``BEGIN IMMEDIATE``), so a claim cannot interleave with
 another process's claim and a process killed mid-way leaves the file as it was before that
-step. WAL mode lets readers (``collector status``) run beside a worker. The fencing token is a
-row in ``meta`` incremented inside the claim transaction, so it only ever grows.
+step (a plan is one transaction per chunk of 500 URLs: each URL's decision stands alone). WAL
+mode lets readers (``collector status``) run beside a worker. The fencing token is a row in
+``meta`` incremented inside the claim transaction, so it only ever grows.
+
+Layout (schema version 2, ``PRAGMA user_version``): one rowid table ``items`` whose indexes
+point at the 8-byte rowid, not at the URL. A URL is found through ``items_url`` on
+``(src, h)``, ``h`` the first 64 bits of its SHA-1 (a shared ``h`` is told apart by comparing
+the URL itself). Sources and runs are small integers (``sources``, ``runs``) and states are
+numbers (1 queued, 2 leased, 3 done, 4 dead, 5 expired, 6 retired, as ``STATES``). The
+indexes are partial where only one state needs them: the queue (rank, then URL for ties, as
+Redis orders them) and the queue TTL over queued items, the due index over done items by
+``fresh_until`` and one over expired items (what :meth:`adopt` reads), leases over leased ones.
+There is no index by run: ``run_counts`` (once, when a run closes its ledger) reads the source's
+rows, which costs less than keeping a fifth index on every write of every item. ~185 bytes a
+queued URL against ~390 for version 1 (URL, text state and run id repeated in four indexes). A
+version-1 file is migrated when it is opened, in one transaction.
 """
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -15,12 +30,16 @@ from contextlib import AbstractContextManager
 from itertools import islice
 from pathlib import Path
 
+from collector._closing import Closing
 from collector.errors import BackendError
 from collector.frontier.base import (
+    STATES,
     AckResult,
     ClaimedItem,
     Completed,
     DeadLettered,
+    FreshFor,
+    Holder,
     Lease,
     Offer,
     OfferResult,
@@ -29,21 +48,33 @@ from collector.frontier.base import (
     RetryLater,
     StateCounts,
     StoredRow,
+    SweepResult,
     plan_decision,
 )
 from collector.sqlite_tx import write_transaction
 
-__all__ = ["SqliteFrontier"]
+__all__ = ["SqliteFrontier", "url_hash"]
 
-_SCHEMA = """
+SCHEMA_VERSION = 2
+# state numbers (the position in STATES, from 1); written into the SQL as literals so that the
+# partial indexes apply (SQLite matches an index's WHERE only against literal terms)
+Q, L, D, X, E, R = 1, 2, 3, 4, 5, 6
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS sources (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS runs (id INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS plans (src INTEGER PRIMARY KEY, mark TEXT);
 CREATE TABLE IF NOT EXISTS items (
-    source TEXT NOT NULL,
+    id INTEGER PRIMARY KEY,
+    src INTEGER NOT NULL,
+    h INTEGER NOT NULL,
     url TEXT NOT NULL,
-    state TEXT NOT NULL,
+    state INTEGER NOT NULL,
+    run INTEGER,
     rank REAL NOT NULL,
     enqueued_at REAL NOT NULL,
-    not_before REAL NOT NULL DEFAULT 0,
     expires_at REAL NOT NULL,
+    not_before REAL NOT NULL DEFAULT 0,
     attempts INTEGER NOT NULL DEFAULT 0,
     first_attempt_at REAL,
     lease_token INTEGER,
@@ -52,18 +83,62 @@ CREATE TABLE IF NOT EXISTS items (
     last_fetched_at REAL,
     cost REAL NOT NULL DEFAULT 0,
     last_error TEXT,
-    run_id TEXT,
-    PRIMARY KEY (source, url)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS items_queue ON items (source, state, rank DESC);
-CREATE INDEX IF NOT EXISTS items_lease ON items (source, lease_token) WHERE state = 'leased';
-CREATE INDEX IF NOT EXISTS items_run ON items (source, run_id, state);
-CREATE INDEX IF NOT EXISTS items_expiry ON items (source, state, expires_at);
+    gone INTEGER
+);
+CREATE INDEX IF NOT EXISTS items_url ON items (src, h);
+CREATE INDEX IF NOT EXISTS items_queue ON items (src, rank DESC, url) WHERE state = {Q};
+CREATE INDEX IF NOT EXISTS items_expiry ON items (src, expires_at) WHERE state = {Q};
+CREATE INDEX IF NOT EXISTS items_lease ON items (src, lease_token) WHERE state = {L};
+CREATE INDEX IF NOT EXISTS items_due ON items (src, fresh_until) WHERE state = {D};
+CREATE INDEX IF NOT EXISTS items_expired ON items (src) WHERE state = {E};
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS leases (
+    token INTEGER PRIMARY KEY,
+    source TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    claimed_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS leases_holder ON leases (source, holder);
+CREATE TABLE IF NOT EXISTS holders (
+    source TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    beat_at REAL NOT NULL,
+    PRIMARY KEY (source, holder)
+) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta (key, value) VALUES ('fencing_token', 0);
 """
 
-_CHUNK = 500  # SQLite's default limit on bound parameters is generous, but keep statements small
+# version 1: one WITHOUT ROWID table keyed by (source, url), text states and run ids
+_MIGRATE_V1 = f"""
+ALTER TABLE items RENAME TO items_v1;
+DROP INDEX IF EXISTS items_queue;
+DROP INDEX IF EXISTS items_lease;
+DROP INDEX IF EXISTS items_run;
+DROP INDEX IF EXISTS items_expiry;
+{_SCHEMA}
+INSERT OR IGNORE INTO sources (name) SELECT DISTINCT source FROM items_v1;
+INSERT OR IGNORE INTO runs (run_id) SELECT DISTINCT run_id FROM items_v1 WHERE run_id IS NOT NULL;
+INSERT INTO items (src, h, url, state, run, rank, enqueued_at, expires_at, not_before, attempts,
+    first_attempt_at, lease_token, lease_expires, fresh_until, last_fetched_at, cost, last_error)
+SELECT (SELECT id FROM sources WHERE name = v.source), url_hash(v.url), v.url,
+    CASE v.state WHEN 'queued' THEN {Q} WHEN 'leased' THEN {L} WHEN 'done' THEN {D}
+        WHEN 'dead' THEN {X} ELSE {E} END,
+    (SELECT id FROM runs WHERE run_id = v.run_id), v.rank, v.enqueued_at, v.expires_at,
+    v.not_before, v.attempts, v.first_attempt_at, v.lease_token, v.lease_expires, v.fresh_until,
+    v.last_fetched_at, v.cost, v.last_error
+FROM items_v1 AS v;
+DROP TABLE items_v1;
+"""
+
+_LEASE_ROWS_KEPT_S = 86_400.0  # holder rows of old leases are pruned after a day
+_CHUNK = 500  # rows per step of adopt (each a transaction of its own)
+_OFFER_CHUNK = 2_000  # URLs per offer transaction: fewer commits, bounded statement size
+_CACHE_KIB = 65_536  # page cache: the URL index is written at random places
+
+
+def url_hash(url: str) -> int:
+    """The first 64 bits of SHA-1(url) as a signed integer: the key of ``items_url``."""
+    return int.from_bytes(hashlib.sha1(url.encode("utf-8")).digest()[:8], "big", signed=True)
 
 
 def _chunks(items: Iterable[Offer], size: int) -> Iterator[list[Offer]]:
@@ -72,13 +147,16 @@ def _chunks(items: Iterable[Offer], size: int) -> Iterator[list[Offer]]:
         yield chunk
 
 
-class SqliteFrontier:
+class SqliteFrontier(Closing):
     """Frontier in one SQLite file (``":memory:"`` for a throwaway in-process queue)."""
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._sources: dict[str, int] = {}
+        self._runs: dict[str, int] = {}
         try:
             self._db = sqlite3.connect(
                 self.path,
@@ -86,18 +164,65 @@ class SqliteFrontier:
                 isolation_level=None,  # we issue BEGIN IMMEDIATE ourselves
                 check_same_thread=False,
             )
+            self._db.create_function("url_hash", 1, url_hash, deterministic=True)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
+            self._open_schema()
         except sqlite3.Error as exc:
             raise BackendError(f"frontier {self.path}: cannot open SQLite database: {exc}") from exc
-        self._lock = threading.Lock()
+
+    def _open_schema(self) -> None:
+        """Create the tables, or migrate a version-1 file (one transaction; a crash keeps v1)."""
+        (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        if version == SCHEMA_VERSION:
+            return
+        with self._transaction() as db:
+            (version,) = db.execute("PRAGMA user_version").fetchone()  # another process?
+            if version == SCHEMA_VERSION:
+                return
+            columns = {row[1] for row in db.execute("PRAGMA table_info(items)")}
+            script = _MIGRATE_V1 if "source" in columns else _SCHEMA
+            for statement in _statements(script):
+                db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def __repr__(self) -> str:
         return f"SqliteFrontier({self.path!r})"
 
+    def location(self) -> str:
+        return self.path
+
     def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         return write_transaction(self._db, self._lock, f"frontier {self.path}")
+
+    # --- small integers for names ------------------------------------------------------------
+    def _src(self, db: sqlite3.Connection, source: str) -> int:
+        """The source's number, created if new (inside a write transaction)."""
+        number = self._sources.get(source)
+        if number is None:
+            db.execute("INSERT OR IGNORE INTO sources (name) VALUES (?)", (source,))
+            (number,) = db.execute("SELECT id FROM sources WHERE name = ?", (source,)).fetchone()
+            self._sources[source] = number
+        return number
+
+    def _known_src(self, source: str) -> int | None:
+        """The source's number for reading, or None when the file has never seen it."""
+        number = self._sources.get(source)
+        if number is None:
+            row = self._db.execute("SELECT id FROM sources WHERE name = ?", (source,)).fetchone()
+            if row is None:
+                return None
+            number = self._sources[source] = row[0]
+        return number
+
+    def _run(self, db: sqlite3.Connection, run_id: str) -> int:
+        number = self._runs.get(run_id)
+        if number is None:
+            db.execute("INSERT OR IGNORE INTO runs (run_id) VALUES (?)", (run_id,))
+            (number,) = db.execute("SELECT id FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            self._runs[run_id] = number
+        return number
 
     # --- planning --------------------------------------------------------------------------
     def offer(
@@ -109,118 +234,275 @@ class SqliteFrontier:
         queue_ttl_s: float,
         rank_for: RankFor,
         run_id: str,
+        once_per_run: bool = False,
     ) -> OfferResult:
         result = OfferResult()
-        seen: set[str] = set()  # a URL offered twice in one call is queued once
-        for chunk in _chunks(offers, _CHUNK):
+        # a URL offered twice in one call is queued once; with once_per_run the run tag says so
+        seen: set[str] = set()
+        expires_at = now + queue_ttl_s
+        for chunk in _chunks(offers, _OFFER_CHUNK):
             with self._transaction() as db:
+                src, run = self._src(db, source), self._run(db, run_id)
+                hashes = [url_hash(o.url) for o in chunk]
                 marks = ",".join("?" * len(chunk))
                 rows = {
-                    url: StoredRow(state, fresh_until, fetched)
-                    for url, state, fresh_until, fetched in db.execute(
-                        "SELECT url, state, fresh_until, last_fetched_at FROM items "
-                        f"WHERE source = ? AND url IN ({marks})",
-                        [source, *(o.url for o in chunk)],
+                    url: (rowid, item_run, StoredRow(STATES[state - 1], fresh_until, fetched))
+                    for rowid, url, item_run, state, fresh_until, fetched in db.execute(
+                        "SELECT id, url, run, state, fresh_until, last_fetched_at FROM items "
+                        f"WHERE src = ? AND h IN ({marks})",
+                        [src, *hashes],
                     )
                 }
+                planned = set() if once_per_run else seen
                 inserts, requeues, tags = [], [], []
-                planned = seen
-                for o in chunk:
-                    row = rows.get(o.url)
-                    action = "already_queued" if o.url in planned else plan_decision(row, now)
+                for o, h in zip(chunk, hashes, strict=True):
+                    found = rows.get(o.url)
+                    if o.url in planned:
+                        if once_per_run:
+                            result.duplicates += 1
+                        else:
+                            result.already_queued += 1
+                        continue
                     planned.add(o.url)
+                    if once_per_run and found is not None and found[1] == run:
+                        result.duplicates += 1
+                        continue
+                    row = found[2] if found is not None else None
+                    action = plan_decision(row, now)
                     if action == "enqueue":
                         result.enqueued += 1
                         rank = rank_for(o.url, None, o.fresh_s)
-                        inserts.append((source, o.url, rank, now, now + queue_ttl_s, run_id))
+                        inserts.append((src, h, o.url, run, rank, now, expires_at))
                     elif action == "requeue":
+                        assert found is not None and row is not None
                         result.enqueued += 1
-                        fetched = row.last_fetched_at if row else None
+                        fetched = row.last_fetched_at
                         age = None if fetched is None else now - fetched
                         rank = rank_for(o.url, age, o.fresh_s)
-                        requeues.append((rank, now, now + queue_ttl_s, run_id, source, o.url))
+                        requeues.append((rank, now, expires_at, run, found[0]))
                     else:
+                        assert found is not None
                         if action == "fresh":
                             result.fresh_skipped += 1
                         elif action == "already_queued":
                             result.already_queued += 1
                         else:
                             result.already_dead += 1
-                        tags.append((run_id, source, o.url))
+                        tags.append((run, found[0]))
                 db.executemany(
-                    "INSERT INTO items (source, url, state, rank, enqueued_at, expires_at, run_id)"
-                    " VALUES (?, ?, 'queued', ?, ?, ?, ?)",
+                    "INSERT INTO items (src, h, url, state, run, rank, enqueued_at, expires_at)"
+                    f" VALUES (?, ?, ?, {Q}, ?, ?, ?, ?)",
                     inserts,
                 )
                 db.executemany(
-                    "UPDATE items SET state = 'queued', rank = ?, enqueued_at = ?, not_before = 0,"
+                    f"UPDATE items SET state = {Q}, rank = ?, enqueued_at = ?, not_before = 0,"
                     " expires_at = ?, attempts = 0, first_attempt_at = NULL, lease_token = NULL,"
-                    " lease_expires = NULL, last_error = NULL, run_id = ?"
-                    " WHERE source = ? AND url = ?",
+                    " lease_expires = NULL, last_error = NULL, run = ?, gone = NULL"
+                    " WHERE id = ?",
                     requeues,
                 )
-                db.executemany("UPDATE items SET run_id = ? WHERE source = ? AND url = ?", tags)
+                db.executemany("UPDATE items SET run = ?, gone = NULL WHERE id = ?", tags)
         return result
 
-    # --- claiming --------------------------------------------------------------------------
-    def claim(self, source: str, limit: int, *, now: float, lease_s: float) -> Lease:
+    def sweep(self, source: str, run_id: str, *, retire: bool) -> SweepResult:
+        result = SweepResult()
         with self._transaction() as db:
+            src, run = self._src(db, source), self._run(db, run_id)
+            result.carried = db.execute(
+                f"UPDATE items SET run = ?, gone = 1 WHERE src = ? AND state = {L}"
+                " AND run IS NOT ?",
+                (run, src, run),
+            ).rowcount
+            queued = (
+                f"UPDATE items SET state = {R}, run = ?, gone = 1, lease_token = NULL"
+                if retire
+                else "UPDATE items SET run = ?, gone = 1"
+            )
+            moved = db.execute(
+                f"{queued} WHERE src = ? AND state = {Q} AND run IS NOT ?", (run, src, run)
+            ).rowcount
+            if retire:
+                result.retired = moved
+            else:
+                result.carried += moved
+            # done and expired items the list no longer names are not this run's business,
+            # but an unchanged plan later must not queue them again when they fall due
+            for state in (D, E):
+                db.execute(
+                    f"UPDATE items SET gone = 1 WHERE src = ? AND state = {state}"
+                    " AND run IS NOT ? AND gone IS NULL",
+                    (src, run),
+                )
+        return result
+
+    def adopt(
+        self,
+        source: str,
+        run_id: str,
+        *,
+        now: float,
+        queue_ttl_s: float,
+        rank_for: RankFor,
+        fresh_for: FreshFor,
+    ) -> OfferResult:
+        result = OfferResult()
+        with self._transaction() as db:
+            src, run = self._src(db, source), self._run(db, run_id)
+            for state in (Q, L):
+                result.already_queued += db.execute(
+                    f"UPDATE items SET run = ? WHERE src = ? AND state = {state} AND run IS NOT ?",
+                    (run, src, run),
+                ).rowcount
+        # listed items that are due and not the run's already (those it has counted)
+        due = (
+            f"SELECT id, url, last_fetched_at FROM items WHERE src = ? AND state = {E}"
+            " AND gone IS NULL AND run IS NOT ? LIMIT ?",
+            f"SELECT id, url, last_fetched_at FROM items WHERE src = ? AND state = {D}"
+            " AND (fresh_until IS NULL OR fresh_until <= ?) AND gone IS NULL AND run IS NOT ?"
+            " LIMIT ?",
+        )
+        for n, query in enumerate(due):
+            while True:
+                with self._transaction() as db:
+                    src = self._src(db, source)
+                    params = (src, run, _CHUNK) if n == 0 else (src, now, run, _CHUNK)
+                    rows = db.execute(query, params).fetchall()
+                    requeues = []
+                    for rowid, url, fetched in rows:
+                        age = None if fetched is None else now - fetched
+                        rank = rank_for(url, age, fresh_for(url))
+                        requeues.append((rank, now, now + queue_ttl_s, run, rowid))
+                    db.executemany(
+                        f"UPDATE items SET state = {Q}, rank = ?, enqueued_at = ?,"
+                        " not_before = 0, expires_at = ?, attempts = 0, first_attempt_at = NULL,"
+                        " lease_token = NULL, lease_expires = NULL, last_error = NULL, run = ?"
+                        " WHERE id = ?",
+                        requeues,
+                    )
+                result.enqueued += len(rows)
+                if len(rows) < _CHUNK:
+                    break
+        return result
+
+    def plan_mark(self, source: str) -> str | None:
+        with self._lock:
+            src = self._known_src(source)
+            if src is None:
+                return None
+            row = self._db.execute("SELECT mark FROM plans WHERE src = ?", (src,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_plan_mark(self, source: str, mark: str | None) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO plans (src, mark) VALUES (?, ?)"
+                " ON CONFLICT (src) DO UPDATE SET mark = excluded.mark",
+                (self._src(db, source), mark),
+            )
+
+    # --- claiming --------------------------------------------------------------------------
+    def claim(
+        self, source: str, limit: int, *, now: float, lease_s: float, holder: str = ""
+    ) -> Lease:
+        with self._transaction() as db:
+            src = self._src(db, source)
             reclaimed = db.execute(
-                "UPDATE items SET state = 'queued', lease_token = NULL, lease_expires = NULL"
-                " WHERE source = ? AND state = 'leased' AND lease_expires <= ?",
-                (source, now),
+                f"UPDATE items SET state = {Q}, lease_token = NULL, lease_expires = NULL"
+                f" WHERE src = ? AND state = {L} AND lease_expires <= ?",
+                (src, now),
             ).rowcount
             expired = db.execute(
-                "UPDATE items SET state = 'expired', last_error = 'queue_ttl_expired'"
-                " WHERE source = ? AND state = 'queued' AND expires_at <= ?",
-                (source, now),
+                f"UPDATE items SET state = {E}, last_error = 'queue_ttl_expired'"
+                f" WHERE src = ? AND state = {Q} AND expires_at <= ?",
+                (src, now),
             ).rowcount
             (token,) = db.execute(
                 "UPDATE meta SET value = value + 1 WHERE key = 'fencing_token' RETURNING value"
             ).fetchone()
             expires_at = now + lease_s
             rows = db.execute(
-                "UPDATE items SET state = 'leased', lease_token = ?, lease_expires = ?"
-                " WHERE source = ? AND url IN ("
-                "   SELECT url FROM items WHERE source = ? AND state = 'queued'"
-                "   AND not_before <= ? ORDER BY rank DESC LIMIT ?)"
+                f"UPDATE items SET state = {L}, lease_token = ?, lease_expires = ?"
+                " WHERE id IN ("
+                f"   SELECT id FROM items WHERE src = ? AND state = {Q}"
+                "   AND not_before <= ? ORDER BY rank DESC, url LIMIT ?)"
                 " RETURNING url, attempts, first_attempt_at, enqueued_at, rank",
-                (token, expires_at, source, source, now, limit),
+                (token, expires_at, src, now, limit),
             ).fetchall()
-        rows.sort(key=lambda r: -r[4])
+            if holder and rows:
+                db.execute(
+                    "INSERT INTO leases (token, source, holder, claimed_at) VALUES (?, ?, ?, ?)",
+                    (token, source, holder, now),
+                )
+        rows.sort(key=lambda r: (-r[4], r[0]))
         items = tuple(ClaimedItem(url, att, first, enq) for url, att, first, enq, _ in rows)
-        return Lease(source, token, expires_at, items, expired=expired, reclaimed=reclaimed)
+        return Lease(
+            source, token, expires_at, items, expired=expired, reclaimed=reclaimed, holder=holder
+        )
+
+    def beat(self, source: str, holder: str, *, now: float) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO holders (source, holder, beat_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (source, holder) DO UPDATE SET beat_at = excluded.beat_at",
+                (source, holder, now),
+            )
+            db.execute(
+                "DELETE FROM leases WHERE source = ? AND claimed_at < ?",
+                (source, now - _LEASE_ROWS_KEPT_S),
+            )
+
+    def holders(self, source: str) -> list[Holder]:
+        with self._lock:
+            src = self._known_src(source)
+            if src is None:
+                return []
+            rows = self._db.execute(
+                "SELECT COALESCE(l.holder, ''), COUNT(*), h.beat_at FROM items i"
+                " LEFT JOIN leases l ON l.token = i.lease_token"
+                " LEFT JOIN holders h ON h.source = ? AND h.holder = l.holder"
+                f" WHERE i.src = ? AND i.state = {L}"
+                " GROUP BY l.holder",
+                (source, src),
+            ).fetchall()
+        return [Holder(holder, leased, beat_at) for holder, leased, beat_at in rows]
+
+    def revoke(self, source: str, holder: str, *, now: float) -> int:
+        with self._transaction() as db:
+            revoked = db.execute(
+                f"UPDATE items SET state = {Q}, lease_token = NULL, lease_expires = NULL"
+                f" WHERE src = ? AND state = {L} AND lease_token IN ("
+                "   SELECT token FROM leases WHERE source = ? AND holder = ?)",
+                (self._src(db, source), source, holder),
+            ).rowcount
+            db.execute("DELETE FROM leases WHERE source = ? AND holder = ?", (source, holder))
+            db.execute("DELETE FROM holders WHERE source = ? AND holder = ?", (source, holder))
+        return revoked
 
     def renew(self, lease: Lease, *, now: float, lease_s: float) -> int:
         with self._transaction() as db:
             return db.execute(
-                "UPDATE items SET lease_expires = ? WHERE source = ? AND state = 'leased'"
+                f"UPDATE items SET lease_expires = ? WHERE src = ? AND state = {L}"
                 " AND lease_token = ?",
-                (now + lease_s, lease.source, lease.token),
+                (now + lease_s, self._src(db, lease.source), lease.token),
             ).rowcount
 
     def ack(self, lease: Lease, outcomes: Sequence[Outcome], *, now: float) -> AckResult:
         result = AckResult()
-        held = "source = ? AND url = ? AND state = 'leased' AND lease_token = ?"
+        held = f"src = ? AND h = ? AND url = ? AND state = {L} AND lease_token = ?"
         with self._transaction() as db:
+            src = self._src(db, lease.source)
             for outcome in outcomes:
+                where = (src, url_hash(outcome.url), outcome.url, lease.token)
                 if isinstance(outcome, Completed):
                     changed = db.execute(
-                        "UPDATE items SET state = 'done', fresh_until = ?, last_fetched_at = ?,"
+                        f"UPDATE items SET state = {D}, fresh_until = ?, last_fetched_at = ?,"
                         " cost = ?, attempts = 0, first_attempt_at = NULL, lease_token = NULL,"
                         f" lease_expires = NULL, last_error = NULL WHERE {held}",
-                        (
-                            outcome.fresh_until,
-                            outcome.fetched_at,
-                            outcome.cost,
-                            lease.source,
-                            outcome.url,
-                            lease.token,
-                        ),
+                        (outcome.fresh_until, outcome.fetched_at, outcome.cost, *where),
                     ).rowcount
                 elif isinstance(outcome, RetryLater):
                     changed = db.execute(
-                        "UPDATE items SET state = 'queued', not_before = ?, rank = ?,"
+                        f"UPDATE items SET state = {Q}, not_before = ?, rank = ?,"
                         " attempts = ?, first_attempt_at = ?, last_error = ?,"
                         " expires_at = MAX(expires_at, ? + (expires_at - enqueued_at)),"
                         f" lease_token = NULL, lease_expires = NULL WHERE {held}",
@@ -231,16 +513,14 @@ class SqliteFrontier:
                             outcome.first_attempt_at,
                             outcome.error,
                             outcome.not_before,
-                            lease.source,
-                            outcome.url,
-                            lease.token,
+                            *where,
                         ),
                     ).rowcount
                 elif isinstance(outcome, DeadLettered):
                     changed = db.execute(
-                        "UPDATE items SET state = 'dead', attempts = ?, last_error = ?,"
+                        f"UPDATE items SET state = {X}, attempts = ?, last_error = ?,"
                         f" lease_token = NULL, lease_expires = NULL WHERE {held}",
-                        (outcome.attempts, outcome.error, lease.source, outcome.url, lease.token),
+                        (outcome.attempts, outcome.error, *where),
                     ).rowcount
                 else:  # pragma: no cover - the type union is closed
                     raise TypeError(f"unknown outcome {outcome!r}")
@@ -253,59 +533,97 @@ class SqliteFrontier:
     def release(self, lease: Lease, *, now: float) -> int:
         with self._transaction() as db:
             return db.execute(
-                "UPDATE items SET state = 'queued', lease_token = NULL, lease_expires = NULL"
-                " WHERE source = ? AND state = 'leased' AND lease_token = ?",
-                (lease.source, lease.token),
+                f"UPDATE items SET state = {Q}, lease_token = NULL, lease_expires = NULL"
+                f" WHERE src = ? AND state = {L} AND lease_token = ?",
+                (self._src(db, lease.source), lease.token),
             ).rowcount
 
     def requeue(self, source: str, urls: Sequence[str], *, now: float, queue_ttl_s: float) -> int:
         with self._transaction() as db:
+            src = self._src(db, source)
             return sum(
                 db.execute(
-                    "UPDATE items SET state = 'queued', not_before = 0, attempts = 0,"
+                    f"UPDATE items SET state = {Q}, not_before = 0, attempts = 0,"
                     " first_attempt_at = NULL, enqueued_at = ?, expires_at = ?, last_error = NULL"
-                    " WHERE source = ? AND url = ? AND state IN ('dead', 'expired')",
-                    (now, now + queue_ttl_s, source, url),
+                    f" WHERE src = ? AND h = ? AND url = ? AND state IN ({X}, {E})",
+                    (now, now + queue_ttl_s, src, url_hash(url), url),
                 ).rowcount
                 for url in urls
             )
 
+    def revive(self, source: str, pages: Sequence[Completed]) -> int:
+        with self._transaction() as db:
+            src = self._src(db, source)
+            revived = 0
+            for page in pages:
+                where = (src, url_hash(page.url), page.url)
+                revived += db.execute(
+                    f"UPDATE items SET state = {D}, fresh_until = ?, last_fetched_at = ?,"
+                    " cost = ?, attempts = 0, first_attempt_at = NULL, not_before = 0,"
+                    f" last_error = NULL WHERE src = ? AND h = ? AND url = ? AND state = {X}",
+                    (page.fresh_until, page.fetched_at, page.cost, *where),
+                ).rowcount
+            return revived
+
     def make_stale(self, source: str, urls: Sequence[str]) -> int:
         with self._transaction() as db:
+            src = self._src(db, source)
             return sum(
                 db.execute(
                     "UPDATE items SET fresh_until = NULL"
-                    " WHERE source = ? AND url = ? AND state = 'done'",
-                    (source, url),
+                    f" WHERE src = ? AND h = ? AND url = ? AND state = {D}",
+                    (src, url_hash(url), url),
                 ).rowcount
                 for url in urls
             )
 
     # --- reading ---------------------------------------------------------------------------
-    def _count(self, where: str, params: tuple[str, ...]) -> StateCounts:
+    def _count(self, source: str, run_id: str | None) -> StateCounts:
         counts = StateCounts()
         with self._lock:
+            src = self._known_src(source)
+            if src is None:
+                return counts
+            params: tuple[int, ...]
+            if run_id is None:
+                query, params = "src = ?", (src,)
+            else:
+                row = self._db.execute("SELECT id FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+                if row is None:
+                    return counts
+                query, params = "src = ? AND run = ?", (src, row[0])
             for state, n in self._db.execute(
-                f"SELECT state, COUNT(*) FROM items WHERE {where} GROUP BY state", params
+                f"SELECT state, COUNT(*) FROM items WHERE {query} GROUP BY state", params
             ):
-                setattr(counts, state, n)
+                setattr(counts, STATES[state - 1], n)
         return counts
 
     def counts(self, source: str) -> StateCounts:
-        return self._count("source = ?", (source,))
+        return self._count(source, None)
 
     def run_counts(self, source: str, run_id: str) -> StateCounts:
-        return self._count("source = ? AND run_id = ?", (source, run_id))
+        return self._count(source, run_id)
 
     def next_event_at(self, source: str, *, now: float) -> float | None:
         with self._lock:
-            (due,) = self._db.execute(
-                "SELECT MIN(CASE WHEN state = 'queued' THEN not_before ELSE lease_expires END)"
-                " FROM items WHERE source = ? AND state IN ('queued', 'leased')",
-                (source,),
+            src = self._known_src(source)
+            if src is None:
+                return None
+            (queued,) = self._db.execute(
+                f"SELECT MIN(not_before) FROM items WHERE src = ? AND state = {Q}", (src,)
             ).fetchone()
-        return None if due is None else float(due)
+            (leased,) = self._db.execute(
+                f"SELECT MIN(lease_expires) FROM items WHERE src = ? AND state = {L}", (src,)
+            ).fetchone()
+        due = [float(t) for t in (queued, leased) if t is not None]
+        return min(due) if due else None
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _statements(script: str) -> list[str]:
+    """A script's statements, so they run inside the caller's transaction (executescript
+    would commit it first)."""
+    return [part.strip() for part in script.split(";") if part.strip()]

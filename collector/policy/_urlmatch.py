@@ -8,6 +8,8 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from collector._text import quoted
+
 __all__ = ["UrlMatch"]
 
 
@@ -26,7 +28,7 @@ class UrlMatch(BaseModel):
             try:
                 re.compile(value)
             except re.error as exc:
-                raise ValueError(f"invalid regular expression {value!r}: {exc}") from None
+                raise ValueError(f"invalid regular expression {quoted(value)}: {exc}") from None
         return value
 
     @model_validator(mode="after")

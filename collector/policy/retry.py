@@ -122,12 +122,16 @@ class RetrySettings(BaseModel):
         if error.permanent:
             return RetryDecision("dead", reason=error.error_class)
         if attempts >= self.max_attempts:
-            return RetryDecision("dead", reason=f"retries_exhausted:{error.error_class}")
+            return RetryDecision(
+                "dead", reason=f"retries_exhausted:{error.error_class}", cause="retries_exhausted"
+            )
         delay = self.backoff(attempts, rng)
         if self.respect_retry_after and error.retry_after_s is not None:
             delay = max(delay, min(error.retry_after_s, self.max_retry_after_s))
         if now + delay - first_attempt_at > self.max_total_s:
-            return RetryDecision("dead", reason=f"max_total_exceeded:{error.error_class}")
+            return RetryDecision(
+                "dead", reason=f"max_total_exceeded:{error.error_class}", cause="max_total_exceeded"
+            )
         if budget is not None and not budget.try_spend():
             return RetryDecision("later", delay_s=max(delay, self.base_s), reason="retry_budget")
         if delay <= self.max_inline_delay_s:
@@ -138,11 +142,17 @@ class RetrySettings(BaseModel):
 @dataclass(frozen=True, slots=True)
 class RetryDecision:
     """``inline``: wait ``delay_s`` and retry now; ``later``: back to the frontier, due after
-    ``delay_s``; ``dead``: stop, dead-letter with ``reason``."""
+    ``delay_s``; ``dead``: stop, dead-letter with ``reason``.
+
+    ``cause`` says why a recoverable error became dead (``retries_exhausted``,
+    ``max_total_exceeded``; "" when the error was permanent): the dead letter keeps it in a
+    field of its own beside the error class, while ``reason`` is the text shown in ledgers.
+    """
 
     action: Literal["inline", "later", "dead"]
     delay_s: float = 0.0
     reason: str = ""
+    cause: str = ""
 
 
 class RetryBudget:

@@ -16,11 +16,18 @@ For each open entry (``Triage.run``):
   that it stays open; after that, and for every other failure (404, parse errors, refused URLs,
   bodies too large), it is **escalated**.
 
-Every entry ends in one of: repaired, reenqueued, escalated, discarded, or still open. The
-resolution text starts with that kind (``"repaired: trimmed title"``), so :func:`tally` can
-read the balance back from the store: ``quarantined = repaired + reenqueued + escalated +
-discarded + open`` holds after every run, for entries triaged, reviewed or discarded by hand.
-Plain Python over the protocols: the ``triage`` flow (``flows/triage.py``) only adds Prefect.
+Every entry ends in one of: repaired, reenqueued, escalated, discarded, or still open; the kind is
+the entry's ``resolution_kind`` field. A repaired record's page comes back to life in the
+frontier (``Frontier.revive``: done, fresh until its TTL, fetched again after it).
+
+The **balance** (:func:`tally`) is a check that can fail: its left side, ``quarantined``, is the
+number of distinct entries the append-only archive saw quarantined for the source
+(:meth:`collector.deadletter.archive.JsonlArchive.quarantined_ids`), a record the store cannot
+rewrite together with its entries; the right side is the store's own entries by state
+(:meth:`DeadLetterStore.census`). An entry the store lost, one it holds that was never
+quarantined (duplicated, rewritten under another id, another database) makes it fail, and the
+tally names those ids. Plain Python over the protocols: the ``triage`` flow
+(``flows/triage.py``) only adds Prefect.
 """
 
 from __future__ import annotations
@@ -33,9 +40,12 @@ from typing import Any, Literal, Protocol
 
 from collector import defaults
 from collector.config import Source
-from collector.deadletter.base import DeadLetter, DeadLetterStore
-from collector.frontier.base import Frontier
+from collector.deadletter.archive import JsonlArchive
+from collector.deadletter.base import DeadLetter, DeadLetters, DeadLetterStore
+from collector.frontier.base import Completed, Frontier
 from collector.policy.retry import is_recoverable_status
+from collector.recovery.requeue import reenqueue
+from collector.run.stop import StopRequest
 from collector.settle.parse import dotted_get
 from collector.sinks.base import Sink, SinkRecord
 
@@ -47,7 +57,6 @@ __all__ = [
     "TriageReport",
     "is_recoverable_class",
     "kind_of",
-    "resolution",
     "tally",
 ]
 
@@ -58,16 +67,12 @@ _RECOVERABLE = frozenset(
     {"timeout", "connect_error", "network_error", "retry_budget", "batch_time"}
 )
 _HTTP = re.compile(r"http_(\d{3})")
-
-
-def resolution(kind: Kind | Literal["reviewed"], detail: str) -> str:
-    """The resolution text of an entry: its kind first, so the balance can be read back."""
-    return f"{kind}: {detail}"
+SHOWN_IDS = 20  # ids named per side when the balance fails
 
 
 def kind_of(entry: DeadLetter) -> str:
-    """Which term of the balance an entry is in now (``other``: resolved outside Collector)."""
-    return _term(entry.status, (entry.resolution or "").split(":", 1)[0].strip())
+    """Which term of the balance an entry is in now (``other``: resolved without a kind)."""
+    return _term(entry.status, entry.resolution_kind or "")
 
 
 def _term(status: str, kind: str) -> str:
@@ -80,17 +85,22 @@ def _term(status: str, kind: str) -> str:
 
 
 def is_recoverable_class(error_class: str) -> bool:
-    """Could fetching again help? (``retries_exhausted:http_503`` -> yes, ``http_404`` -> no)."""
-    base = error_class.rsplit(":", 1)[-1]
-    if base in _RECOVERABLE:
+    """Could fetching again help? (``http_503``, ``timeout`` -> yes, ``http_404`` -> no)."""
+    if error_class in _RECOVERABLE:
         return True
-    match = _HTTP.fullmatch(base)
+    match = _HTTP.fullmatch(error_class)
     return match is not None and is_recoverable_status(int(match.group(1)))
 
 
 @dataclass(slots=True)
 class Tally:
-    """The balance of a source's dead letters, read from the store."""
+    """The balance of a source's dead letters: the archive's count against the store's.
+
+    ``quarantined`` is what the archive saw (distinct entries put); the other counts are the
+    store's entries by term. ``lost`` names entries the archive saw and the store does not hold,
+    ``unknown`` entries the store holds that were never quarantined through the archive (up to
+    :data:`SHOWN_IDS` each; ``lost_count`` / ``unknown_count`` are the full numbers).
+    """
 
     quarantined: int = 0
     repaired: int = 0
@@ -99,30 +109,62 @@ class Tally:
     discarded: int = 0
     open: int = 0
     other: int = 0
+    lost_count: int = 0
+    unknown_count: int = 0
+    lost: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
 
     @property
-    def balanced(self) -> bool:
-        return self.quarantined == (
+    def in_store(self) -> int:
+        return (
             self.repaired + self.reenqueued + self.escalated + self.discarded + self.open
             + self.other
         )  # fmt: skip
 
+    @property
+    def balanced(self) -> bool:
+        return self.quarantined == self.in_store and not (self.lost_count or self.unknown_count)
+
+    def difference(self) -> str:
+        """One line naming what does not match ("" when balanced)."""
+        if self.balanced:
+            return ""
+        parts = [f"archive saw {self.quarantined} entries, store holds {self.in_store}"]
+        for what, count, shown in (
+            ("lost by the store", self.lost_count, self.lost),
+            ("in the store but never quarantined", self.unknown_count, self.unknown),
+        ):
+            if count:
+                more = f" (+{count - len(shown)} more)" if count > len(shown) else ""
+                parts.append(f"{count} {what}: {', '.join(shown)}{more}")
+        return "; ".join(parts)
+
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "balanced": self.balanced}
+        return {**asdict(self), "balanced": self.balanced, "difference": self.difference()}
 
 
-def tally(store: DeadLetterStore, source: str) -> Tally:
-    """Count every entry of ``source`` once, by the term of the balance it is in.
+def tally(store: DeadLetterStore, source: str, archive: JsonlArchive) -> Tally:
+    """The balance of ``source``: the archive's quarantined entries against the store's.
 
-    From the store's counts in one consistent read (:meth:`DeadLetterStore.status_kinds`), not
-    by loading every entry: the same terms as :func:`kind_of` gives entry by entry.
+    The store's side is one consistent read of ids and states (:meth:`DeadLetterStore.census`,
+    no payload); the archive's side reads its files. Exact while collect runs put entries: a
+    store writes an entry before archiving it, so the archive is read first (an id it holds
+    that the store then lacks is lost), and read again for ids the store holds that it did not
+    have yet (a put between the two reads; still missing then, never quarantined).
     """
-    counts = Tally()
-    for key, n in store.status_kinds(source).items():
+    before = archive.quarantined_ids(source)
+    census = store.census(source)
+    seen = before
+    if census.ids - before:
+        seen = before | (archive.quarantined_ids(source) & census.ids)
+    counts = Tally(quarantined=len(seen))
+    for key, n in census.counts.items():
         status, _, kind = key.partition(":")
         term = _term(status, kind)
-        counts.quarantined += n
         setattr(counts, term, getattr(counts, term) + n)
+    lost, unknown = sorted(seen - census.ids), sorted(census.ids - seen)
+    counts.lost_count, counts.unknown_count = len(lost), len(unknown)
+    counts.lost, counts.unknown = lost[:SHOWN_IDS], unknown[:SHOWN_IDS]
     return counts
 
 
@@ -155,7 +197,9 @@ class TriageReport:
     skipped: int = 0  # held by another triage run
     records_written: int = 0
     records_unchanged: int = 0
+    pages_revived: int = 0  # dead pages made done again because their record was repaired
     replay_batch: str = ""
+    interrupted: str | None = None  # the stop request (SIGINT/SIGTERM) that ended the run early
     entries: list[EntryOutcome] = field(default_factory=list)
     balance: Tally = field(default_factory=Tally)
 
@@ -185,6 +229,8 @@ class TriageReport:
             **self.counts(),
             "records_written": self.records_written,
             "records_unchanged": self.records_unchanged,
+            "pages_revived": self.pages_revived,
+            "interrupted": self.interrupted,
             "replay_batch": self.replay_batch,
             "balance": self.balance.as_dict(),
             "expectations": self.expectation_rows(),
@@ -201,7 +247,7 @@ class TriageReport:
             f"Balance: quarantined {b.quarantined} = repaired {b.repaired} + re-enqueued "
             f"{b.reenqueued} + escalated {b.escalated} + discarded {b.discarded} + open {b.open}"
             + (f" + other {b.other}" if b.other else "")
-            + (" (balanced)" if b.balanced else " (NOT balanced)"),
+            + (" (balanced)" if b.balanced else f" (NOT balanced: {b.difference()})"),
             f"Records replayed: {self.records_written} written, {self.records_unchanged} "
             f"unchanged (batch `{self.replay_batch}`)",
         ]
@@ -227,7 +273,7 @@ class RecordValidator(Protocol):
     def validate(self, records: list[dict[str, Any]]) -> Any: ...
 
 
-def _names(failed: list[dict[str, Any]] | tuple[Any, ...]) -> list[str]:
+def expectation_names(failed: list[dict[str, Any]] | tuple[Any, ...]) -> list[str]:
     out = []
     for f in failed:
         name = f["expectation"] if isinstance(f, dict) else f.expectation
@@ -243,7 +289,8 @@ class Triage:
         self,
         source: Source,
         *,
-        store: DeadLetterStore,
+        store: DeadLetters,
+        archive: JsonlArchive,
         frontier: Frontier,
         sink: Sink,
         run_id: str,
@@ -254,6 +301,7 @@ class Triage:
     ) -> None:
         self.source = source
         self.store = store
+        self.archive = archive
         self.frontier = frontier
         self.sink = sink
         self.run_id = run_id
@@ -263,11 +311,23 @@ class Triage:
         self.max_requeues = max_requeues
         self.owner = f"triage:{run_id}"
 
-    def run(self, *, limit: int = defaults.TRIAGE_LIMIT, dry_run: bool = False) -> TriageReport:
+    def run(
+        self,
+        *,
+        limit: int = defaults.TRIAGE_LIMIT,
+        dry_run: bool = False,
+        stop: StopRequest | None = None,
+    ) -> TriageReport:
+        """Settle each open entry once. A ``stop`` request (Ctrl-C) ends the claiming: the
+        entries claimed so far are settled (records replayed), the others stay open for the
+        next run, untouched."""
         report = TriageReport(self.source.name, self.run_id, dry_run)
         report.replay_batch = f"triage:{self.run_id}"
         records: list[DeadLetter] = []
         for entry in self.store.list(source=self.source.name, status="open", limit=limit):
+            if stop is not None and stop.reason is not None:
+                report.interrupted = stop.reason
+                break
             report.seen += 1
             if not dry_run and not self.store.claim_for_triage(
                 entry.id, self.owner, now=self.clock(), lease_s=self.claim_s
@@ -282,7 +342,7 @@ class Triage:
                 report.add(self._escalate(entry, self._why_not(entry), dry_run))
         if records:
             self._records(records, report, dry_run)
-        report.balance = tally(self.store, self.source.name)
+        report.balance = tally(self.store, self.source.name, self.archive)
         return report
 
     # --- fetch failures ------------------------------------------------------------------
@@ -300,14 +360,10 @@ class Triage:
         detail = f"recoverable {entry.error_class}, re-enqueue #{entry.requeues + 1}"
         if dry_run:
             return self._outcome(entry, "reenqueued", detail)
-        queued = self.frontier.requeue(
-            self.source.name, [entry.url], now=now, queue_ttl_s=self.source.ttl.queue_ttl_s
-        )
-        if not queued:
+        if not reenqueue(self.store, self.frontier, self.source, entry, detail=detail, now=now):
             return self._escalate(
                 entry, "the frontier does not hold this URL as dead, cannot re-enqueue", dry_run
             )
-        self.store.resolve(entry.id, resolution("reenqueued", detail), requeued=True)
         return self._outcome(entry, "reenqueued", detail)
 
     @staticmethod
@@ -337,9 +393,9 @@ class Triage:
         table: list[str] = []
         if self.validator is not None:
             outcome = self.validator.validate([record for _, record, _, _ in repaired])
-            table = _names(outcome.table_failures)
+            table = expectation_names(outcome.table_failures)
             for row in outcome.bad:
-                failed_rows[row.index] = _names(row.failed)
+                failed_rows[row.index] = expectation_names(row.failed)
         passing: list[tuple[DeadLetter, SinkRecord, list[str]]] = []
         for index, (entry, record, changes, key) in enumerate(repaired):
             failed_after = failed_rows.get(index, []) + table
@@ -367,19 +423,28 @@ class Triage:
             report.records_written += written.written
             report.records_unchanged += written.unchanged
             stale = set(written.stale_keys)
+        revive: dict[str, float] = {}  # url -> when it was fetched
         for entry, replayed, changes in passing:
             if replayed.key in stale:
                 detail = "a newer write of this key holds the sink: replay refused"
                 if not dry_run:
-                    self.store.resolve(entry.id, resolution("discarded", detail))
+                    self.store.resolve(entry.id, "discarded", detail)
                 out = self._outcome(entry, "discarded", detail)
             else:
                 detail = "; ".join(changes) if changes else "valid under the current suite"
                 if not dry_run:
-                    self.store.resolve(entry.id, resolution("repaired", detail))
+                    self.store.resolve(entry.id, "repaired", detail)
+                    revive.setdefault(entry.url, entry.last_seen)
                 out = self._outcome(entry, "repaired", detail)
             out.changes = changes
             report.add(out)
+        if revive:  # the pages live on: done, fetched again once their freshness passes
+            now = self.clock()
+            fresh_for = self.source.ttl.fresh_for
+            report.pages_revived += self.frontier.revive(
+                self.source.name,
+                [Completed(url, now + fresh_for(url), fetched) for url, fetched in revive.items()],
+            )
 
     # --- helpers -------------------------------------------------------------------------
     def _escalate(self, entry: DeadLetter, reason: str, dry_run: bool) -> EntryOutcome:
@@ -396,5 +461,5 @@ class Triage:
             error_class=entry.error_class,
             outcome=outcome,
             detail=detail,
-            failed_before=_names(entry.failed_expectations),
+            failed_before=expectation_names(entry.failed_expectations),
         )

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -37,11 +38,14 @@ from collector.frontier import (
     Outcome,
     RetryLater,
 )
-from collector.ops import observability
+from collector.ops import metrics, observability, tracing
 from collector.ops.scrub import Scrubber
 from collector.policy.retry import RetryBudget
 from collector.policy.urls import HostPolicy
 from collector.run.ledger import Ledger
+from collector.run.replan import LiftedRefusals
+from collector.run.seeds import SeedCheck
+from collector.run.summary import Role, RunSummary
 from collector.settle.parse import RecordParser, dotted_get
 from collector.sinks import Sink, SinkRecord
 
@@ -52,6 +56,7 @@ __all__ = ["BatchReport", "Collection"]
 
 _T = TypeVar("_T")
 _BODY_EXCERPT = 2048  # bytes of a failing body kept in its dead letter
+_REFUSED_CHUNK = 500  # refused seeds written to the dead letters at a time (bounded memory)
 
 
 @dataclass(slots=True)
@@ -64,11 +69,15 @@ class BatchReport:
     dead_lettered: int = 0
     retry_later: int = 0
     skipped: int = 0
+    deferred_by_circuit: int = 0  # sent back unsent: the host's circuit breaker was open
     stale: int = 0
     records_written: int = 0
+    records_unchanged: int = 0
     records_quarantined: int = 0
+    stale_writes: int = 0
     validation_s: float = 0.0
     reasons: dict[str, int] = field(default_factory=dict)
+    windows: dict[str, int] = field(default_factory=dict)  # host -> adaptive window, at fetch
 
 
 class Collection:
@@ -86,6 +95,10 @@ class Collection:
     ) -> None:
         self.source = source
         self.run_id = run_id
+        # The tag of this run's items in the frontier: the run id plus a part of its own, so a
+        # second execution of the same flow run (a Prefect retry) is a run of its own there too
+        # (its items are not mistaken for repeats of its own seeds).
+        self.frontier_tag = f"{run_id}#{uuid.uuid4().hex[:8]}"
         self.clock = clock
         secrets = source.secret_values()
         self.scrub = Scrubber(secrets)
@@ -95,6 +108,7 @@ class Collection:
         self.deadletters = deadletters or open_deadletters(source)
         self.ledger = Ledger()
         self.errors = observability.DeadLetterReporter(source.name, run_id)
+        self.traces = tracing.BatchTraces(source.name)  # a span per batch (collector.ops.tracing)
         self.parser = RecordParser(
             parser=source.record.parser, records_path=source.record.records_path
         )
@@ -102,12 +116,16 @@ class Collection:
             ratio=source.retry.budget_ratio, min_retries=source.retry.budget_min
         )
         self._validator: ValidationWorker | None = None
+        self._engines: list[FetchEngine] = []
+        self.halted = False
         self.started_at = clock()
         self.fetch_seconds = 0.0
         self.settle_seconds = 0.0
         self.validation_seconds = 0.0
         self.records_validated = 0
         self.pages_ok = 0
+        self.replanned = 0  # open plan refusals closed because the policy allows them now
+        self.hosts: dict[str, Any] = {}  # the engine's view of hosts after the last fetch
 
     def __enter__(self) -> Collection:
         return self
@@ -129,7 +147,30 @@ class Collection:
         storage = self.source.resolve_env(
             self.source.limits.rate_storage, field="limits.rate_storage"
         )
-        return FetchEngine.for_source(self.source, rate_storage_uri=storage)
+        engine = FetchEngine.for_source(
+            self.source, rate_storage_uri=storage, circuit_storage_uri=self._shared_redis(storage)
+        )
+        self._engines.append(engine)
+        if self.halted:
+            engine.halt()
+        return engine
+
+    def halt(self) -> None:
+        """A stop was requested: the run's engines start no attempt and cut what is in flight
+        (see FetchEngine.halt); the run loop stops claiming (collector.run.drain)."""
+        self.halted = True
+        for engine in self._engines:
+            engine.halt()
+
+    def _shared_redis(self, rate_storage: str) -> str | None:
+        """Where circuit breakers are shared: the rate storage's or the frontier's Redis."""
+        if rate_storage.startswith(("redis://", "rediss://", "unix://")):
+            return rate_storage
+        if self.source.frontier.type == "redis":
+            from collector.backends import _redis_url
+
+            return _redis_url(self.source, self.source.frontier, field="frontier")
+        return None
 
     @property
     def validator(self) -> ValidationWorker | None:
@@ -142,53 +183,121 @@ class Collection:
 
     # --- plan ----------------------------------------------------------------------------------
     def plan(self) -> Ledger:
-        """Offer every seed URL; refuse malformed or forbidden ones into the dead letters."""
+        """Take the run's items into its account (see collector.run.ledger for the terms).
+
+        An unchanged seed list (its :meth:`~collector.config.Source.seed_mark` is the one the
+        frontier kept from the last finished plan) is not offered again: only the items that
+        are due join the run (:meth:`Frontier.adopt`). Otherwise every seed is streamed to the
+        frontier in chunks (constant memory: repeats are told apart by the run's tag), malformed
+        or forbidden ones go to the dead letters in chunks, and items queued by earlier plans
+        that the list no longer names are retired or carried over (``seeds.on_removed``). The
+        mark is cleared first and stored last, so a plan cut short is done in full next time.
+        """
         if self.validator is not None:
             self.validator.start()  # GX imports in the worker while we plan
         now = self.clock()
-        ttl, priority = self.source.ttl, self.source.priority
-        policy = HostPolicy(
-            allow_private_networks=self.source.allow_private_networks,
-            allowed_hosts=self.source.limits.allowed_hosts,
+        source, name, ledger = self.source, self.source.name, self.ledger
+        ttl, priority = source.ttl, source.priority
+
+        new_ranks: dict[float, float] = {}  # without rules, a new URL's rank is fresh_s's
+
+        def rank_for(url: str, age_s: float | None, fresh_s: float) -> float:
+            if age_s is None and not priority.rules:
+                known = new_ranks.get(fresh_s)
+                if known is None:
+                    known = new_ranks[fresh_s] = priority.rank_for(
+                        url, enqueued_at=now, age_s=None, fresh_s=fresh_s
+                    )
+                return known
+            return priority.rank_for(url, enqueued_at=now, age_s=age_s, fresh_s=fresh_s)
+
+        mark = source.seed_mark()
+        if self.frontier.plan_mark(name) == mark:
+            result = self.frontier.adopt(
+                name,
+                self.frontier_tag,
+                now=now,
+                queue_ttl_s=ttl.queue_ttl_s,
+                rank_for=rank_for,
+                fresh_for=ttl.fresh_for,
+            )
+            ledger.plan = "incremental"
+            ledger.discovered = result.total
+            return ledger
+
+        self.frontier.set_plan_mark(name, None)
+        check = SeedCheck(
+            HostPolicy(
+                allow_private_networks=source.allow_private_networks,
+                allowed_hosts=source.limits.allowed_hosts,
+            )
         )
+        fresh_for = ttl.fresh_for if (ttl.rules or ttl.hook) else None
+        default_fresh = ttl.default_fresh_s
         refused: list[DeadLetter] = []
+        lifted = LiftedRefusals(self.deadletters, name, check.refusal)
+
+        def put_refused() -> None:
+            self.deadletters.put(refused)
+            self.errors.report(refused)
+            metrics.count_dead_letters(name, refused)
+            ledger.refused_at_plan += len(refused)
+            ledger.dead_lettered += len(refused)
+            refused.clear()
 
         def offers() -> Iterator[Offer]:
-            for url in self.source.iter_seed_urls():
-                self.ledger.discovered += 1
+            for url in source.seed_urls():
+                ledger.discovered += 1
                 try:
-                    reason = policy.refusal(url)
+                    reason = check.refusal(url)
                 except RecoverableFetchError:
                     reason = None  # DNS may recover: let the fetch step retry it
                 if reason is not None:
                     refused.append(self._dead_letter(url, "plan", "refused_url", reason, 0))
+                    if len(refused) >= _REFUSED_CHUNK:
+                        put_refused()
                     continue
-                yield Offer(url, ttl.fresh_for(url))
-
-        def rank_for(url: str, age_s: float | None, fresh_s: float) -> float:
-            return priority.rank_for(url, enqueued_at=now, age_s=age_s, fresh_s=fresh_s)
+                lifted.offered(url)
+                yield Offer(url, fresh_for(url) if fresh_for else default_fresh)
 
         result = self.frontier.offer(
-            self.source.name,
+            name,
             offers(),
             now=now,
             queue_ttl_s=ttl.queue_ttl_s,
             rank_for=rank_for,
-            run_id=self.run_id,
+            run_id=self.frontier_tag,
+            once_per_run=True,
         )
-        self.deadletters.put(refused)
-        self.errors.report(refused)
-        self.ledger.fresh_skipped = result.fresh_skipped
-        self.ledger.already_dead = result.already_dead
-        self.ledger.refused_at_plan = len(refused)
-        self.ledger.dead_lettered += result.already_dead + len(refused)
-        return self.ledger
+        put_refused()
+        self.replanned = lifted.resolve()  # old refusals of URLs allowed now (collector.run.replan)
+        retire = source.seeds.on_removed == "retire"
+        swept = self.frontier.sweep(name, self.frontier_tag, retire=retire)
+        self.frontier.set_plan_mark(name, mark)
+        ledger.plan = "full"
+        ledger.duplicates = result.duplicates
+        ledger.discovered -= result.duplicates
+        ledger.fresh_skipped = result.fresh_skipped
+        ledger.already_dead = result.already_dead
+        ledger.dead_lettered += result.already_dead
+        ledger.unlisted = swept.carried + swept.retired
+        ledger.carried_over = swept.carried
+        ledger.retired = swept.retired
+        return ledger
 
     # --- claim and fetch -----------------------------------------------------------------------
     def claim(self, limit: int) -> Lease:
+        began, began_ns = time.monotonic(), time.time_ns()
         lease = self.frontier.claim(
-            self.source.name, limit, now=self.clock(), lease_s=self.source.ttl.lease_s
+            self.source.name,
+            limit,
+            now=self.clock(),
+            lease_s=self.source.ttl.lease_s,
+            holder=self.run_id,
         )
+        metrics.claimed(self.source.name, time.monotonic() - began, lease.reclaimed)
+        self.traces.claimed(lease, began_ns)
+        self.sample_frontier()
         self.ledger.leases_reclaimed += lease.reclaimed
         self.ledger.claimed += len(lease.items)
         return lease
@@ -205,6 +314,7 @@ class Collection:
             while True:
                 await asyncio.sleep(ttl.renew_every_s)
                 self.frontier.renew(lease, now=self.clock(), lease_s=ttl.lease_s)
+                metrics.lease_renewed(self.source.name)
 
         return asyncio.create_task(keep_renewing(), name=f"renew-lease-{lease.token}")
 
@@ -217,18 +327,25 @@ class Collection:
         """
         began = time.monotonic()
         try:
-            return await engine.fetch_batch(
-                lease.items,
-                budget=self.budget,
-                batch_timeout_s=self.source.ttl.batch_timeout_s,
-                host_slots=host_slots,
-            )
+            with self.traces.fetching(lease) as span:
+                results = await engine.fetch_batch(
+                    lease.items,
+                    budget=self.budget,
+                    batch_timeout_s=self.source.ttl.batch_timeout_s,
+                    host_slots=host_slots,
+                )
+                tracing.fetched(span, results)
+            return results
         finally:
             self.fetch_seconds += time.monotonic() - began
+            if engine.tally is not None:
+                engine.tally.flush(self.source.name)
+            self.hosts = engine.host_report()
 
     def release(self, lease: Lease) -> int:
         """Give a batch back unchanged (its task failed for good)."""
         self.ledger.released += len(lease.items)  # given back, or already taken by another
+        self.traces.released(lease)
         return self.frontier.release(lease, now=self.clock())
 
     # --- settle --------------------------------------------------------------------------------
@@ -250,7 +367,10 @@ class Collection:
         """
         began = time.monotonic()
         try:
-            return await self._settle(lease, results, after)
+            with self.traces.settling(lease):
+                report = await self._settle(lease, results, after)
+            metrics.settled(self.source.name, seconds=time.monotonic() - began, report=report)
+            return report
         finally:
             self.settle_seconds += time.monotonic() - began
 
@@ -291,6 +411,12 @@ class Collection:
                     outcomes[result.url] = self._retry_later(
                         result, claimed[result.url].enqueued_at, now + result.decision.delay_s
                     )
+            elif result.status == "deferred":  # the host's breaker is open: not an attempt
+                report.deferred_by_circuit += 1
+                outcomes[result.url] = self._retry_later(
+                    result, claimed[result.url].enqueued_at, result.not_before,
+                    count_attempt=False, reason="circuit_open",
+                )  # fmt: skip
             else:  # skipped: the batch ran out of time before trying it
                 report.skipped += 1
                 outcomes[result.url] = self._retry_later(
@@ -312,15 +438,20 @@ class Collection:
                 )
 
         batch_id = f"{self.run_id}:{lease.token}"
-        written = self.sink.write(good, token=lease.token, batch_id=batch_id)
+        with self.traces.step("store"):
+            written = self.sink.write(good, token=lease.token, batch_id=batch_id)
         report.records_written = written.written
+        report.records_unchanged = written.unchanged
+        report.stale_writes = written.stale
         self.ledger.records_written += written.written
         self.ledger.records_unchanged += written.unchanged
         self.ledger.stale_writes += written.stale
         self.deadletters.put(letters)
         self.errors.report(letters)
+        metrics.count_dead_letters(self.source.name, letters)
 
-        acked = self.frontier.ack(lease, list(outcomes.values()), now=self.clock())
+        with self.traces.step("ack"):
+            acked = self.frontier.ack(lease, list(outcomes.values()), now=self.clock())
         stale = set(acked.stale)
         report.stale = len(stale)
         self.ledger.stale_acks += len(stale)
@@ -332,6 +463,8 @@ class Collection:
             elif isinstance(outcome, DeadLettered):
                 report.dead_lettered += 1
                 report.reasons[outcome.error] = report.reasons.get(outcome.error, 0) + 1
+            elif outcome.error == "circuit_open":
+                self.ledger.deferred_by_circuit += 1
             else:
                 self.ledger.returned += 1
                 if outcome.error != "batch_time":
@@ -341,6 +474,7 @@ class Collection:
         self.ledger.retried += report.retry_later
         self.ledger.records_quarantined += report.records_quarantined
         self.ledger.batches += 1
+        report.windows = dict(self.hosts.get("windows", {}))
         return report
 
     async def _key_and_validate(
@@ -379,7 +513,8 @@ class Collection:
         validator = self.validator
         if validator is not None and candidates:
             waiting = time.monotonic()
-            outcome = await validator.validate([record for _, _, record in candidates])
+            with self.traces.step("validate"):
+                outcome = await validator.validate([record for _, _, record in candidates])
             self.settle_seconds -= time.monotonic() - waiting  # the worker's time, not ours
             report.validation_s = outcome.seconds
             self.validation_seconds += outcome.seconds
@@ -429,6 +564,7 @@ class Collection:
         not_before: float,
         *,
         count_attempt: bool = True,
+        reason: str | None = None,
     ) -> RetryLater:
         fresh_s = self.source.ttl.fresh_for(result.url)
         rank = self.source.priority.rank_for(
@@ -439,6 +575,7 @@ class Collection:
             retries=result.attempts,
         )
         error = result.decision.reason if (result.decision and count_attempt) else "batch_time"
+        error = reason or error
         return RetryLater(
             result.url, not_before, rank, result.attempts, result.first_attempt_at, error
         )
@@ -454,9 +591,10 @@ class Collection:
         key: str = "",
         payload: Any = None,
         failed: list[dict[str, Any]] | None = None,
+        cause: str = "",
     ) -> DeadLetter:
         now = self.clock()
-        return DeadLetter(
+        letter = DeadLetter(
             source=self.source.name,
             url=self.scrub.url(url),
             stage=stage,  # type: ignore[arg-type]
@@ -469,7 +607,11 @@ class Collection:
             payload=self.scrub(payload),
             failed_expectations=failed or [],
             flow_run_id=self.run_id,
+            cause=cause,
+            trace_id=tracing.trace_id_of_current(),  # the batch's trace (the plan's at plan)
         )
+        tracing.dead_letter_event(letter)
+        return letter
 
     def _fetch_letter(
         self, result: FetchResult, error: FetchError, *, body: bytes = b""
@@ -478,9 +620,14 @@ class Collection:
         if body:
             payload["body_excerpt"] = body[:_BODY_EXCERPT].decode("utf-8", "replace")
             payload["body_bytes"] = len(body)
-        reason = result.decision.reason if result.decision else error.error_class
         return self._dead_letter(
-            result.url, error.stage, reason, str(error), result.attempts, payload=payload
+            result.url,
+            error.stage,
+            error.error_class,
+            str(error),
+            result.attempts,
+            payload=payload,
+            cause=result.decision.cause if result.decision else "",
         )
 
     def _record_letter(
@@ -505,6 +652,12 @@ class Collection:
         )
 
     # --- finish --------------------------------------------------------------------------------
+    def sample_frontier(self, *, force: bool = False) -> None:
+        """Frontier depth and backlog gauges, at most every METRICS_SAMPLE_S (metrics on)."""
+        metrics.sample_frontier(
+            self.source.name, self.frontier, self.source.backlog, now=self.clock(), force=force
+        )
+
     def seconds_until_claimable(self) -> float | None:
         """How long until something may be claimable; None when nothing is pending."""
         now = self.clock()
@@ -516,8 +669,9 @@ class Collection:
 
         A drain-only worker (``planned=False``) checks only what it claimed.
         """
+        self.sample_frontier(force=True)
         if planned:
-            self.ledger.close(self.frontier.run_counts(self.source.name, self.run_id))
+            self.ledger.close(self.frontier.run_counts(self.source.name, self.frontier_tag))
         else:
             self.ledger.close_claims()
         self.errors.finish()
@@ -534,31 +688,46 @@ class Collection:
             "us_per_record": _per(self.validation_seconds, self.records_validated, 1e6),
         }
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, *, role: Role = "run", **how: Any) -> RunSummary:
+        """The run's :class:`RunSummary`; ``how`` adds how it ended (ending, interrupted...)."""
         elapsed = max(self.clock() - self.started_at, 1e-9)
-        return {
-            "source": self.source.name,
-            "run_id": self.run_id,
-            **self.ledger.as_dict(),
-            "requests": self.budget.requests,
-            "retries": self.budget.retries,
-            "retry_budget_refused": self.budget.refused,
+        ledger = self.ledger
+        counts = {
+            name: getattr(ledger, name)
+            for name in RunSummary.__dataclass_fields__
+            if name in Ledger.__dataclass_fields__ and name not in ("problems", "requests")
+        }
+        return RunSummary(
+            source=self.source.name,
+            run_id=self.run_id,
+            role=role,
+            **counts,
+            balanced=ledger.balanced,
+            problems=tuple(ledger.problems),
+            requests=self.budget.requests,
+            retries=self.budget.retries,
+            retry_budget_refused=self.budget.refused,
+            # per-host politeness: adaptive windows, breaker openings (docs/politeness.md)
+            hosts=self.hosts,
             # sink writes and frontier acks refused by a fencing token (a newer lease holds them)
-            "fence_refused": self.ledger.stale_writes + self.ledger.stale_acks,
-            "seconds": round(elapsed, 3),
-            "pages_per_second": round(self.pages_ok / elapsed, 1),
-            "timings_s": {
+            fence_refused=ledger.stale_writes + ledger.stale_acks,
+            seconds=round(elapsed, 3),
+            pages_per_second=round(self.pages_ok / elapsed, 1),
+            timings_s={
                 "fetch": round(self.fetch_seconds, 3),
                 "settle": round(self.settle_seconds, 3),
                 "validation": round(self.validation_seconds, 3),
             },
-            "validation": self._validation_summary(),
-            "sink": self.sink.location(),
-            "records_in_sink": self.sink.count(),
-            "deadletters": str(self.source.deadletter_path),
-            "deadletter_archive": str(self.source.deadletter_archive_path),
-            "deadletter_reasons": self.deadletters.reasons(self.source.name),
-        }
+            validation=self._validation_summary(),
+            sink=self.sink.location(),
+            records_in_sink=self.sink.count(),
+            frontier=self.frontier.location(),
+            deadletters=self.deadletters.location(),
+            deadletter_archive=str(self.source.deadletter_archive_path),
+            deadletter_reasons=self.deadletters.reasons(self.source.name),
+            replanned=self.replanned,
+            **how,
+        )
 
 
 def _per(total: float, count: int, scale: float) -> float | None:

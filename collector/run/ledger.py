@@ -1,21 +1,39 @@
 """The run's accounts: where every discovered item ended, and the proof that none is missing.
 
-Each item a run discovers (a seed URL) ends the run in exactly one terminal state::
+Each item a run takes into its account ends the run in exactly one terminal state::
 
-    discovered = stored + fresh_skipped + expired + dead_lettered + queued
+    discovered + unlisted = stored + fresh_skipped + expired + dead_lettered + queued
+                            + held_by_others + retired
+
+What a run *discovers* depends on how it planned (``plan``). A ``full`` plan (the seed list is
+new or changed) offers every listed seed: ``discovered`` is the number of seeds listed, repeats
+counted once (``duplicates`` says how many were dropped). An ``incremental`` plan (the seed list
+is the one the last finished plan offered) offers nothing: ``discovered`` is the number of items
+that were due and joined the run (queued or leased, expired, done whose freshness ran out);
+fresh and dead items are not the run's business and are not counted.
+
+Items an earlier plan queued that a changed seed list no longer names (``unlisted``) join the
+run too, and are settled by the source's ``seeds.on_removed``: ``retired`` (they end in the
+frontier's ``retired`` state, counted here and proven against the frontier's count), or
+``carried_over`` to be collected once more (they then end like any other item; leased ones are
+always carried over: a holder may still ack them). ``unlisted = carried_over + retired``. None
+is dropped silently.
 
 ``stored`` and ``dead_lettered`` are counted from the acks the frontier *accepted*;
-``fresh_skipped`` from planning; ``expired`` and ``queued`` are read back from the frontier at
-the end. The check is then made twice, against two independent sources: the equation above,
-and the frontier's own count of the run's items per state (done = stored + fresh_skipped, dead
-= dead_lettered minus seeds refused before reaching the frontier). An ack counted twice, an item
-dropped on the floor, or a lease never returned makes one of them fail, and the run with it.
+``fresh_skipped`` from planning; ``expired``, ``queued`` and ``held_by_others`` (leased by a
+live helper when the run ended) are read back from the frontier at the end. The check is then
+made twice, against two independent sources: the equation above, and the frontier's own count
+of the run's items per state (done = stored + fresh_skipped, dead = dead_lettered minus seeds
+refused before reaching the frontier). An ack counted twice, an item dropped on the floor, or a
+lease never returned makes one of them fail, and the run with it.
 
 A third check covers what the run *claimed*: every claimed item was acked stored, acked dead,
-acked back to the queue (``returned``), refused as stale, or given back with its failed batch
-(``released``). Drain-only workers (``collector work``) plan nothing, so this is their whole
-ledger (:meth:`Ledger.close_claims`). When such workers help a run, the run's items they settled
-show in the frontier but not in the run's acks: the run counts them as ``stored_by_others`` /
+acked back to the queue (``returned``), acked back deferred because its host's circuit breaker
+was open (``deferred_by_circuit``: not an attempt, see collector.fetch.circuit), refused as
+stale, or given back with its failed batch (``released``). Drain-only workers
+(``collector work``) plan nothing, so this is their whole ledger (:meth:`Ledger.close_claims`).
+When such workers help a run, the run's items they settled show in the frontier but not in the
+run's acks: the run counts them as ``stored_by_others`` /
 ``dead_by_others`` (never negative), and each helper's own claim check covers them.
 
 Compensation (a written batch found bad afterwards) is recorded in the source's
@@ -46,7 +64,13 @@ class Ledger:
     dead_lettered: int = 0
     expired: int = 0
     queued: int = 0
+    held_by_others: int = 0  # leased by another live holder (a `collector work` helper) at the end
+    unlisted: int = 0  # items earlier plans queued that the changed seed list no longer names
+    retired: int = 0  # unlisted items retired by this run (seeds.on_removed: retire)
     # detail (not terms of the equation)
+    plan: str = ""  # "full" (the seed list was offered) or "incremental" (only due items)
+    duplicates: int = 0  # seeds listed more than once, counted once in discovered
+    carried_over: int = 0  # unlisted items this run collects (unlisted - retired)
     refused_at_plan: int = 0  # seeds with a malformed or refused URL, dead-lettered at once
     already_dead: int = 0  # items still in the dead letters from earlier runs
     retried: int = 0  # attempts sent back to the queue (retry-later)
@@ -59,6 +83,7 @@ class Ledger:
     claimed: int = 0  # items leased by this run's claims
     returned: int = 0  # claimed items acked back to the queue (retry later, batch time)
     released: int = 0  # claimed items of batches whose task failed, given back unchanged
+    deferred_by_circuit: int = 0  # claimed items acked back unsent: their host's breaker was open
     stored_by_others: int = 0  # this run's items stored by other workers (`collector work`)
     dead_by_others: int = 0  # this run's items dead-lettered by other workers
     requests: int = 0
@@ -75,16 +100,26 @@ class Ledger:
             + self.dead_lettered
             + self.dead_by_others
             + self.queued
+            + self.held_by_others
+            + self.retired
         )
 
     def _claim_problems(self) -> list[str]:
         acked_dead = self.dead_lettered - self.already_dead - self.refused_at_plan
-        settled = self.stored + acked_dead + self.returned + self.stale_acks + self.released
+        settled = (
+            self.stored
+            + acked_dead
+            + self.returned
+            + self.deferred_by_circuit
+            + self.stale_acks
+            + self.released
+        )
         if self.claimed == settled:
             return []
         return [
             f"claimed {self.claimed} != stored {self.stored} + dead {acked_dead} + returned "
-            f"{self.returned} + stale {self.stale_acks} + released {self.released} (= {settled})"
+            f"{self.returned} + deferred_by_circuit {self.deferred_by_circuit} + stale "
+            f"{self.stale_acks} + released {self.released} (= {settled})"
         ]
 
     def close_claims(self) -> None:
@@ -94,17 +129,26 @@ class Ledger:
     def close(self, final: StateCounts) -> None:
         """Read the end state of the run's items and check conservation both ways."""
         self.expired = final.expired
-        self.queued = final.queued + final.leased
+        # The run's own leases are all acked or released by now: what is leased is someone else's.
+        self.queued = final.queued
+        self.held_by_others = final.leased
         in_frontier_dead = self.dead_lettered - self.refused_at_plan
         # Items of this run that drain-only workers settled (zero when none helped).
         self.stored_by_others = max(0, final.done - self.stored - self.fresh_skipped)
         self.dead_by_others = max(0, final.dead - in_frontier_dead)
         problems = self._claim_problems()
-        if self.discovered != self.terminal_sum:
+        intake = self.discovered + self.unlisted
+        if intake != self.terminal_sum:
             problems.append(
-                f"discovered {self.discovered} != stored {self.stored} + fresh_skipped "
-                f"{self.fresh_skipped} + expired {self.expired} + dead_lettered "
-                f"{self.dead_lettered} + queued {self.queued} (= {self.terminal_sum})"
+                f"discovered {self.discovered} + unlisted {self.unlisted} != stored "
+                f"{self.stored} + fresh_skipped {self.fresh_skipped} + expired {self.expired} "
+                f"+ dead_lettered {self.dead_lettered} + queued {self.queued} + held by others "
+                f"{self.held_by_others} + retired {self.retired} (= {self.terminal_sum})"
+            )
+        if final.retired != self.retired:
+            problems.append(
+                f"frontier has {final.retired} of this run's items retired, but the run "
+                f"retired {self.retired}"
             )
         if final.done != self.stored + self.stored_by_others + self.fresh_skipped:
             problems.append(
@@ -116,10 +160,11 @@ class Ledger:
                 f"frontier has {final.dead} of this run's items dead, but the run "
                 f"dead-lettered {in_frontier_dead} of them"
             )
-        if self.discovered - self.refused_at_plan != final.total:
+        if intake - self.refused_at_plan != final.total:
             problems.append(
                 f"frontier holds {final.total} of this run's items, but the run discovered "
-                f"{self.discovered - self.refused_at_plan} fetchable ones"
+                f"{self.discovered - self.refused_at_plan} fetchable ones and took "
+                f"{self.unlisted} unlisted ones"
             )
         self.problems = problems
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from collector import _json
+from collector._closing import Closing
 from collector.errors import BackendError
 from collector.sinks._encode import digest as _digest
 from collector.sinks._encode import dumps as _dumps
@@ -44,7 +45,7 @@ class _Entry:
     batch: str
 
 
-class JsonlSink:
+class JsonlSink(Closing):
     def __init__(self, folder: str | Path, *, source: str) -> None:
         self.folder = Path(folder)
         self.source = source

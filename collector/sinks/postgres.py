@@ -44,6 +44,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.numeric import Int8
 
 from collector import _json
+from collector._closing import Closing
 from collector.errors import BackendError
 from collector.ops.scrub import Scrubber
 from collector.sinks._encode import digest, dumps
@@ -78,7 +79,7 @@ def _one_line(exc: BaseException, scrub: Scrubber) -> str:
     return scrub.text(text)[:300]
 
 
-class PostgresSink:
+class PostgresSink(Closing):
     """Records of one source in a Postgres table shared by every worker.
 
     ``dsn`` is a libpq connection string (``postgresql://user:pw@host:5432/db`` or

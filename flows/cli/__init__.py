@@ -1,5 +1,6 @@
-"""The ``collector`` command.
+"""The ``collector`` command: collect web data into a sink, every item accounted for.
 
+``collector init NAME``              write a new source, a starter suite and its deployment entry
 ``collector schema``                 print the JSON schema of a source file
 ``collector validate SOURCE...``     check sources without running them (exit 2 when invalid)
 ``collector run SOURCE``             run the collect flow as a Prefect flow run
@@ -7,28 +8,54 @@
 ``collector demo``                   start the local demo site and collect it
 ``collector deadletters list|show``  look at what failed and why
 ``collector deadletters retry|discard``  fetch again, or resolve with a reason that is kept
+``collector review SOURCE``          settle escalated dead letters by hand (accept, discard)
 ``collector triage SOURCE``          run the triage flow (repair, replay, re-enqueue, escalate)
+``collector batches SOURCE``         list the written batches (what compensate and audit name)
 ``collector compensate SOURCE --batch ID``  undo exactly one batch's writes (recorded)
-``collector blocks register``        register Collector's Prefect block types (UI-editable)
-``collector blocks save NAME FILE``  store a source file as a ``CollectorSource`` block
 ``collector audit SOURCE``           check written batches against the current suite's table-level
                                      expectations; compensate each batch that fails
+``collector backlog SOURCE...``      sample each source's backlog (the backlog-monitor flow)
+``collector blocks register``        register Collector's Prefect block types (UI-editable)
+``collector blocks save NAME FILE``  store a source file as a ``CollectorSource`` block
+``collector server status|start|stop``  the local Prefect server every command reuses
 
+SOURCE is a file path or ``block:NAME`` everywhere (one resolver, :mod:`flows.sources`).
 Prefect is imported only by the commands that run flows, so ``validate`` and ``schema`` answer
-at once. Exit codes: 0 ok (or skipped: the source was busy and ``on_busy`` is skip), 1 the run
-did not balance or failed, 2 invalid input, 3 the source was busy: another run held its lock
-for the whole wait.
+at once. Exit codes (per command in docs/cli.md): 0 ok (or skipped: the source was busy and
+``on_busy`` is skip), 1 the run did not balance or failed, 2 invalid input, 3 the source was
+busy: another run held its lock for the whole wait, 130 interrupted (Ctrl-C), 141 stdout was
+closed early (``| head``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
+from collector.config import SourceError
 from collector.errors import ConfigError
-from flows.cli import deadletters, prefect_blocks, recovery, running, sources
-from flows.cli._common import EXIT_BUSY, EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from flows.cli import (
+    backlog,
+    deadletters,
+    init,
+    prefect_blocks,
+    recovery,
+    review,
+    running,
+    server,
+    sources,
+)
+from flows.cli._common import (
+    EXIT_BUSY,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_PIPE_CLOSED,
+    print_source_problems,
+)
 from flows.cli.deadletters import parse_age
 
 __all__ = [
@@ -41,12 +68,30 @@ __all__ = [
     "parse_age",
 ]
 
-_GROUPS = (sources, running, deadletters, prefect_blocks, recovery)
+_GROUPS = (
+    init,
+    sources,
+    running,
+    deadletters,
+    review,
+    recovery,
+    backlog,
+    prefect_blocks,
+    server,
+)
+
+
+_DESCRIPTION = "Collect web data into a sink, every item accounted for."
+_EPILOG = (
+    "SOURCE is a source file or block:NAME. Exit codes: 0 ok, 1 failed or not balanced, "
+    "2 invalid input, 3 source busy, 130 interrupted, 141 output closed early. "
+    "Details: docs/cli.md"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="collector", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="collector", description=_DESCRIPTION, epilog=_EPILOG)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in _GROUPS:
         group.register(commands)
     return parser
@@ -55,14 +100,24 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    for option in ("batch_size", "max_items"):
+    for option in ("batch_size", "max_items", "limit"):
         value = getattr(args, option, None)
         if value is not None and value < 1:
             parser.error(f"--{option.replace('_', '-')} must be at least 1")
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, not as a traceback at exit
+        return code
+    except SourceError as exc:
+        return print_source_problems(exc)
     except ConfigError as exc:
         print(f"collector: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    except BrokenPipeError:
+        # `collector ... | head`: the reader has all it wanted. Point stdout at /dev/null so the
+        # interpreter's own flush at exit does not fail again, and exit as Unix tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_PIPE_CLOSED
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED

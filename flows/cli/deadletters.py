@@ -7,13 +7,19 @@ import json
 import re
 import sys
 import time
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, get_args
 
+from collector.deadletter.base import Stage
 from collector.errors import ConfigError
-from flows.cli._common import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from flows.cli._common import EXIT_FAILED, EXIT_OK, add_json, add_source, load
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+STAGES: tuple[str, ...] = get_args(Stage)
+STATUSES = ("open", "review", "resolved", "all")
+_ID_SHOWN = 12  # id characters shown in the table; any unique prefix names an entry
+_PREFIX_SCAN = 1_000_000  # entries looked through to match an id prefix
 
 
 def parse_age(text: str) -> float:
@@ -24,25 +30,39 @@ def parse_age(text: str) -> float:
     return float(match.group(1)) * _AGE_UNITS[match.group(2)]
 
 
-def _store_for(source_path: str) -> tuple[Any, Any]:
-    """The source and its dead-letter store (whichever backend the source names)."""
-    from collector.backends import open_deadletters
-    from collector.config import load_source
+def _when(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
-    source = load_source(source_path)
-    return source, open_deadletters(source)
+
+def find_entry(store: Any, source: Any, reference: str) -> Any:
+    """The entry of ``source`` whose id is ``reference`` or starts with it (like git's short
+    ids); a ConfigError when none or several match."""
+    reference = reference.strip().lower()
+    entry = store.get(reference)
+    if entry is not None and entry.source == source.name:
+        return entry
+    if len(reference) < 4:
+        raise ConfigError(f"dead letter id {reference!r}: give at least 4 characters")
+    matches = [
+        e
+        for e in store.list(source=source.name, status=None, limit=_PREFIX_SCAN)
+        if e.id.startswith(reference)
+    ]
+    if not matches:
+        raise ConfigError(f"no dead letter with id {reference!r} in {source.name}")
+    if len(matches) > 1:
+        shown = ", ".join(e.id[:_ID_SHOWN] for e in matches[:5])
+        raise ConfigError(
+            f"dead letter id {reference!r} is ambiguous in {source.name}: "
+            f"{len(matches)} entries start with it ({shown}); give more characters"
+        )
+    return matches[0]
 
 
 def _selected(source: Any, store: Any, args: argparse.Namespace) -> list[Any]:
     """The entries named by id, or those matching the filters (at least one is required)."""
     if args.ids:
-        entries = []
-        for entry_id in args.ids:
-            entry = store.get(entry_id)
-            if entry is None or entry.source != source.name:
-                raise ConfigError(f"no dead letter with id {entry_id!r} in {source.name}")
-            entries.append(entry)
-        return entries
+        return [find_entry(store, source, entry_id) for entry_id in args.ids]
     if not (args.stage or args.error_class or args.older_than is not None or args.all):
         raise ConfigError("name entries by id, or select them with --stage, --error-class,"
                           " --older-than or --all")  # fmt: skip
@@ -70,31 +90,16 @@ def _discard_reason(args: argparse.Namespace) -> str | None:
 
 
 def cmd_deadletters(args: argparse.Namespace) -> int:
-    source, store = _store_for(args.source)
+    from collector.backends import open_deadletters
+
+    source = load(args.source)
+    store = open_deadletters(source)
     try:
         if args.action == "list":
-            entries = store.list(
-                source=source.name,
-                stage=args.stage,
-                error_class=args.error_class,
-                status=None if args.status == "all" else args.status,
-                limit=args.limit,
-                first_seen_before=None
-                if args.older_than is None
-                else time.time() - args.older_than,
-            )
-            if args.json:
-                print(json.dumps([e.to_dict() for e in entries], default=str))
-            for entry in [] if args.json else entries:
-                where = f"{entry.stage:8} {entry.error_class:28}"
-                print(f"{entry.id}  {entry.status:8} {where} {entry.url}")
-            return EXIT_OK
+            return _list(source, store, args)
         if args.action == "show":
-            entry = store.get(args.id)
-            if entry is None:
-                print(f"no dead letter with id {args.id!r}", file=sys.stderr)
-                return EXIT_INVALID
-            print(json.dumps(entry.to_dict(), indent=2, default=str))
+            entry = find_entry(store, source, args.id)
+            print(json.dumps(_entry_dict(entry), indent=2, default=str))
             return EXIT_OK
         if args.action == "discard":
             return _discard(source, store, args)
@@ -103,77 +108,166 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
         store.close()
 
 
-def _discard(source: Any, store: Any, args: argparse.Namespace) -> int:
-    from collector.recovery.triage import resolution
+def _entry_dict(entry: Any) -> dict[str, Any]:
+    data: dict[str, Any] = entry.to_dict()
+    data["first_seen_at"] = _when(entry.first_seen)  # the epoch floats stay for scripts
+    data["last_seen_at"] = _when(entry.last_seen)
+    return data
 
+
+def _list(source: Any, store: Any, args: argparse.Namespace) -> int:
+    status = None if args.status == "all" else args.status
+    found = store.list(
+        source=source.name,
+        stage=args.stage,
+        error_class=args.error_class,
+        status=status,
+        limit=args.limit + 1,  # one more, to know whether the limit cut the list
+        first_seen_before=None if args.older_than is None else time.time() - args.older_than,
+    )
+    entries, cut = found[: args.limit], len(found) > args.limit
+    if args.json:
+        print(json.dumps([_entry_dict(e) for e in entries], default=str))
+    elif entries:
+        _print_table(entries)
+    if cut:
+        print(f"showing the first {args.limit} entries; more match (raise --limit)",
+              file=sys.stderr)  # fmt: skip
+    if not entries:
+        _say_none(source, store, args)
+    return EXIT_OK
+
+
+def _print_table(entries: list[Any]) -> None:
+    header = ("ID", "STATUS", "STAGE", "ERROR", "FIRST SEEN (UTC)", "TRIES", "URL", "MESSAGE")
+    rows = [
+        (
+            e.id[:_ID_SHOWN],
+            e.status,
+            e.stage,
+            e.error_class,
+            _when(e.first_seen),
+            str(e.attempts),
+            e.url,
+            _short(e.message),
+        )
+        for e in entries
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    for row in [header, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*cells, row[-1]]).rstrip())
+
+
+def _short(message: str, limit: int = 100) -> str:
+    flat = " ".join(message.splitlines())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _say_none(source: Any, store: Any, args: argparse.Namespace) -> None:
+    """An empty list says so, and where the entries are when they are elsewhere."""
+    filters = [f"status {args.status}"]
+    filters += [f"{name} {value}" for name, value in
+                (("stage", args.stage), ("error class", args.error_class)) if value]  # fmt: skip
+    if args.older_than is not None:
+        filters.append(f"older than {args.older_than:g}s")
+    print(f"no dead letters of {source.name} match ({', '.join(filters)})", file=sys.stderr)
+    counts = store.counts(source.name)
+    elsewhere = [f"{n} {s}" for s, n in sorted(counts.items()) if n and s != args.status]
+    if elsewhere and args.status != "all":
+        hint = "; ".join(f"--status {s}" for s, n in sorted(counts.items()) if n)
+        print(f"the source has {', '.join(elsewhere)} (see {hint} or --status all)",
+              file=sys.stderr)  # fmt: skip
+    if args.error_class and args.status in ("open", "all"):
+        known = sorted({r.split("/", 1)[-1] for r in store.reasons(source.name)})
+        if known:
+            print(f"error classes of open entries: {', '.join(known)}", file=sys.stderr)
+
+
+def _discard(source: Any, store: Any, args: argparse.Namespace) -> int:
     entries = _selected(source, store, args)
     reason = _discard_reason(args)
     if reason is None:
-        print("collector: discard needs a reason (--reason TEXT, or answer the prompt)",
-              file=sys.stderr)  # fmt: skip
-        return EXIT_INVALID
-    done = sum(store.resolve(e.id, resolution("discarded", reason)) for e in entries)
+        raise ConfigError("discard needs a reason (--reason TEXT, or answer the prompt)")
+    done = sum(store.resolve(e.id, "discarded", reason) for e in entries)
     print(f"discarded {done} of {len(entries)} dead letters ({len(entries) - done} were not open)")
     return EXIT_OK
 
 
 def _retry(source: Any, store: Any, args: argparse.Namespace) -> int:
-    """Fetch the entries' URLs again: back to the frontier's queue, entries resolved once."""
+    """Fetch the entries' pages again: back to the frontier's queue if dead (or expired),
+    whatever the entry's status (a repaired entry's page may still be dead); each entry not
+    resolved yet is resolved once, through the same engine code as triage's re-enqueue
+    (:mod:`collector.recovery.requeue`). Exit 1 when a page was not dead, so nothing was done."""
     from collector.backends import open_frontier
-    from collector.recovery.triage import resolution
+    from collector.recovery.requeue import reenqueue
 
     entries = _selected(source, store, args)
-    frontier = open_frontier(source)
     requeued = refused = 0
-    try:
+    queued_urls: set[str] = set()
+    with open_frontier(source) as frontier:
         for entry in entries:
-            if entry.status == "resolved":
+            if entry.url in queued_urls:  # a page named by several entries: queued once
+                if entry.status != "resolved":
+                    store.resolve(entry.id, "reenqueued", "operator retry", requeued=True)
+                requeued += 1
                 continue
-            if not frontier.requeue(
-                source.name, [entry.url], now=time.time(), queue_ttl_s=source.ttl.queue_ttl_s
-            ):
+            if not reenqueue(store, frontier, source, entry, detail="operator retry",
+                             now=time.time()):  # fmt: skip
                 refused += 1
                 print(f"{entry.id}: the frontier does not hold {entry.url} as dead or expired;"
                       " not re-enqueued", file=sys.stderr)  # fmt: skip
                 continue
-            if store.resolve(entry.id, resolution("reenqueued", "operator retry"), requeued=True):
-                requeued += 1
-    finally:
-        frontier.close()
+            queued_urls.add(entry.url)
+            requeued += 1
     print(f"re-enqueued {requeued} of {len(entries)} dead letters; the next run fetches them")
     return EXIT_OK if not refused else EXIT_FAILED
 
 
 def register(commands: Any) -> None:
     """Add this group's subcommands to ``collector``'s parser."""
-    letters = commands.add_parser("deadletters", help="inspect dead letters")
-    letter_actions = letters.add_subparsers(dest="action", required=True)
-    listing = letter_actions.add_parser("list")
-    listing.add_argument("source", metavar="SOURCE")
-    listing.add_argument("--stage", default=None)
-    listing.add_argument("--error-class", default=None)
-    listing.add_argument("--status", default="open", choices=["open", "review", "resolved", "all"])
-    listing.add_argument("--limit", type=int, default=100)
-    listing.add_argument("--json", action="store_true")
+    letters = commands.add_parser("deadletters", help="inspect, retry or discard dead letters")
+    letter_actions = letters.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def filters(p: argparse.ArgumentParser, limit: int) -> None:
+        p.add_argument("--stage", default=None, choices=STAGES,
+                       help="only entries that failed at this stage")  # fmt: skip
+        p.add_argument(
+            "--error-class", default=None, metavar="CLASS",
+            help="only entries of this error class (e.g. http_404, timeout)",
+        )  # fmt: skip
+        p.add_argument(
+            "--older-than", type=parse_age, default=None, metavar="AGE",
+            help="first seen longer ago than AGE (90s, 15m, 2h, 3d, 1w)",
+        )  # fmt: skip
+        p.add_argument("--limit", type=int, default=limit, metavar="N",
+                       help=f"at most N entries (default {limit})")  # fmt: skip
+
+    listing = letter_actions.add_parser(
+        "list", help="a table of dead letters (open ones unless --status says otherwise)"
+    )
+    add_source(listing)
+    filters(listing, 100)
     listing.add_argument(
-        "--older-than", type=parse_age, default=None, metavar="AGE",
-        help="first seen longer ago than AGE (90s, 15m, 2h, 3d, 1w)",
+        "--status", default="open", choices=STATUSES,
+        help="open (default), review (escalated by triage), resolved, or all",
     )  # fmt: skip
-    show = letter_actions.add_parser("show")
-    show.add_argument("source", metavar="SOURCE")
-    show.add_argument("id")
+    add_json(listing, "the entries")
+    show = letter_actions.add_parser("show", help="every field of one dead letter, as JSON")
+    add_source(show)
+    show.add_argument("id", metavar="ID", help="the entry's id, or a unique prefix of it")
     for name, helptext in (
         ("retry", "fetch the entries' URLs again (back to the frontier's queue)"),
         ("discard", "resolve entries as discarded, with a reason that is kept"),
     ):
         act = letter_actions.add_parser(name, help=helptext)
-        act.add_argument("source", metavar="SOURCE")
-        act.add_argument("ids", nargs="*", metavar="ID")
-        act.add_argument("--stage", default=None)
-        act.add_argument("--error-class", default=None)
-        act.add_argument("--older-than", type=parse_age, default=None, metavar="AGE")
+        add_source(act)
+        act.add_argument("ids", nargs="*", metavar="ID", help="entry ids, or unique prefixes")
+        filters(act, 10_000)
         act.add_argument("--all", action="store_true", help="every open entry of the source")
-        act.add_argument("--limit", type=int, default=10_000)
         if name == "discard":
-            act.add_argument("--reason", default=None, help="required when not interactive")
+            act.add_argument(
+                "--reason", default=None,
+                help="why, kept with each entry (asked for on a terminal)",
+            )  # fmt: skip
     letters.set_defaults(func=cmd_deadletters)

@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from flows.cli._common import EXIT_INVALID, EXIT_OK, _prefect_environment
+from collector.config import load_source
+from flows.cli._common import EXIT_OK, _prefect_environment, _prefect_server
 
 
 def cmd_blocks(args: argparse.Namespace) -> int:
     """Register block types, or save a source file as a block, on the current Prefect API."""
     _prefect_environment()
-    from collector.config import SourceError, load_source
-
+    _prefect_server()
     if args.action == "save":
-        try:
-            load_source(args.file)  # the block must hold a valid source
-        except SourceError as exc:
-            for problem in exc.problems:
-                print(problem, file=sys.stderr)
-            return EXIT_INVALID
+        load_source(args.file)  # the block must hold a valid source file (else exit 2, main)
     from blocks import register_block_types
     from blocks.source import CollectorSource
 
@@ -37,9 +31,9 @@ def cmd_blocks(args: argparse.Namespace) -> int:
 def register(commands: Any) -> None:
     """Add this group's subcommands to ``collector``'s parser."""
     blocks = commands.add_parser("blocks", help="Prefect block types for sources and backends")
-    block_actions = blocks.add_subparsers(dest="action", required=True)
+    block_actions = blocks.add_subparsers(dest="action", required=True, metavar="ACTION")
     block_actions.add_parser("register", help="register the block types (idempotent)")
     save = block_actions.add_parser("save", help="store a source file as a CollectorSource block")
     save.add_argument("name", help="block name (run it with source=block:NAME)")
-    save.add_argument("file", metavar="SOURCE")
+    save.add_argument("file", metavar="SOURCE", help="the source file to store")
     blocks.set_defaults(func=cmd_blocks)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import sys
@@ -10,19 +11,43 @@ from typing import Any
 
 from collector import defaults
 from collector.errors import CollectorError, ConfigError
-from flows.cli._common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, _prefect_environment
+from flows.cli._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    _prefect_environment,
+    _prefect_server,
+    add_json,
+    add_source,
+    load,
+)
+
+
+def _operator() -> str:
+    """Who ran the command, for the ledger: the login name, else the uid (never empty)."""
+    try:
+        return getpass.getuser()  # LOGNAME, USER, LNAME, USERNAME, then the password database
+    except (OSError, KeyError):
+        return f"uid {os.getuid()}"
+
+
+def _reason(args: argparse.Namespace, question: str) -> str:
+    """``--reason``, or asked on a terminal; a ConfigError (exit 2) otherwise."""
+    if args.reason and args.reason.strip():
+        return str(args.reason).strip()
+    if sys.stdin.isatty():
+        try:
+            answer = input(question).strip()
+        except EOFError:
+            answer = ""
+        if answer:
+            return answer
+    raise ConfigError(f"{args.command} needs a reason (--reason TEXT, or answer the prompt)")
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
     _prefect_environment()
-    from collector.config import SourceError, load_source
-
-    try:
-        load_source(args.source)
-    except SourceError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        return EXIT_INVALID
+    load(args.source)  # an invalid source: exit 2 before Prefect starts (main)
+    _prefect_server()
     from flows.triage import run_triage
 
     try:
@@ -33,96 +58,140 @@ def cmd_triage(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, default=str))
     else:
-        names = ("seen", "repaired", "reenqueued", "escalated", "discarded", "open", "skipped")
-        counts = ", ".join(f"{name} {report[name]}" for name in names)
-        print(f"triage of {report['source']}: {counts}")
-        balance = report["balance"]
-        print(
-            f"balance: quarantined {balance['quarantined']} = repaired {balance['repaired']}"
-            f" + re-enqueued {balance['reenqueued']} + escalated {balance['escalated']}"
-            f" + discarded {balance['discarded']} + open {balance['open']}"
-            + (f" + other {balance['other']}" if balance["other"] else "")
-        )
+        _print_triage(report, args.source, dry_run=args.dry_run)
+    if report.get("interrupted"):
+        from collector.run.stop import EXIT_CODES
+
+        print(f"collector: triage interrupted by {report['interrupted']}: the entries it had"
+              " claimed are settled, the rest stay open for the next triage",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_CODES.get(report["interrupted"], EXIT_FAILED)
+    if not report["balance"]["balanced"]:
+        print(f"collector: dead letters do not balance: {report['balance']['difference']}",
+              file=sys.stderr)  # fmt: skip
     return EXIT_OK if report["balance"]["balanced"] else EXIT_FAILED
 
 
+def _print_triage(report: dict[str, Any], reference: str, *, dry_run: bool) -> None:
+    """What triage did (or, in a dry run, would do), then the store's balance as it stands."""
+    names = ("repaired", "reenqueued", "escalated", "discarded", "open", "skipped")
+    counts = ", ".join(f"{name} {report[name]}" for name in names)
+    if dry_run:
+        print(f"triage of {report['source']} (dry run, nothing changed): of {report['seen']}"
+              f" entries seen, would have {counts}")  # fmt: skip
+    else:
+        print(f"triage of {report['source']}: of {report['seen']} entries seen, {counts}")
+    balance = report["balance"]
+    print(
+        ("balance of the store, unchanged by the dry run: " if dry_run else "balance: ")
+        + f"quarantined {balance['quarantined']} = repaired {balance['repaired']}"
+        f" + re-enqueued {balance['reenqueued']} + escalated {balance['escalated']}"
+        f" + discarded {balance['discarded']} + open {balance['open']}"
+        + (f" + other {balance['other']}" if balance["other"] else "")
+    )
+    if not dry_run and report["escalated"]:
+        print(f"escalated entries wait for a person: collector deadletters list {reference}"
+              " --status review")  # fmt: skip
+
+
+def cmd_batches(args: argparse.Namespace) -> int:
+    """The batches written to the sink: id, run, records (what compensate and audit name)."""
+    from collector.backends import open_sink
+
+    source = load(args.source)
+    sink = open_sink(source)
+    try:
+        rows = [_batch_row(batch_id, len(sink.records(batch_id))) for batch_id in sink.batches()]
+        where = sink.location()
+    finally:
+        sink.close()
+    if args.json:
+        print(json.dumps(rows))
+        return EXIT_OK
+    if not rows:
+        print(f"no batches in {where}", file=sys.stderr)
+        return EXIT_OK
+    header = ("BATCH", "RUN", "TOKEN", "RECORDS")
+    table = [header, *[(r["batch_id"], r["run"], r["token"], str(r["records"])) for r in rows]]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    print(f"{len(rows)} batches in {where}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _batch_row(batch_id: str, records: int) -> dict[str, Any]:
+    run, _, token = batch_id.rpartition(":")
+    return {"batch_id": batch_id, "run": run, "token": token, "records": records}
+
+
 def cmd_compensate(args: argparse.Namespace) -> int:
-    from collector.backends import open_frontier, open_sink
-    from collector.config import load_source
+    """Exit 0 when the batch was removed (or would be, with --dry-run); 1 when it is not in
+    the sink or was compensated already; 2 without a reason."""
+    from collector.backends import open_backends
     from collector.run.ledger import LedgerBook, compensate
 
-    source = load_source(args.source)
+    source = load(args.source)
     book = LedgerBook(source.ledger_path)
     already = book.compensated(source.name, args.batch)
     if already is not None:
         print(f"batch {args.batch} was already compensated ({already.removed} records removed:"
               f" {already.reason})", file=sys.stderr)  # fmt: skip
         return EXIT_FAILED
-    frontier = open_frontier(source)
-    try:
-        sink = open_sink(source)
-        where = sink.location()
-        try:
-            done = compensate(
-                sink,
-                book,
-                source=source.name,
-                batch_id=args.batch,
-                reason=args.reason,
-                by=os.environ.get("USER", ""),
-                frontier=frontier,  # the pages are fetched again by the next run
-            )
-        finally:
-            sink.close()
-    finally:
-        frontier.close()
+    with open_backends(source) as stores:
+        where = stores.sink.location()
+        if args.batch not in stores.sink.batches():
+            print(f"batch {args.batch}: not in {where} (never written, or every record since"
+                  f" overwritten); list them with: collector batches {args.source}",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_FAILED
+        if args.dry_run:
+            records = stores.sink.records(args.batch)
+            print(f"dry run: compensating batch {args.batch} would remove {len(records)} records"
+                  f" from {where}; nothing changed")  # fmt: skip
+            return EXIT_OK
+        reason = _reason(args, "Reason for compensating (kept in the ledger): ")
+        done = compensate(
+            stores.sink,
+            book,
+            source=source.name,
+            batch_id=args.batch,
+            reason=reason,
+            by=_operator(),
+            frontier=stores.frontier,  # the pages are fetched again by the next run
+        )
     print(f"compensated batch {args.batch}: {done.removed} records removed from {where}"
           f" (recorded in {source.ledger_path})")  # fmt: skip
-    return EXIT_OK if done.removed else EXIT_FAILED
+    return EXIT_OK
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
     """Exit 0 when every audited batch passes or was compensated; 1 when a dry run found
     failing batches or a named batch is not in the sink; 2 for a source without a suite."""
-    from collector.backends import open_frontier, open_sink
-    from collector.config import SourceError, load_source
+    from collector.backends import open_backends
     from collector.recovery.audit import audit
     from collector.run.ledger import LedgerBook
 
-    try:
-        source = load_source(args.source)
-    except SourceError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        return EXIT_INVALID
+    source = load(args.source)
     if source.suite_path is None:
-        print(f"{args.source}: validation.suite: the source has no suite to audit with",
-              file=sys.stderr)  # fmt: skip
-        return EXIT_INVALID
+        raise ConfigError(f"{args.source}: validation.suite: the source has no suite to audit with")
     from collector.settle.validation import SuiteValidator
 
     validator = SuiteValidator(source.suite_path)
     book = LedgerBook(source.ledger_path)
     try:
-        frontier = open_frontier(source)
-        try:
-            sink = open_sink(source)
-            try:
-                where = sink.location()
-                report = audit(
-                    sink,
-                    validator,
-                    book,
-                    source=source.name,
-                    batch_ids=args.batch or None,
-                    dry_run=args.dry_run,
-                    by=f"audit:{os.environ.get('USER', '')}",
-                    frontier=frontier,
-                )
-            finally:
-                sink.close()
-        finally:
-            frontier.close()
+        with open_backends(source) as stores:
+            where = stores.sink.location()
+            report = audit(
+                stores.sink,
+                validator,
+                book,
+                source=source.name,
+                batch_ids=args.batch or None,
+                dry_run=args.dry_run,
+                by=f"audit:{_operator()}",
+                frontier=stores.frontier,
+            )
     except ConfigError:
         raise  # a suite GX rejects, a missing variable: one line, exit 2 (main)
     except CollectorError as exc:
@@ -137,41 +206,68 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.as_dict(), default=str))
     else:
-        verb = "would compensate" if args.dry_run else "compensated"
-        for batch in report.failed:
-            names = ", ".join(f["expectation"] for f in batch.failed)
-            removed = "" if batch.removed is None else f": {batch.removed} records removed"
-            print(f"batch {batch.batch_id} ({batch.records} records) fails {names}: {verb}"
-                  f"{removed}")  # fmt: skip
-        print(f"audit of {source.name}: {len(report.batches)} batches checked in {where},"
-              f" {len(report.failed)} failing, {len(report.compensated)} compensated"
-              + ("" if args.dry_run else f" (recorded in {source.ledger_path})"))  # fmt: skip
+        _print_audit(report, source, where, dry_run=args.dry_run)
     return EXIT_FAILED if missing or (args.dry_run and report.failed) else EXIT_OK
+
+
+def _print_audit(report: Any, source: Any, where: str, *, dry_run: bool) -> None:
+    """Table-level failures (compensated) and row-level failures (reported only), counted the
+    way ``--json`` counts them."""
+    verb = "would compensate" if dry_run else "compensated"
+    for batch in report.failed:
+        names = ", ".join(f["expectation"] for f in batch.failed)
+        removed = "" if batch.removed is None else f": {batch.removed} records removed"
+        print(f"batch {batch.batch_id} ({batch.records} records) fails {names}: {verb}"
+              f"{removed}")  # fmt: skip
+    rows = [b for b in report.batches if b.rows_failing]
+    for batch in rows:
+        print(f"batch {batch.batch_id} ({batch.records} records): {batch.rows_failing} records"
+              " fail row-level expectations (reported only; triage handles records)")  # fmt: skip
+    failing_rows = sum(b.rows_failing for b in report.batches)
+    recorded = f" (recorded in {source.ledger_path})" if report.compensated and not dry_run else ""
+    print(f"audit of {source.name}: {len(report.batches)} batches checked in {where},"
+          f" {len(report.failed)} failing table-level expectations, {len(report.compensated)}"
+          f" compensated{recorded}; {failing_rows} records in {len(rows)} batches failing"
+          " row-level expectations")  # fmt: skip
 
 
 def register(commands: Any) -> None:
     """Add this group's subcommands to ``collector``'s parser."""
     triage = commands.add_parser("triage", help="run the triage flow over open dead letters")
-    triage.add_argument("source", metavar="SOURCE")
-    triage.add_argument("--limit", type=int, default=defaults.TRIAGE_LIMIT, metavar="N")
+    add_source(triage)
+    triage.add_argument(
+        "--limit", type=int, default=defaults.TRIAGE_LIMIT, metavar="N",
+        help=f"at most N entries per run (default {defaults.TRIAGE_LIMIT})",
+    )  # fmt: skip
     triage.add_argument("--dry-run", action="store_true", help="decide and report only")
-    triage.add_argument("--json", action="store_true", help="the report as JSON on stdout")
+    add_json(triage, "the report")
     triage.set_defaults(func=cmd_triage)
 
+    batches = commands.add_parser(
+        "batches", help="list the batches written to the sink (ids for compensate and audit)"
+    )
+    add_source(batches)
+    add_json(batches, "the batches")
+    batches.set_defaults(func=cmd_batches)
+
     comp = commands.add_parser("compensate", help="undo exactly one batch's writes in the sink")
-    comp.add_argument("source", metavar="SOURCE")
-    comp.add_argument("--batch", required=True, metavar="ID", help="batch id (run:token)")
-    comp.add_argument("--reason", default="operator request", help="kept in the ledger")
+    add_source(comp)
+    comp.add_argument("--batch", required=True, metavar="ID",
+                      help="batch id (run:token; see collector batches SOURCE)")  # fmt: skip
+    comp.add_argument("--reason", default=None,
+                      help="why, kept in the ledger (asked for on a terminal)")  # fmt: skip
+    comp.add_argument("--dry-run", action="store_true",
+                      help="say how many records would be removed; change nothing")  # fmt: skip
     comp.set_defaults(func=cmd_compensate)
 
     check = commands.add_parser(
         "audit", help="check written batches with the current suite; compensate failing ones"
     )
-    check.add_argument("source", metavar="SOURCE")
+    add_source(check)
     check.add_argument(
         "--batch", action="append", default=[], metavar="ID",
         help="audit only this batch (repeatable); default: every batch in the sink",
     )  # fmt: skip
     check.add_argument("--dry-run", action="store_true", help="report only, remove nothing")
-    check.add_argument("--json", action="store_true", help="the report as JSON on stdout")
+    add_json(check, "the report")
     check.set_defaults(func=cmd_audit)

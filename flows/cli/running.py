@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector import defaults
 from collector.errors import CollectorError, ConfigError
@@ -18,129 +20,258 @@ from flows.cli._common import (
     EXIT_OK,
     _console,
     _prefect_environment,
+    _prefect_server,
+    add_source,
+    load,
+    print_warnings,
 )
+
+if TYPE_CHECKING:
+    from collector.config import Source
 
 
 class _Progress:
-    """A rich progress bar fed by the flow's progress listeners."""
+    """The terminal's progress bar: shown from the first second ("starting Prefect ..."), moved
+    per item by the engine's ``fetched`` events, and left on screen as the run's last line.
+
+    Fed by the flow's progress listeners: ``planned`` (how many to fetch), ``fetched`` (one
+    item's fetch ended), ``batch`` (a batch settled: the ledger), ``waiting`` (retry-later
+    items not due yet). An item sent back to the queue to be retried later is not counted
+    until it is finished.
+    """
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self._progress: Any = None
         self._task: Any = None
 
-    def __call__(self, event: str, data: dict[str, Any]) -> None:
+    def start(self, phase: str) -> None:
         if not self.enabled:
             return
-        if event == "planned":
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
-            self._progress = Progress(
-                TextColumn("[bold]collect"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[detail]}"),
-                TimeElapsedColumn(),
-                console=_console(),
-                transient=True,
-            )
-            self._progress.start()
-            self._task = self._progress.add_task(
-                "collect", total=max(data["to_fetch"], 1), detail=""
-            )
-        elif event == "batch" and self._progress is not None:
-            ledger = data["ledger"]
+        self._progress = Progress(
+            SpinnerColumn(finished_text="[green]done"),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            console=_console(),
+            transient=False,  # the final state stays as the run's last progress line
+        )
+        self._progress.start()
+        self._task = self._progress.add_task(phase, total=None, detail="")
+
+    def __call__(self, event: str, data: dict[str, Any]) -> None:
+        if self._progress is None:
+            return
+        if event == "planned":
             self._progress.update(
                 self._task,
-                completed=ledger.stored
-                + ledger.dead_lettered
-                - ledger.already_dead
-                - ledger.refused_at_plan,
-                detail=f"stored {ledger.stored}  dead {ledger.dead_lettered}  "
-                f"deferred {ledger.retried}",
+                description="collect",
+                total=data["to_fetch"],
+                completed=0,
+                detail=f"discovered {data['discovered']}",
             )
-        elif event == "waiting" and self._progress is not None:
+        elif event == "fetched":
+            decision = data.get("decision")
+            if data["status"] == "ok" or (decision is not None and decision.action == "dead"):
+                self._progress.advance(self._task)
+        elif event == "batch":
+            ledger = data["ledger"]
+            settled = _settled(ledger)
+            task = self._progress.tasks[0]
+            self._progress.update(
+                self._task,
+                completed=max(task.completed, settled),
+                detail=f"stored {ledger.stored}  dead {ledger.dead_lettered - ledger.already_dead}"
+                f"  deferred {ledger.retried}" + _hosts_detail(data["report"].windows, ledger),
+            )
+        elif event == "waiting":
             self._progress.update(self._task, detail=f"waiting {data['seconds']:.1f}s for retries")
 
-    def stop(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
+    def finish(self, summary: dict[str, Any] | None) -> None:
+        """Stop the bar; with a summary, its last state shows what was settled."""
+        if self._progress is None:
+            return
+        if summary is not None and not summary.get("skipped") and "stored" in summary:
+            task = self._progress.tasks[0]
+            total = task.total if task.total is not None else 0
+            self._progress.update(
+                self._task,
+                total=total,
+                completed=min(total, max(task.completed, _settled_of(summary))),
+                description="stopped" if summary.get("interrupted") else "collected",
+            )
+        self._progress.stop()
+        self._progress = None
+
+
+def _settled(ledger: Any) -> int:
+    """Items of this run that reached stored or dead (those dead before it not counted)."""
+    return int(ledger.stored + ledger.dead_lettered - ledger.already_dead - ledger.refused_at_plan)
+
+
+def _settled_of(summary: dict[str, Any]) -> int:
+    return int(
+        summary["stored"]
+        + summary["dead_lettered"]
+        - summary.get("already_dead", 0)
+        - summary.get("refused_at_plan", 0)
+    )
+
+
+def _preflight(loaded: Source) -> None:
+    """Reach the stores and resolve every ``${env:}`` / ``${secret:}`` before Prefect starts,
+    so a server that is down or a variable that is not set is one line, not a traceback."""
+    from collector.backends import open_backends
+
+    with open_backends(loaded):
+        pass
+    loaded.resolved_headers()
+    loaded.resolve(loaded.limits.rate_storage, field="limits.rate_storage")
+
+
+def _hosts_detail(windows: dict[str, int], ledger: Any) -> str:
+    """The adaptive window (one host) or its range (several), and circuit deferrals."""
+    text = ""
+    if len(windows) == 1:
+        text += f"  window {next(iter(windows.values()))}"
+    elif windows:
+        text += f"  windows {min(windows.values())}-{max(windows.values())}"
+    if ledger.deferred_by_circuit:
+        text += f"  circuit-deferred {ledger.deferred_by_circuit}"
+    return text
 
 
 def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | None]:
     """Run the collect flow; returns (exit code, summary or None)."""
-    _prefect_environment()
-    from collector.config import SourceError, load_source
-
-    try:
-        loaded = load_source(source)
-    except SourceError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
+    problem = _metrics_environment(getattr(args, "metrics_port", None))
+    if problem:
+        print(f"collector: {problem}", file=sys.stderr)
         return EXIT_INVALID, None
-    from collector.backends import open_deadletters, open_frontier, open_sink
-
-    try:  # reach the stores before Prefect starts: one line if one is down, not a traceback
-        frontier = open_frontier(loaded)
-        try:
-            open_deadletters(loaded).close()
-            open_sink(loaded).close()
-        finally:
-            frontier.close()
+    _prefect_environment()
+    loaded = load(source)  # an invalid source: its problems, exit 2 (main)
+    try:
+        _preflight(loaded)
     except ConfigError as exc:  # a missing variable or Secret / RedisDatabase block
         print(f"{source}: {exc}", file=sys.stderr)
         return EXIT_INVALID, None
     except CollectorError as exc:
         print(f"collector: {exc}", file=sys.stderr)
         return EXIT_FAILED, None
-    from collector.ops.observability import init_sentry, register_secrets
-
-    init_sentry()  # only when SENTRY_DSN is set; fast options (see collector.ops.observability)
-    register_secrets(loaded.secret_values())  # scrubbed from Sentry events and every log line
-    if loaded.suite_path is not None:
-        from collector.settle.validation_worker import prewarm
-
-        prewarm(loaded.suite_path)  # GX imports on the other core while Prefect starts
-    from collector.run.locks import SourceBusy
-    from flows.collect import progress_listeners, run_collect
-
+    print_warnings(loaded, source)  # e.g. every seed refused: said before, not discovered after
     progress = _Progress(enabled=not args.json and sys.stderr.isatty())
-    progress_listeners.append(progress)
+    progress.start("starting Prefect ...")  # the imports and server start take seconds
+    summary: dict[str, Any] | None = None
     try:
-        summary = run_collect(
-            source,
-            batch_size=args.batch_size,
-            max_items=args.max_items,
-            drain_wait_s=args.drain_wait,
-            role=getattr(args, "role", "run"),
-            on_busy=getattr(args, "on_busy", None),
-            lock_wait_s=getattr(args, "lock_wait", None),
-            idle_wait_s=getattr(args, "idle_wait", 0.0),
-        )
-    except SourceBusy as exc:
-        progress.stop()
-        print(f"collector: busy: {exc}", file=sys.stderr)
-        return EXIT_BUSY, None
-    except ConfigError as exc:
-        progress.stop()
-        print(f"{source}: {exc}", file=sys.stderr)
-        return EXIT_INVALID, None
-    except CollectorError as exc:
-        progress.stop()
-        print(f"collector: {exc}", file=sys.stderr)
-        return EXIT_FAILED, None
+        from collector.ops.observability import init_sentry, register_secrets
+
+        init_sentry()  # only when SENTRY_DSN is set; fast options (see collector.ops.observability)
+        from collector.ops.tracing import init_tracing
+
+        init_tracing()  # only when OTEL_* asks for export (see collector.ops.tracing)
+        register_secrets(loaded.secret_values())  # scrubbed from Sentry events and every log line
+        if loaded.suite_path is not None:
+            from collector.settle.validation_worker import prewarm
+
+            prewarm(loaded.suite_path)  # GX imports on the other core while Prefect starts
+        _prefect_server()  # after the checks above: a source that cannot run starts nothing
+        from collector.run.locks import SourceBusy
+        from collector.run.stop import EXIT_CODES, StoppedWaiting
+        from flows.collect import progress_listeners, run_collect
+
+        progress_listeners.append(progress)
+        try:
+            result = run_collect(
+                source,
+                batch_size=args.batch_size,
+                max_items=args.max_items,
+                drain_wait_s=args.drain_wait,
+                role=getattr(args, "role", "run"),
+                on_busy=getattr(args, "on_busy", None),
+                lock_wait_s=getattr(args, "lock_wait", None),
+                idle_wait_s=getattr(args, "idle_wait", 0.0),
+            )
+        except SourceBusy as exc:
+            progress.finish(None)
+            print(f"collector: busy: {exc}", file=sys.stderr)
+            return EXIT_BUSY, None
+        except StoppedWaiting as exc:
+            progress.finish(None)
+            print(f"collector: {exc}; nothing was claimed", file=sys.stderr)
+            return EXIT_CODES.get(exc.reason, EXIT_FAILED), None
+        except ConfigError as exc:
+            progress.finish(None)
+            print(f"{source}: {exc}", file=sys.stderr)
+            return EXIT_INVALID, None
+        except CollectorError as exc:
+            progress.finish(None)
+            print(f"collector: {exc}", file=sys.stderr)
+            return EXIT_FAILED, None
+        finally:
+            progress_listeners.remove(progress)
+        summary = result.as_dict()
     finally:
-        progress.stop()
-        progress_listeners.remove(progress)
-    if summary.get("skipped"):
+        progress.finish(summary)
+        if getattr(args, "metrics_port", None) and getattr(args, "metrics_hold", 0):
+            time.sleep(args.metrics_hold)  # let a scraper see the final values
+    if result.interrupted:
+        print(
+            f"collector: interrupted by {result.interrupted}: {result.stored} stored, "
+            f"{result.returned + result.released} returned to the queue unchanged, lock "
+            "released; run again to continue",
+            file=sys.stderr,
+        )
+        return EXIT_CODES.get(result.interrupted, EXIT_FAILED), summary
+    if result.skipped:
         return EXIT_OK, summary
-    return (EXIT_OK if summary["balanced"] else EXIT_FAILED), summary
+    if result.refused_at_plan:
+        summary["refusal"] = _first_refusal(loaded)
+    return (EXIT_OK if result.balanced else EXIT_FAILED), summary
+
+
+def _first_refusal(loaded: Source) -> str | None:
+    """Why seeds were refused at plan: the message of one open ``plan/refused_url`` entry."""
+    from collector.backends import open_deadletters
+
+    store = open_deadletters(loaded)
+    try:
+        entries = store.list(source=loaded.name, stage="plan", status="open", limit=1)
+    finally:
+        store.close()
+    return entries[0].message if entries else None
+
+
+def _metrics_environment(port: int | None) -> str | None:
+    """``--metrics-port``: Prefect's client metrics server (default registry) on ``port``.
+
+    Returns a one-line problem when the port cannot be bound (Prefect would fail the flow run
+    with a traceback when it starts the server)."""
+    if port is not None:
+        import socket
+
+        try:
+            with socket.socket() as probe:
+                probe.bind(("", port))
+        except (OSError, OverflowError) as exc:
+            reason = getattr(exc, "strerror", None) or exc  # OverflowError has no strerror
+            return f"--metrics-port {port}: cannot listen there ({reason})"
+    if port:
+        os.environ["PREFECT_CLIENT_METRICS_ENABLED"] = "true"
+        os.environ["PREFECT_CLIENT_METRICS_PORT"] = str(port)
+        from collector.ops import metrics
+
+        metrics.enable()
+    return None
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
@@ -164,10 +295,49 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table = Table(title=f"Ledger of {summary['source']}", show_header=True)
     table.add_column("terminal state")
     table.add_column("items", justify="right")
-    for name in ("stored", "fresh_skipped", "expired", "dead_lettered", "queued"):
-        table.add_row(name, str(summary[name]))
-    table.add_row("[bold]discovered", f"[bold]{summary['discovered']}")
+    table.add_column("of which")
+    earlier = summary.get("already_dead", 0)
+    refused = summary.get("refused_at_plan", 0)
+    notes = {
+        "dead_lettered": ", ".join(
+            part
+            for part in (
+                f"{earlier} already dead from earlier runs (not fetched)" if earlier else "",
+                f"{refused} refused at plan" if refused else "",
+            )
+            if part
+        ),
+        "fresh_skipped": "still fresh from earlier runs (not fetched)",
+    }
+    for name in ("stored", "fresh_skipped", "expired", "dead_lettered", "queued", "held_by_others"):
+        table.add_row(name, str(summary[name]), notes.get(name, "") if summary[name] else "")
+    table.add_row("[bold]discovered", f"[bold]{summary['discovered']}", "")
     console.print(table)
+    if summary["requests"] == 0 and summary["discovered"]:
+        why = [
+            f"{count} {what}"
+            for count, what in (
+                (summary["fresh_skipped"], "still fresh"),
+                (earlier, "already dead from earlier runs"),
+                (refused, "refused at plan"),
+            )
+            if count
+        ]
+        console.print(
+            f"nothing fetched: {', '.join(why)}"
+            + ("" if refused else " (a no-op run, not a failure)")
+        )
+    if summary["held_by_others"]:
+        console.print(
+            f"held by helpers: {summary['held_by_others']} items were still leased by live "
+            "`collector work` helpers when this run ended; they settle them"
+        )
+    if summary["requests"] == 0 and not summary["discovered"] and summary["plan"] == "incremental":
+        console.print(
+            "nothing was due: the seed list is unchanged since the last plan, and no page is "
+            "queued or past its freshness (a no-op run, not a failure; dead pages wait for "
+            "`collector triage`)"
+        )
     verdict = "[green]balanced" if summary["balanced"] else "[red]NOT balanced"
     console.print(
         f"conservation: {verdict}   records written {summary['records_written']}, "
@@ -182,6 +352,16 @@ def _print_summary(summary: dict[str, Any]) -> None:
         )
     for problem in summary["problems"]:
         console.print(f"[red]  {problem}")
+    if summary.get("replanned"):
+        console.print(
+            f"re-planned:   {summary['replanned']} seeds refused by earlier runs are allowed "
+            "now; their dead letters were closed and the URLs queued"
+        )
+    if refused:
+        console.print(
+            f"[yellow]refused:      {refused} seed URLs before fetching: "
+            f"{summary.get('refusal') or 'see the dead letters at stage plan'}"
+        )
     console.print(f"records:      {summary['sink']}")
     console.print(
         f"dead letters: {summary['deadletters']} (archive {summary['deadletter_archive']})"
@@ -200,12 +380,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 # --- demo ---------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
+    """Collect the bundled fault site. Its folder is a temporary one, removed at the end,
+    unless ``--workdir`` names one to keep (to look at the records or run triage after)."""
+    if args.workdir:
+        return _demo(Path(args.workdir), args)
+    with tempfile.TemporaryDirectory(prefix="collector-demo-") as folder:
+        return _demo(Path(folder), args)
+
+
+def _demo(folder: Path, args: argparse.Namespace) -> int:
     from collector.demo.scenario import FAULT_PATHS, write_demo_source
     from collector.demo.site import FaultSite
 
-    folder = (
-        Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="collector-demo-"))
-    )
     console = _console(stderr=False)
     with FaultSite() as site:
         source = write_demo_source(folder, site.base_url)
@@ -224,6 +410,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _print_summary(summary)
     _show_records(Path(summary["sink"]), console)
     _show_dead_letters(source, console)
+    if not args.workdir:
+        console.print("\n(the demo's folder is removed now; keep it with --workdir DIR)")
     return code
 
 
@@ -240,11 +428,10 @@ def _show_records(folder: Path, console: Any, limit: int = 3) -> None:
 
 
 def _show_dead_letters(source_path: Path, console: Any) -> None:
-    from collector.config import load_source
-    from collector.deadletter import SqliteDeadLetterStore
+    from collector.backends import open_deadletters
 
-    source = load_source(source_path)
-    store = SqliteDeadLetterStore(source.deadletter_path)
+    source = load(str(source_path))
+    store = open_deadletters(source)
     try:
         entries = store.list(source=source.name, limit=50)
     finally:
@@ -261,16 +448,30 @@ def register(commands: Any) -> None:
     """Add this group's subcommands to ``collector``'s parser."""
 
     def run_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--batch-size", type=int, default=defaults.BATCH_SIZE, metavar="N")
-        p.add_argument("--max-items", type=int, default=None, metavar="N")
+        p.add_argument(
+            "--batch-size", type=int, default=defaults.BATCH_SIZE, metavar="N",
+            help=f"items claimed, fetched and stored per task (default {defaults.BATCH_SIZE})",
+        )  # fmt: skip
+        p.add_argument(
+            "--max-items", type=int, default=None, metavar="N",
+            help="stop claiming after N items (default: until the frontier drains)",
+        )  # fmt: skip
         p.add_argument(
             "--drain-wait", type=float, default=defaults.DRAIN_WAIT_S, metavar="SECONDS",
             help="how long to wait for retry-later items and others' leases",
         )  # fmt: skip
         p.add_argument("--json", action="store_true", help="one JSON summary on stdout's last line")
+        p.add_argument(
+            "--metrics-port", type=int, default=None, metavar="N",
+            help="serve Prometheus metrics on this port while running (docs/observability.md)",
+        )  # fmt: skip
+        p.add_argument(
+            "--metrics-hold", type=float, default=0.0, metavar="SECONDS",
+            help="with --metrics-port: keep serving this long after the run (a last scrape)",
+        )  # fmt: skip
 
     run = commands.add_parser("run", help="run the collect flow for a source")
-    run.add_argument("source", metavar="SOURCE")
+    add_source(run)
     run_options(run)
     run.add_argument(
         "--on-busy", choices=["wait", "skip"], default=None,
@@ -285,7 +486,7 @@ def register(commands: Any) -> None:
     work = commands.add_parser(
         "work", help="help drain a source's shared frontier (no plan, no source lock)"
     )
-    work.add_argument("source", metavar="SOURCE")
+    add_source(work)
     run_options(work)
     work.add_argument(
         "--idle-wait", type=float, default=defaults.WORK_IDLE_WAIT_S, metavar="SECONDS",
@@ -294,6 +495,9 @@ def register(commands: Any) -> None:
     work.set_defaults(func=cmd_run, role="work")
 
     demo = commands.add_parser("demo", help="collect the bundled local demo site")
-    demo.add_argument("--workdir", default=None, help="folder for the demo (default: a temp dir)")
+    demo.add_argument(
+        "--workdir", default=None, metavar="DIR",
+        help="folder for the demo, kept afterwards (default: a temporary folder, removed)",
+    )  # fmt: skip
     run_options(demo)
     demo.set_defaults(func=cmd_demo)

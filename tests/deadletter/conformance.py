@@ -1,8 +1,10 @@
 """Dead-letter store conformance: the behaviour every DeadLetterStore backend must have.
 
-A backend's test module subclasses :class:`DeadLetterConformance` and provides a ``store``
-fixture that yields a fresh, empty store. Only the
-:class:`collector.deadletter.base.DeadLetterStore` protocol is used here.
+One suite per protocol of :mod:`collector.deadletter.base`: :class:`StoreConformance`
+(:class:`~collector.deadletter.base.DeadLetterStore`), :class:`TriageClaimsConformance` and
+:class:`ReviewQueueConformance`; :class:`DeadLetterConformance` is all three. A backend's test
+module subclasses one and provides a ``store`` fixture that yields a fresh, empty store. Only
+the protocols are used here.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ from typing import Any
 
 import pytest
 
-from collector.deadletter.base import DeadLetter, DeadLetterStore, dead_letter_id
+from collector.deadletter.base import (
+    DeadLetter,
+    DeadLetters,
+    DeadLetterStore,
+    ReviewQueue,
+    TriageClaims,
+    dead_letter_id,
+)
 
 T0 = 1_700_000_000.0
 
@@ -50,11 +59,17 @@ def ids(entries: list[DeadLetter]) -> set[str]:
     return {e.id for e in entries}
 
 
-class DeadLetterConformance:
-    """Mixin: subclasses provide the ``store`` fixture (a fresh, empty store)."""
+class StoreConformance:
+    """The entries. Mixin: subclasses provide the ``store`` fixture (a fresh, empty store)."""
 
     def test_implements_protocol(self, store: DeadLetterStore) -> None:
         assert isinstance(store, DeadLetterStore)
+        assert store.location()
+
+    def test_is_a_context_manager(self, store: DeadLetterStore) -> None:
+        with store as same:
+            assert same is store
+            assert same.put([letter()]) == 1
 
     def test_empty(self, store: DeadLetterStore) -> None:
         assert store.put([]) == 0
@@ -81,6 +96,7 @@ class DeadLetterConformance:
             payload={"id": 1, "price": -3},
             failed_expectations=[{"expectation": "expect_column_values_to_be_between"}],
             flow_run_id="run-42",
+            trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
         )
         store.put([entry])
         got = store.get(entry.id)
@@ -88,6 +104,7 @@ class DeadLetterConformance:
         assert got.to_dict() == entry.to_dict()
         assert got.status == "open"
         assert got.resolution is None
+        assert got.trace_id == "4bf92f3577b34da6a3ce929d0e0e4736"
 
     def test_same_failure_again_updates_one_entry(self, store: DeadLetterStore) -> None:
         first = letter(attempts=3, seen=T0, message="first")
@@ -125,22 +142,33 @@ class DeadLetterConformance:
         assert store.put(entries) == len(entries)
         assert len(store.list(status=None)) == len(entries)
 
-    def test_retries_exhausted_prefix_is_the_same_failure(self, store: DeadLetterStore) -> None:
+    def test_cause_is_a_field_not_part_of_the_identity(self, store: DeadLetterStore) -> None:
         plain = letter(error_class="http_500")
-        wrapped = letter(error_class="retries_exhausted:http_500", seen=T0 + 1)
+        exhausted = letter(error_class="http_500", cause="retries_exhausted", seen=T0 + 1)
         assert (
             plain.id
-            == wrapped.id
+            == exhausted.id
             == dead_letter_id("src", "https://example.test/1", "fetch", "http_500")
         )
         assert store.put([plain]) == 1
-        assert store.put([wrapped]) == 0
+        assert store.put([exhausted]) == 0
+        got = store.get(plain.id)
+        assert got is not None
+        assert (got.error_class, got.cause, got.reason) == (
+            "http_500",
+            "retries_exhausted",
+            "fetch/retries_exhausted:http_500",
+        )
+        with pytest.raises(ValueError, match="final class"):
+            letter(error_class="retries_exhausted:http_500")
+        with pytest.raises(ValueError, match="cause"):
+            letter(cause="gave_up")
 
     def test_list_filters(self, store: DeadLetterStore) -> None:
         entries = {
             "a-fetch-500": letter("https://example.test/1", error_class="http_500"),
             "a-fetch-ex": letter(
-                "https://example.test/2", error_class="retries_exhausted:http_500"
+                "https://example.test/2", error_class="http_500", cause="retries_exhausted"
             ),
             "a-fetch-404": letter("https://example.test/3", error_class="http_404"),
             "a-fetch-5000": letter("https://example.test/4", error_class="http_5000"),
@@ -163,7 +191,7 @@ class DeadLetterConformance:
             "a-fetch-ex",
             "b-fetch-500",
         }
-        assert names(store.list(error_class="retries_exhausted:http_500")) == {"a-fetch-ex"}
+        assert names(store.list(error_class="retries_exhausted:http_500")) == set()
         assert names(store.list(source="src", stage="fetch", error_class="http_500")) == {
             "a-fetch-500",
             "a-fetch-ex",
@@ -176,8 +204,8 @@ class DeadLetterConformance:
     def test_error_class_filter_is_literal(self, store: DeadLetterStore) -> None:
         store.put(
             [
-                letter("https://example.test/1", error_class="retries_exhausted:httpX500"),
-                letter("https://example.test/2", error_class="retries_exhausted:HTTP_500"),
+                letter("https://example.test/1", error_class="httpX500", cause="retries_exhausted"),
+                letter("https://example.test/2", error_class="HTTP_500", cause="retries_exhausted"),
             ]
         )
         assert store.list(error_class="http_500") == []
@@ -185,7 +213,7 @@ class DeadLetterConformance:
     def test_status_filter(self, store: DeadLetterStore) -> None:
         a, b, c = (letter(f"https://example.test/{n}") for n in "abc")
         store.put([a, b, c])
-        assert store.resolve(b.id, "fixed upstream")
+        assert store.resolve(b.id, "discarded", "fixed upstream")
         assert ids(store.list()) == {a.id, c.id}  # open by default
         assert ids(store.list(status="open")) == {a.id, c.id}
         assert ids(store.list(status="resolved")) == {b.id}
@@ -195,34 +223,46 @@ class DeadLetterConformance:
     def test_counts_per_status(self, store: DeadLetterStore) -> None:
         store.put([letter(f"https://example.test/{n}") for n in range(4)])
         store.put([letter("https://example.test/x", source="other")])
-        store.resolve(letter("https://example.test/0").id, "ok")
+        store.resolve(letter("https://example.test/0").id, "discarded", "ok")
         assert store.counts() == {"open": 4, "review": 0, "resolved": 1}
         assert store.counts("src") == {"open": 3, "review": 0, "resolved": 1}
         assert store.counts("other") == {"open": 1, "review": 0, "resolved": 0}
         assert store.counts("nobody") == {"open": 0, "review": 0, "resolved": 0}
 
-    def test_status_kinds_count_resolutions_by_kind(self, store: DeadLetterStore) -> None:
+    def test_census_counts_resolutions_by_kind_and_names_ids(self, store: DeadLetters) -> None:
         urls = [f"https://example.test/{n}" for n in range(8)]
         store.put([letter(url) for url in urls])
-        store.put([letter("https://example.test/x", source="other")])
-        resolutions = [
-            "repaired: coerced price", "repaired: trimmed", " discarded : spam", "reviewed: ok",
-            "no colon here", "",
-        ]  # fmt: skip
-        for url, resolution in zip(urls, resolutions, strict=False):
-            assert store.resolve(letter(url).id, resolution)
+        other = letter("https://example.test/x", source="other")
+        store.put([other])
+        kinds = ["repaired", "repaired", "discarded", "reviewed", "reenqueued"]
+        for url, kind in zip(urls, kinds, strict=False):
+            assert store.resolve(letter(url).id, kind, "why")  # type: ignore[arg-type]
         assert store.escalate(letter(urls[6]).id, "needs a human")
-        assert store.status_kinds("src") == {
-            "open": 1,
+        census = store.census("src")
+        assert census.counts == {
+            "open": 2,
             "review": 1,
             "resolved:repaired": 2,
             "resolved:discarded": 1,
             "resolved:reviewed": 1,
-            "resolved:no colon here": 1,
-            "resolved:": 1,
+            "resolved:reenqueued": 1,
         }
-        assert store.status_kinds("other") == {"open": 1, "review": 0}
-        assert store.status_kinds("nobody") == {"open": 0, "review": 0}
+        assert census.ids == {letter(url).id for url in urls}
+        assert store.census("other").counts == {"open": 1, "review": 0}
+        assert store.census("other").ids == {other.id}
+        assert store.census("nobody").counts == {"open": 0, "review": 0}
+        assert store.census("nobody").ids == frozenset()
+
+    def test_resolution_kind_is_a_field_beside_the_detail(self, store: DeadLetterStore) -> None:
+        entry = letter()
+        store.put([entry])
+        with pytest.raises(ValueError, match="resolution kind"):
+            store.resolve(entry.id, "fixed", "by hand")  # type: ignore[arg-type]
+        assert store.resolve(entry.id, "discarded", "repaired: not really")
+        got = store.get(entry.id)
+        assert got is not None
+        assert (got.resolution_kind, got.resolution) == ("discarded", "repaired: not really")
+        assert store.census("src").counts["resolved:discarded"] == 1
 
     def test_reasons_are_stage_slash_error_class(self, store: DeadLetterStore) -> None:
         store.put(
@@ -234,38 +274,47 @@ class DeadLetterConformance:
                 letter("https://example.test/5", source="other", error_class="timeout"),
             ]
         )
-        store.resolve(letter("https://example.test/4", error_class="http_404").id, "gone")
-        assert store.reasons("src") == {"fetch/http_500": 2, "parse/parse_error": 1}
+        gone = letter("https://example.test/4", error_class="http_404")
+        store.resolve(gone.id, "discarded", "gone")
+        store.put(
+            [letter("https://example.test/6", error_class="timeout", cause="retries_exhausted")]
+        )
+        assert store.reasons("src") == {
+            "fetch/http_500": 2,
+            "parse/parse_error": 1,
+            "fetch/retries_exhausted:timeout": 1,
+        }
         assert store.reasons("src", status="resolved") == {"fetch/http_404": 1}
         assert store.reasons("src", status=None) == {
             "fetch/http_500": 2,
             "parse/parse_error": 1,
             "fetch/http_404": 1,
+            "fetch/retries_exhausted:timeout": 1,
         }
         assert store.reasons("other") == {"fetch/timeout": 1}
 
     def test_resolve_happens_once(self, store: DeadLetterStore) -> None:
         entry = letter()
         store.put([entry])
-        assert store.resolve(entry.id, "fixed the parser") is True
-        assert store.resolve(entry.id, "again") is False
+        assert store.resolve(entry.id, "discarded", "fixed the parser") is True
+        assert store.resolve(entry.id, "discarded", "again") is False
         got = store.get(entry.id)
         assert got is not None
         assert (got.status, got.resolution) == ("resolved", "fixed the parser")
-        assert store.resolve("no-such-id", "x") is False
+        assert store.resolve("no-such-id", "discarded", "x") is False
 
     def test_resolved_entry_seen_again_reopens(self, store: DeadLetterStore) -> None:
         entry = letter(attempts=2)
         store.put([entry])
-        store.resolve(entry.id, "thought it was fixed")
+        store.resolve(entry.id, "discarded", "thought it was fixed")
         assert store.put([letter(attempts=1, seen=T0 + 50)]) == 0  # same id: not new
         got = store.get(entry.id)
         assert got is not None
         assert got.status == "open"
-        assert got.resolution is None
+        assert (got.resolution, got.resolution_kind) == (None, None)
         assert got.last_seen == T0 + 50
         assert store.counts() == {"open": 1, "review": 0, "resolved": 0}
-        assert store.resolve(entry.id, "fixed for real") is True
+        assert store.resolve(entry.id, "discarded", "fixed for real") is True
 
     def test_payload_round_trips(self, store: DeadLetterStore) -> None:
         payload = {
@@ -329,20 +378,26 @@ class DeadLetterConformance:
     ) -> None:
         entry = letter()
         store.put([entry])
-        assert store.resolve(entry.id, "reenqueued: timeout", requeued=True)
+        assert store.resolve(entry.id, "reenqueued", "timeout", requeued=True)
         store.put([letter(seen=T0 + 10)])  # failed again
         got = store.get(entry.id)
         assert got is not None
         assert (got.status, got.requeues) == ("open", 1)
-        assert store.resolve(entry.id, "reenqueued: again", requeued=True)
-        assert store.resolve(entry.id, "reenqueued: lost race", requeued=True) is False
+        assert store.resolve(entry.id, "reenqueued", "again", requeued=True)
+        assert store.resolve(entry.id, "reenqueued", "lost race", requeued=True) is False
         store.put([letter(seen=T0 + 20)])
-        assert store.resolve(entry.id, "discarded: enough")
+        assert store.resolve(entry.id, "discarded", "enough")
         got = store.get(entry.id)
         assert got is not None
         assert got.requeues == 2
 
-    # --- triage claims ----------------------------------------------------------------------
+
+class TriageClaimsConformance:
+    """Triage claims. Mixin: subclasses provide the ``store`` fixture (a fresh, empty store
+    that is also a :class:`DeadLetterStore`, to put entries with)."""
+
+    def test_implements_claims_protocol(self, store: DeadLetters) -> None:
+        assert isinstance(store, TriageClaims)
 
     def test_triage_claim_is_exclusive_until_it_expires(self, store: DeadLetterStore) -> None:
         entry = letter()
@@ -360,7 +415,7 @@ class DeadLetterConformance:
     def test_only_open_entries_can_be_claimed(self, store: DeadLetterStore) -> None:
         done, escalated = letter("https://example.test/d"), letter("https://example.test/e")
         store.put([done, escalated])
-        store.resolve(done.id, "ok")
+        store.resolve(done.id, "discarded", "ok")
         store.escalate(escalated.id, "human")
         for entry in (done, escalated):
             assert store.claim_for_triage(entry.id, "run-a", now=T0, lease_s=60) is False
@@ -370,7 +425,7 @@ class DeadLetterConformance:
         entry = letter()
         store.put([entry])
         assert store.claim_for_triage(entry.id, "run-a", now=T0, lease_s=600)
-        assert store.resolve(entry.id, "repaired")
+        assert store.resolve(entry.id, "repaired", "coerced")
         store.put([letter(seen=T0 + 5)])  # failed again: open and unclaimed
         assert store.claim_for_triage(entry.id, "run-b", now=T0 + 6, lease_s=600)
 
@@ -392,14 +447,20 @@ class DeadLetterConformance:
         claimed = [eid for got in won.values() for eid in got]
         assert sorted(claimed) == sorted(e.id for e in entries)
 
-    # --- manual-review queue ----------------------------------------------------------------
+
+class ReviewQueueConformance:
+    """The manual-review queue. Mixin: subclasses provide the ``store`` fixture (a fresh,
+    empty store that is also a :class:`DeadLetterStore`)."""
+
+    def test_implements_review_protocol(self, store: DeadLetters) -> None:
+        assert isinstance(store, ReviewQueue)
 
     def test_escalate_happens_once_and_only_for_open_entries(self, store: DeadLetterStore) -> None:
         a, b = letter("https://example.test/a"), letter("https://example.test/b")
         store.put([a, b])
         assert store.escalate(a.id, "needs a human") is True
         assert store.escalate(a.id, "again") is False
-        assert store.resolve(b.id, "ok")
+        assert store.resolve(b.id, "discarded", "ok")
         assert store.escalate(b.id, "resolved already") is False
         assert store.escalate("no-such-id", "x") is False
         assert store.counts() == {"open": 0, "review": 1, "resolved": 1}
@@ -413,20 +474,20 @@ class DeadLetterConformance:
         entry = letter(payload={"x": 1})
         store.put([entry])
         assert store.escalate(entry.id, "unknown error")
-        ((message_id, taken),) = store.take_for_review("alice")
+        ((message_id, taken),) = store.take_for_review("src", "alice")
         assert taken.to_dict() == {**entry.to_dict(), "status": "review"}
-        assert store.take_for_review("bob") == []  # alice holds it
-        assert store.claim_stale_reviews("bob", idle_ms=60_000) == []  # not stale yet
+        assert store.take_for_review("src", "bob") == []  # alice holds it
+        assert store.claim_stale_reviews("src", "bob", idle_ms=60_000) == []  # not stale yet
         time.sleep(0.15)  # alice vanished
-        ((claimed_id, claimed),) = store.claim_stale_reviews("bob", idle_ms=100)
+        ((claimed_id, claimed),) = store.claim_stale_reviews("src", "bob", idle_ms=100)
         assert (claimed_id, claimed.id) == (message_id, entry.id)
-        assert store.finish_review(claimed_id, entry.id, "upstream fixed") is True
-        assert store.finish_review(claimed_id, entry.id, "again") is False
+        assert store.finish_review(claimed_id, entry.id, "reviewed", "upstream fixed") is True
+        assert store.finish_review(claimed_id, entry.id, "reviewed", "again") is False
         got = store.get(entry.id)
         assert got is not None
         assert (got.status, got.resolution) == ("resolved", "upstream fixed")
-        assert store.take_for_review("carol") == []
-        assert store.claim_stale_reviews("carol", idle_ms=0) == []
+        assert store.take_for_review("src", "carol") == []
+        assert store.claim_stale_reviews("src", "carol", idle_ms=0) == []
 
     def test_reviewers_never_get_the_same_entry(self, store: DeadLetterStore) -> None:
         entries = [letter(f"https://example.test/{n}") for n in range(30)]
@@ -436,7 +497,7 @@ class DeadLetterConformance:
         got: dict[str, list[str]] = {"alice": [], "bob": [], "carol": []}
 
         def work(name: str) -> None:
-            while batch := store.take_for_review(name, count=3):
+            while batch := store.take_for_review("src", name, count=3):
                 got[name] += [e.id for _, e in batch]
 
         threads = [threading.Thread(target=work, args=(name,)) for name in got]
@@ -451,26 +512,26 @@ class DeadLetterConformance:
         waiting, held = letter("https://example.test/w"), letter("https://example.test/h")
         store.put([waiting, held])
         store.escalate(held.id, "x")
-        ((message_id, _),) = store.take_for_review("alice")
+        ((message_id, _),) = store.take_for_review("src", "alice")
         store.escalate(waiting.id, "y")
-        assert store.resolve(waiting.id, "fixed by a rerun")
-        assert store.resolve(held.id, "fixed by a rerun")
-        assert store.take_for_review("bob") == []
-        assert store.claim_stale_reviews("bob", idle_ms=0) == []
-        assert store.finish_review(message_id, held.id, "late") is False
+        assert store.resolve(waiting.id, "discarded", "fixed by a rerun")
+        assert store.resolve(held.id, "discarded", "fixed by a rerun")
+        assert store.take_for_review("src", "bob") == []
+        assert store.claim_stale_reviews("src", "bob", idle_ms=0) == []
+        assert store.finish_review(message_id, held.id, "reviewed", "late") is False
 
     def test_a_reopened_entry_is_reviewed_anew(self, store: DeadLetterStore) -> None:
         entry = letter()
         store.put([entry])
         store.escalate(entry.id, "first")
-        ((first, _),) = store.take_for_review("alice")
-        assert store.resolve(entry.id, "fixed")
+        ((first, _),) = store.take_for_review("src", "alice")
+        assert store.resolve(entry.id, "discarded", "fixed")
         store.put([letter(seen=T0 + 10)])
         assert store.escalate(entry.id, "second")
-        ((second, _),) = store.take_for_review("bob")
+        ((second, _),) = store.take_for_review("src", "bob")
         assert second != first
-        assert store.finish_review(first, entry.id, "stale review") is False
-        assert store.finish_review(second, entry.id, "fixed for real") is True
+        assert store.finish_review(first, entry.id, "reviewed", "stale review") is False
+        assert store.finish_review(second, entry.id, "reviewed", "fixed for real") is True
 
     def test_finish_review_refuses_a_message_about_another_entry(
         self, store: DeadLetterStore
@@ -479,20 +540,57 @@ class DeadLetterConformance:
         store.put([a, b])
         store.escalate(a.id, "x")
         store.escalate(b.id, "x")
-        (message_a, _), (message_b, _) = store.take_for_review("alice", count=2)
+        (message_a, _), (message_b, _) = store.take_for_review("src", "alice", count=2)
         with pytest.raises(ValueError, match="not"):
-            store.finish_review(message_a, b.id, "wrong")
+            store.finish_review(message_a, b.id, "reviewed", "wrong")
         assert store.counts()["review"] == 2
-        assert store.finish_review(message_b, b.id, "right") is True
+        assert store.finish_review(message_b, b.id, "reviewed", "right") is True
 
     def test_take_for_review_waits_for_work(self, store: DeadLetterStore) -> None:
         entry = letter()
         store.put([entry])
-        assert store.take_for_review("alice", block_ms=100) == []
+        assert store.take_for_review("src", "alice", block_ms=100) == []
         timer = threading.Timer(0.1, store.escalate, args=(entry.id, "later"))
         timer.start()
         try:
-            ((_, got),) = store.take_for_review("alice", block_ms=10_000)
+            ((_, got),) = store.take_for_review("src", "alice", block_ms=10_000)
         finally:
             timer.join()
         assert got.id == entry.id
+
+    def test_each_source_has_its_own_queue(self, store: DeadLetters) -> None:
+        mine, theirs = letter("https://example.test/m"), letter("https://x.test/t", source="b")
+        store.put([mine, theirs])
+        store.escalate(theirs.id, "b's problem")
+        store.escalate(mine.id, "mine")
+        ((_, got),) = store.take_for_review("src", "alice", count=5)
+        assert got.id == mine.id
+        ((_, got),) = store.take_for_review("b", "alice", count=5)
+        assert got.id == theirs.id
+        time.sleep(0.02)
+        assert [e.id for _, e in store.claim_stale_reviews("b", "bob", idle_ms=1)] == [theirs.id]
+
+    def test_put_back_hands_the_review_to_the_next_reviewer(self, store: DeadLetters) -> None:
+        entry, other = letter(payload={"x": 1}), letter("https://example.test/o")
+        store.put([entry, other])
+        store.escalate(entry.id, "check")
+        ((message_id, _),) = store.take_for_review("src", "alice")
+        with pytest.raises(ValueError, match="not"):
+            store.put_back(message_id, other.id)
+        assert store.put_back(message_id, entry.id) is True
+        got = store.get(entry.id)
+        assert got is not None and got.status == "review"
+        ((again, taken),) = store.take_for_review("src", "bob")
+        assert taken.id == entry.id
+        assert store.put_back(message_id, entry.id) is (again == message_id)
+        store.take_for_review("src", "carol")
+        assert store.finish_review(again, entry.id, "discarded", "spam") is True
+        assert store.put_back(again, entry.id) is False  # finished: nothing to hand back
+        assert store.take_for_review("src", "dave") == []
+
+
+class DeadLetterConformance(StoreConformance, TriageClaimsConformance, ReviewQueueConformance):
+    """All three protocols (both backends implement them all)."""
+
+    def test_implements_every_part(self, store: DeadLetters) -> None:
+        assert isinstance(store, DeadLetters)

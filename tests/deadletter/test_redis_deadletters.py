@@ -67,7 +67,7 @@ def events(client: redis.Redis, store: RedisDeadLetterStore) -> list[tuple[str, 
 
 
 def pending(client: redis.Redis, store: RedisDeadLetterStore) -> int:
-    return int(client.xpending(store.review_key, REVIEW_GROUP)["pending"])
+    return int(client.xpending(store.review_key("src"), REVIEW_GROUP)["pending"])
 
 
 def archive_lines(path: Path) -> list[dict[str, Any]]:
@@ -109,8 +109,8 @@ def test_a_second_store_on_the_same_data_shares_it(
     other = RedisDeadLetterStore(redis_url)
     try:
         assert other.put([entry]) == 0
-        assert other.resolve(entry.id, "fixed") is True
-        assert store.resolve(entry.id, "again") is False
+        assert other.resolve(entry.id, "discarded", "fixed") is True
+        assert store.resolve(entry.id, "discarded", "again") is False
         assert store.counts() == {"open": 0, "review": 0, "resolved": 1}
     finally:
         other.close()
@@ -129,7 +129,7 @@ def test_ids_that_would_collide_with_store_keys_are_refused(store: RedisDeadLett
         with pytest.raises(ValueError, match="Redis key"):
             store.put([letter(id=bad)])
         assert store.get(bad) is None
-        assert store.resolve(bad, "x") is False
+        assert store.resolve(bad, "discarded", "x") is False
         assert store.escalate(bad, "x") is False
     with pytest.raises(ValueError, match="finite"):
         store.put([letter(seen=float("nan"))])
@@ -169,8 +169,8 @@ def test_reasons_follow_status_changes(store: RedisDeadLetterStore) -> None:
     store.escalate(a.id, "weird")
     assert store.reasons("src") == {"fetch/http_500": 1}
     assert store.reasons("src", status="review") == {"fetch/http_500": 1}
-    store.resolve(a.id, "ok")
-    store.resolve(b.id, "ok")
+    store.resolve(a.id, "discarded", "ok")
+    store.resolve(b.id, "discarded", "ok")
     assert store.reasons("src") == {}
     assert store.reasons("src", status="resolved") == {"fetch/http_500": 2}
     assert store.reasons("src", status=None) == {"fetch/http_500": 2}
@@ -188,9 +188,9 @@ def test_one_event_per_put_resolve_and_escalate(
     store.put([a, b])  # one per entry, seen again or not
     store.escalate(a.id, "looks odd")
     store.escalate(a.id, "again")  # not open any more: nothing happened, no event
-    store.resolve(b.id, "fixed")
-    store.resolve(b.id, "fixed twice")  # nothing happened
-    store.resolve("no-such-id", "x")
+    store.resolve(b.id, "discarded", "fixed")
+    store.resolve(b.id, "discarded", "fixed twice")  # nothing happened
+    store.resolve("no-such-id", "discarded", "x")
     store.put([])
     expected = [
         ("quarantined", a.id),
@@ -231,7 +231,7 @@ def test_escalate_happens_once_and_only_for_open_entries(store: RedisDeadLetterS
     store.put([a, b])
     assert store.escalate(a.id, "needs a human") is True
     assert store.escalate(a.id, "again") is False
-    assert store.resolve(b.id, "ok")
+    assert store.resolve(b.id, "discarded", "ok")
     assert store.escalate(b.id, "resolved already") is False
     assert store.escalate("no-such-id", "x") is False
     assert store.counts() == {"open": 0, "review": 1, "resolved": 1}
@@ -251,27 +251,27 @@ def test_vanished_reviewer_is_taken_over_and_the_entry_resolved_once(
     store.put([entry])
     assert store.escalate(entry.id, "unknown error")
 
-    ((message_id, taken),) = store.take_for_review("alice")
+    ((message_id, taken),) = store.take_for_review("src", "alice")
     assert taken.to_dict() == {**entry.to_dict(), "status": "review"}
-    assert store.take_for_review("bob") == []  # alice holds it
-    assert store.claim_stale_reviews("bob", idle_ms=60_000) == []  # not stale yet
+    assert store.take_for_review("src", "bob") == []  # alice holds it
+    assert store.claim_stale_reviews("src", "bob", idle_ms=60_000) == []  # not stale yet
 
     time.sleep(0.15)  # alice vanished
-    ((claimed_id, claimed),) = store.claim_stale_reviews("bob", idle_ms=100)
+    ((claimed_id, claimed),) = store.claim_stale_reviews("src", "bob", idle_ms=100)
     assert (claimed_id, claimed.id) == (message_id, entry.id)
-    owners = client.xpending_range(store.review_key, REVIEW_GROUP, "-", "+", 10)
+    owners = client.xpending_range(store.review_key("src"), REVIEW_GROUP, "-", "+", 10)
     assert [o["consumer"] for o in owners] == ["bob"]
 
-    assert store.finish_review(claimed_id, entry.id, "upstream fixed") is True
+    assert store.finish_review(claimed_id, entry.id, "reviewed", "upstream fixed") is True
     assert pending(client, store) == 0
-    assert store.finish_review(claimed_id, entry.id, "again") is False
-    assert store.finish_review(message_id, entry.id, "alice is back") is False
+    assert store.finish_review(claimed_id, entry.id, "reviewed", "again") is False
+    assert store.finish_review(message_id, entry.id, "reviewed", "alice is back") is False
     got = store.get(entry.id)
     assert got is not None
     assert (got.status, got.resolution) == ("resolved", "upstream fixed")
     assert store.counts() == {"open": 0, "review": 0, "resolved": 1}
     assert [e for e, _ in events(client, store)].count("resolved") == 1
-    assert client.xlen(store.review_key) == 0  # the queue holds only outstanding work
+    assert client.xlen(store.review_key("src")) == 0  # the queue holds only outstanding work
 
 
 def test_two_reviewers_never_get_the_same_entry(
@@ -284,7 +284,7 @@ def test_two_reviewers_never_get_the_same_entry(
     got: dict[str, list[str]] = {"alice": [], "bob": [], "carol": []}
 
     def work(name: str) -> None:
-        while batch := store.take_for_review(name, count=3):
+        while batch := store.take_for_review("src", name, count=3):
             got[name] += [e.id for _, e in batch]
 
     threads = [threading.Thread(target=work, args=(name,)) for name in got]
@@ -297,9 +297,9 @@ def test_two_reviewers_never_get_the_same_entry(
     assert pending(client, store) == 40
     # a claim resets the idle time: a second reviewer right after gets nothing
     time.sleep(0.15)
-    claimed = [e.id for _, e in store.claim_stale_reviews("dave", idle_ms=100, count=100)]
+    claimed = [e.id for _, e in store.claim_stale_reviews("src", "dave", idle_ms=100, count=100)]
     assert sorted(claimed) == sorted(e.id for e in entries)
-    assert store.claim_stale_reviews("erin", idle_ms=100) == []
+    assert store.claim_stale_reviews("src", "erin", idle_ms=100) == []
 
 
 def test_resolving_an_entry_in_review_drops_its_review(
@@ -308,14 +308,14 @@ def test_resolving_an_entry_in_review_drops_its_review(
     waiting, held = letter("https://example.test/w"), letter("https://example.test/h")
     store.put([waiting, held])
     store.escalate(held.id, "x")
-    ((message_id, _),) = store.take_for_review("alice")
+    ((message_id, _),) = store.take_for_review("src", "alice")
     store.escalate(waiting.id, "y")
-    assert store.resolve(waiting.id, "fixed by a rerun")
-    assert store.resolve(held.id, "fixed by a rerun")
-    assert store.take_for_review("bob") == []
+    assert store.resolve(waiting.id, "discarded", "fixed by a rerun")
+    assert store.resolve(held.id, "discarded", "fixed by a rerun")
+    assert store.take_for_review("src", "bob") == []
     assert pending(client, store) == 0
-    assert client.xlen(store.review_key) == 0
-    assert store.finish_review(message_id, held.id, "late") is False
+    assert client.xlen(store.review_key("src")) == 0
+    assert store.finish_review(message_id, held.id, "reviewed", "late") is False
 
 
 def test_a_reopened_entry_is_reviewed_anew(
@@ -324,14 +324,14 @@ def test_a_reopened_entry_is_reviewed_anew(
     entry = letter()
     store.put([entry])
     store.escalate(entry.id, "first")
-    ((first, _),) = store.take_for_review("alice")
-    assert store.resolve(entry.id, "fixed")
+    ((first, _),) = store.take_for_review("src", "alice")
+    assert store.resolve(entry.id, "discarded", "fixed")
     store.put([letter(seen=T0 + 10)])  # failed again: open
     assert store.escalate(entry.id, "second")
-    ((second, _),) = store.take_for_review("bob")
+    ((second, _),) = store.take_for_review("src", "bob")
     assert second != first
-    assert store.finish_review(first, entry.id, "stale review") is False
-    assert store.finish_review(second, entry.id, "fixed for real") is True
+    assert store.finish_review(first, entry.id, "reviewed", "stale review") is False
+    assert store.finish_review(second, entry.id, "reviewed", "fixed for real") is True
     assert pending(client, store) == 0
 
 
@@ -340,23 +340,23 @@ def test_finish_review_refuses_a_message_about_another_entry(store: RedisDeadLet
     store.put([a, b])
     store.escalate(a.id, "x")
     store.escalate(b.id, "x")
-    (message_a, _), (message_b, _) = store.take_for_review("alice", count=2)
+    (message_a, _), (message_b, _) = store.take_for_review("src", "alice", count=2)
     with pytest.raises(ValueError, match="not"):
-        store.finish_review(message_a, b.id, "wrong")
+        store.finish_review(message_a, b.id, "reviewed", "wrong")
     assert store.counts()["review"] == 2
-    assert store.finish_review(message_b, b.id, "right") is True
+    assert store.finish_review(message_b, b.id, "reviewed", "right") is True
 
 
 def test_take_for_review_waits_for_work(store: RedisDeadLetterStore) -> None:
     entry = letter()
     store.put([entry])
     started = time.monotonic()
-    assert store.take_for_review("alice", block_ms=200) == []
+    assert store.take_for_review("src", "alice", block_ms=200) == []
     assert time.monotonic() - started >= 0.19
     timer = threading.Timer(0.1, store.escalate, args=(entry.id, "later"))
     timer.start()
     try:
-        ((_, got),) = store.take_for_review("alice", block_ms=5000)
+        ((_, got),) = store.take_for_review("src", "alice", block_ms=5000)
     finally:
         timer.join()
     assert got.id == entry.id
@@ -366,12 +366,12 @@ def test_take_for_review_waits_for_work(store: RedisDeadLetterStore) -> None:
 def test_the_group_is_created_on_first_use(
     store: RedisDeadLetterStore, client: redis.Redis
 ) -> None:
-    assert not client.exists(store.review_key)
-    assert store.take_for_review("alice") == []
-    groups = client.xinfo_groups(store.review_key)
+    assert not client.exists(store.review_key("src"))
+    assert store.take_for_review("src", "alice") == []
+    groups = client.xinfo_groups(store.review_key("src"))
     assert [g["name"] for g in groups] == [REVIEW_GROUP]
     other = RedisDeadLetterStore(client)  # a second store: BUSYGROUP is fine
-    assert other.claim_stale_reviews("bob", idle_ms=0) == []
+    assert other.claim_stale_reviews("src", "bob", idle_ms=0) == []
 
 
 # --- failures ---------------------------------------------------------------------------------
@@ -403,11 +403,11 @@ def _calls(store: RedisDeadLetterStore, entry: DeadLetter) -> dict[str, Any]:
         "list": lambda: store.list(),
         "counts": lambda: store.counts(),
         "reasons": lambda: store.reasons("src"),
-        "resolve": lambda: store.resolve(entry.id, "x"),
+        "resolve": lambda: store.resolve(entry.id, "discarded", "x"),
         "escalate": lambda: store.escalate(entry.id, "x"),
-        "take_for_review": lambda: store.take_for_review("alice"),
-        "claim_stale_reviews": lambda: store.claim_stale_reviews("alice", idle_ms=0),
-        "finish_review": lambda: store.finish_review("0-1", entry.id, "x"),
+        "take_for_review": lambda: store.take_for_review("src", "alice"),
+        "claim_stale_reviews": lambda: store.claim_stale_reviews("src", "alice", idle_ms=0),
+        "finish_review": lambda: store.finish_review("0-1", entry.id, "reviewed", "x"),
     }
 
 
@@ -425,7 +425,7 @@ def test_server_restart_is_a_backend_error_then_the_store_carries_on(
     try:
         entry = letter()
         store.put([entry])
-        store.take_for_review("warm-up")  # the review group exists before the restart
+        store.take_for_review("src", "warm-up")  # the review group exists before the restart
         redis_server.restart()  # no persistence: everything stored is gone
         with pytest.raises(BackendError) as caught:
             _calls(store, entry)[call]()
@@ -471,3 +471,96 @@ def test_a_server_that_keeps_its_data_restarts_silently(
         assert store.counts()["open"] == 1  # a stale connection is simply re-opened
     finally:
         store.close()
+
+
+# --- layout 1 -> 2 -----------------------------------------------------------------------------
+
+_LAYOUT_1 = Path(__file__).parent / "redis_layout1"  # the scripts of the previous layout, verbatim
+
+
+def _layout1_put(client: redis.Redis, meta: str, epoch: str, entry: dict[str, Any]) -> None:
+    """Write one entry exactly as the previous layout's store did (its put.lua, 19 values)."""
+    lua = (_LAYOUT_1 / "prelude.lua").read_text() + (_LAYOUT_1 / "put.lua").read_text()
+    args = [
+        entry["id"], entry["source"], entry["url"], entry["stage"], entry["error_class"], "m", 3,
+        "1.0", "2.0", "", json.dumps(entry.get("payload")), "[]", "", "0", "open", "", "0",
+        "orjson", json.dumps(entry),
+    ]  # fmt: skip
+    client.eval(lua, 1, meta, "collector:dl:", epoch, 100, *args)
+
+
+def _layout1(client: redis.Redis, meta: str, epoch: str, name: str, *args: Any) -> Any:
+    lua = (_LAYOUT_1 / "prelude.lua").read_text() + (_LAYOUT_1 / f"{name}.lua").read_text()
+    return client.eval(lua, 1, meta, "collector:dl:", epoch, 100, *args)
+
+
+def test_a_store_of_the_previous_layout_is_migrated_on_open(
+    redis_url: str, client: redis.Redis
+) -> None:
+    from collector.deadletter.base import dead_letter_id
+
+    meta, epoch = "collector:dl:meta", "old-epoch"
+    client.hset(meta, mapping={"epoch": epoch, "created": "1.0"})  # no layout field: layout 1
+
+    def make(name: str, cls: str, source: str = "src") -> str:
+        final = cls.rsplit(":", 1)[-1]
+        eid = dead_letter_id(source, f"https://example.test/{name}", "fetch", final)
+        entry = {"id": eid, "source": source, "url": f"https://example.test/{name}",
+                 "stage": "fetch", "error_class": cls, "payload": {"n": name}}  # fmt: skip
+        _layout1_put(client, meta, epoch, entry)
+        return eid
+
+    ex = make("ex", "retries_exhausted:http_500")
+    rep = make("rep", "http_404")
+    odd = make("odd", "max_total_exceeded:timeout")
+    rev = make("rev", "http_400")
+    other = make("other", "http_400", source="b")
+    _layout1(client, meta, epoch, "resolve", ex, "reenqueued: re-enqueue #1", "{}", "1")
+    _layout1(client, meta, epoch, "resolve", rep, "repaired: trimmed name", "{}", "0")
+    _layout1(client, meta, epoch, "resolve", odd, "fixed by hand", "{}", "0")
+    _layout1(client, meta, epoch, "escalate", rev, "human", "{}")
+    _layout1(client, meta, epoch, "escalate", other, "human too", "{}")
+    assert client.xlen("collector:dl:review") == 2  # one stream for every source
+
+    store = RedisDeadLetterStore(redis_url)
+    try:
+        got = store.get(ex)
+        assert got is not None
+        assert (got.error_class, got.cause, got.requeues) == ("http_500", "retries_exhausted", 1)
+        assert (got.resolution_kind, got.resolution) == ("reenqueued", "re-enqueue #1")
+        got = store.get(odd)
+        assert got is not None
+        assert (got.error_class, got.cause) == ("timeout", "max_total_exceeded")
+        assert (got.resolution_kind, got.resolution) == (None, "fixed by hand")  # no kind known
+        got = store.get(rep)
+        assert got is not None and (got.resolution_kind, got.resolution) == (
+            "repaired",
+            "trimmed name",
+        )
+        assert store.census("src").counts == {
+            "open": 0, "review": 1, "resolved:reenqueued": 1, "resolved:repaired": 1,
+            "resolved:": 1,
+        }  # fmt: skip
+        assert store.reasons("src", status=None) == {
+            "fetch/retries_exhausted:http_500": 1, "fetch/http_404": 1,
+            "fetch/max_total_exceeded:timeout": 1, "fetch/http_400": 1,
+        }  # fmt: skip
+        assert [e.id for e in store.list(error_class="http_500", status=None)] == [ex]
+        assert store.list(error_class="retries_exhausted:http_500", status=None) == []
+        assert not client.exists("collector:dl:review")  # moved to one stream per source
+        ((message, taken),) = store.take_for_review("src", "alice")
+        assert taken.id == rev
+        assert store.finish_review(message, rev, "reviewed", "ok")
+        ((_, theirs),) = store.take_for_review("b", "alice")
+        assert theirs.id == other
+    finally:
+        store.close()
+    before = {key: client.hgetall(key) for key in client.keys("collector:dl:*") if
+              client.type(key) == "hash"}  # fmt: skip
+    again = RedisDeadLetterStore(redis_url)  # layout 2 now: opening changes nothing
+    try:
+        assert client.hget(meta, "layout") == "2"
+        after = {key: client.hgetall(key) for key in before}
+        assert after == before
+    finally:
+        again.close()

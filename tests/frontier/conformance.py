@@ -28,12 +28,14 @@ from collector.frontier.base import (
     Completed,
     DeadLettered,
     Frontier,
+    Holder,
     Lease,
     Offer,
     OfferResult,
     RankFor,
     RetryLater,
     StateCounts,
+    SweepResult,
 )
 
 SRC = "src"
@@ -66,6 +68,7 @@ def offer(
     run_id: str = "run-1",
     queue_ttl_s: float = QUEUE_TTL,
     rank_for: RankFor | None = None,
+    once: bool = False,
 ) -> OfferResult:
     return frontier.offer(
         source,
@@ -74,6 +77,18 @@ def offer(
         queue_ttl_s=queue_ttl_s,
         rank_for=rank_for or ranked(),
         run_id=run_id,
+        once_per_run=once,
+    )
+
+
+def _adopt(frontier: Frontier, run_id: str, *, now: float, source: str = SRC) -> OfferResult:
+    return frontier.adopt(
+        source,
+        run_id,
+        now=now,
+        queue_ttl_s=QUEUE_TTL,
+        rank_for=ranked(),
+        fresh_for=lambda u: FRESH,
     )
 
 
@@ -84,8 +99,9 @@ def claim(
     now: float = T0,
     source: str = SRC,
     lease_s: float = LEASE,
+    holder: str = "",
 ) -> Lease:
-    return frontier.claim(source, limit, now=now, lease_s=lease_s)
+    return frontier.claim(source, limit, now=now, lease_s=lease_s, holder=holder)
 
 
 def urls_of(lease: Lease) -> list[str]:
@@ -125,6 +141,12 @@ class FrontierConformance:
     # --- basics -------------------------------------------------------------------------------
     def test_implements_protocol(self, frontier: Frontier) -> None:
         assert isinstance(frontier, Frontier)
+        assert isinstance(frontier.location(), str) and frontier.location()
+
+    def test_is_a_context_manager(self, frontier: Frontier) -> None:
+        with frontier as same:
+            assert same is frontier
+            assert same.counts(SRC) == counts()
 
     def test_empty_frontier(self, frontier: Frontier) -> None:
         assert frontier.counts(SRC) == StateCounts()
@@ -240,6 +262,23 @@ class FrontierConformance:
             enqueued=1, fresh_skipped=1
         )
         assert url("a") in urls_of(claim(frontier, 10, now=T0 + 3))
+
+    def test_revive_makes_a_dead_page_done_until_its_freshness_passes(
+        self, frontier: Frontier
+    ) -> None:
+        self._make_done(frontier, url("done"))
+        self._make_dead(frontier, url("dead"))
+        offer(frontier, [url("queued")])
+        pages = [Completed(url(x), T0 + 100, T0 + 5) for x in ("dead", "done", "queued", "nope")]
+        assert frontier.revive(SRC, pages) == 1
+        assert frontier.revive(SRC, pages) == 0  # done now: once
+        assert frontier.revive(SRC, []) == 0
+        assert frontier.counts(SRC) == counts(queued=1, done=2)
+        assert offer(frontier, [url("dead")], now=T0 + 99) == _result(fresh_skipped=1)
+        assert offer(frontier, [url("dead")], now=T0 + 101) == _result(enqueued=1)
+        lease = claim(frontier, 10, now=T0 + 102)
+        assert url("dead") in urls_of(lease)
+        assert next(i for i in lease.items if i.url == url("dead")).attempts == 0
 
     def test_expired_reoffered_is_enqueued(self, frontier: Frontier) -> None:
         offer(frontier, [url(1)], queue_ttl_s=100)
@@ -492,6 +531,46 @@ class FrontierConformance:
         assert frontier.release(new, now=T0 + 23) == 0
         assert frontier.counts(SRC) == counts(done=2)
 
+    # --- holders and revocation ---------------------------------------------------------------
+    def test_holders_lists_who_leases_what_with_heartbeats(self, frontier: Frontier) -> None:
+        offer(frontier, [url(n) for n in range(5)])
+        assert frontier.holders(SRC) == []
+        frontier.beat(SRC, "run-a", now=T0)
+        claim(frontier, 2, holder="run-a")
+        claim(frontier, 1, holder="helper-b")
+        claim(frontier, 1)  # anonymous: no holder, recovered only by lease expiry
+        found = sorted(frontier.holders(SRC), key=lambda h: h.holder)
+        assert found == [Holder("", 1, None), Holder("helper-b", 1, None), Holder("run-a", 2, T0)]
+        frontier.beat(SRC, "run-a", now=T0 + 5)
+        assert {h.holder: h.beat_at for h in frontier.holders(SRC)}["run-a"] == T0 + 5
+        assert frontier.holders("other-source") == []
+
+    def test_revoke_returns_one_holders_items_unchanged(self, frontier: Frontier) -> None:
+        offer(frontier, [url(n) for n in range(4)], now=T0 - 10)
+        frontier.beat(SRC, "dead", now=T0)
+        dead = claim(frontier, 2, holder="dead")
+        alive = claim(frontier, 1, holder="alive")
+        assert frontier.revoke(SRC, "dead", now=T0 + 1) == 2
+        assert frontier.counts(SRC) == counts(queued=3, leased=1)
+        assert [h.holder for h in frontier.holders(SRC)] == ["alive"]
+        # the revoked holder can no longer ack, renew or release what it held
+        assert frontier.ack(dead, [done(u) for u in urls_of(dead)], now=T0 + 2).stale
+        assert frontier.renew(dead, now=T0 + 2, lease_s=LEASE) == 0
+        retaken = claim(frontier, 10, now=T0 + 3, holder="next")
+        assert sorted(urls_of(retaken)) == sorted([*urls_of(dead), url(3)])
+        assert retaken.token > alive.token > dead.token
+        assert {i.attempts for i in retaken.items} == {0}  # not counted as an attempt
+        assert frontier.revoke(SRC, "dead", now=T0 + 4) == 0  # idempotent
+        assert frontier.revoke(SRC, "nobody", now=T0 + 4) == 0
+
+    def test_revoke_forgets_the_heartbeat(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1), url(2)])
+        frontier.beat(SRC, "run-a", now=T0)
+        claim(frontier, 1, holder="run-a")
+        frontier.revoke(SRC, "run-a", now=T0 + 1)
+        claim(frontier, 1, holder="run-a", now=T0 + 2)
+        assert frontier.holders(SRC) == [Holder("run-a", 1, None)]
+
     # --- queue TTL ----------------------------------------------------------------------------
     def test_queue_ttl_expires_items_at_next_claim(self, frontier: Frontier) -> None:
         offer(frontier, [url(1), url(2), url(3)], queue_ttl_s=100)
@@ -607,6 +686,118 @@ class FrontierConformance:
         assert frontier.release(lease_a, now=T0) == 1
         assert frontier.counts("a") == counts(queued=1)
         assert frontier.counts("b") == counts(leased=1)
+
+    # --- plans in several calls, seed lists that change, unchanged seed lists -----------------
+    def test_once_per_run_counts_a_url_of_the_run_as_duplicate(self, frontier: Frontier) -> None:
+        first = offer(frontier, [url(1), url(2), url(1)], run_id="r1", once=True)
+        assert first == _result(enqueued=2, duplicates=1)
+        second = offer(frontier, [url(2), url(3)], run_id="r1", once=True)
+        assert second == _result(enqueued=1, duplicates=1)
+        assert second.total == 2
+        assert frontier.run_counts(SRC, "r1") == counts(queued=3)
+        # another run's offer is no duplicate
+        assert offer(frontier, [url(2)], run_id="r2", once=True) == _result(already_queued=1)
+
+    def _unlisted(self, frontier: Frontier) -> None:
+        """a leased, b queued (run r1); r2 lists c (queued) and d (new) only."""
+        offer(frontier, [url("a"), url("b"), url("c")], run_id="r1")
+        assert urls_of(claim(frontier, 1)) == [url("a")]
+        result = offer(frontier, [url("c"), url("d")], now=T0 + 1, run_id="r2", once=True)
+        assert result == _result(enqueued=1, already_queued=1)
+
+    def test_sweep_retires_unlisted_queued_items(self, frontier: Frontier) -> None:
+        self._unlisted(frontier)
+        swept = frontier.sweep(SRC, "r2", retire=True)
+        assert (swept.carried, swept.retired) == (1, 1)
+        assert frontier.run_counts(SRC, "r2") == counts(queued=2, leased=1, retired=1)
+        assert frontier.run_counts(SRC, "r1") == StateCounts()
+        assert frontier.counts(SRC) == counts(queued=2, leased=1, retired=1)
+        assert sorted(urls_of(claim(frontier, 10, now=T0 + 2))) == [url("c"), url("d")]
+        # sweeping again finds nothing new; a retired URL listed again is queued again
+        again = frontier.sweep(SRC, "r2", retire=True)
+        assert (again.carried, again.retired) == (0, 0)
+        assert offer(frontier, [url("b")], now=T0 + 3, run_id="r3") == _result(enqueued=1)
+        assert urls_of(claim(frontier, 10, now=T0 + 3)) == [url("b")]
+
+    def test_sweep_collect_carries_unlisted_items_into_the_run(self, frontier: Frontier) -> None:
+        self._unlisted(frontier)
+        swept = frontier.sweep(SRC, "r2", retire=False)
+        assert (swept.carried, swept.retired) == (2, 0)
+        assert frontier.run_counts(SRC, "r2") == counts(queued=3, leased=1)
+        lease = claim(frontier, 10, now=T0 + 2)
+        assert sorted(urls_of(lease)) == [url("b"), url("c"), url("d")]
+        frontier.ack(lease, [done(u, T0 + 2, 10) for u in urls_of(lease)], now=T0 + 2)
+        # an unchanged plan later requeues the listed ones whose freshness passed, never b
+        adopted = _adopt(frontier, "r3", now=T0 + 100)
+        assert adopted == _result(enqueued=2, already_queued=1)  # c, d; a still leased
+        # a's lease (taken at T0) has run out: it is back in the queue, still this run's
+        got = sorted(urls_of(claim(frontier, 10, now=T0 + 100)))
+        assert got == [url("a"), url("c"), url("d")]
+
+    def test_sweep_keeps_unlisted_done_items_out_of_later_adoptions(
+        self, frontier: Frontier
+    ) -> None:
+        self._make_done(frontier, url("old"), fresh_s=10)
+        offer(frontier, [url("x")], queue_ttl_s=5, run_id="r0")
+        claim(frontier, 0, now=T0 + 6)  # x expires
+        offer(frontier, [url("new")], now=T0 + 7, run_id="r2", once=True)
+        assert frontier.sweep(SRC, "r2", retire=True) == SweepResult()  # nothing queued
+        self._make_done(frontier, url("new"), now=T0 + 8, fresh_s=10)
+        # much later, an unchanged plan: only the listed item is due again
+        assert _adopt(frontier, "r3", now=T0 + 1_000) == _result(enqueued=1)
+        assert urls_of(claim(frontier, 10, now=T0 + 1_000)) == [url("new")]
+        # listing "old" again brings it back
+        assert offer(frontier, [url("old")], now=T0 + 1_001, run_id="r4") == _result(enqueued=1)
+
+    def test_adopt_takes_only_due_items(self, frontier: Frontier) -> None:
+        self._make_done(frontier, url("fresh"), fresh_s=1_000)
+        self._make_done(frontier, url("stale"), fresh_s=10)
+        self._make_done(frontier, url("compensated"), fresh_s=1_000)
+        assert frontier.make_stale(SRC, [url("compensated")]) == 1  # due at once
+        self._make_dead(frontier, url("dead"))
+        offer(frontier, [url("exp")], queue_ttl_s=5)
+        claim(frontier, 0, now=T0 + 6)  # expires it
+        offer(frontier, [url("leased")])
+        assert urls_of(claim(frontier, 1, now=T0 + 90)) == [url("leased")]
+        offer(frontier, [url("queued")], run_id="r0")
+        adopted = _adopt(frontier, "r2", now=T0 + 100)
+        assert adopted == _result(enqueued=3, already_queued=2)
+        assert adopted.total == 5
+        assert frontier.run_counts(SRC, "r2") == counts(queued=4, leased=1)
+        got = sorted(urls_of(claim(frontier, 10, now=T0 + 100)))
+        assert got == sorted([url("stale"), url("exp"), url("queued"), url("compensated")])
+        # nothing more is due: a second adoption by the same run changes nothing
+        assert _adopt(frontier, "r2", now=T0 + 100) == _result()
+
+    def test_adopt_ranks_requeued_items_with_the_planner(self, frontier: Frontier) -> None:
+        self._make_done(frontier, url("x"), fresh_s=10)
+        self._make_done(frontier, url("y"), fresh_s=10)
+        seen: list[tuple[str, float | None, float]] = []
+
+        def rank_for(u: str, age: float | None, fresh_s: float) -> float:
+            seen.append((u, age, fresh_s))
+            return 5.0 if u == url("y") else 1.0
+
+        frontier.adopt(
+            SRC,
+            "r2",
+            now=T0 + 50,
+            queue_ttl_s=QUEUE_TTL,
+            rank_for=rank_for,
+            fresh_for=lambda u: 7.0,
+        )
+        assert sorted(seen) == [(url("x"), 50.0, 7.0), (url("y"), 50.0, 7.0)]
+        assert urls_of(claim(frontier, 10, now=T0 + 50)) == [url("y"), url("x")]
+
+    def test_plan_mark(self, frontier: Frontier) -> None:
+        assert frontier.plan_mark(SRC) is None
+        frontier.set_plan_mark(SRC, "seeds-1")
+        assert frontier.plan_mark(SRC) == "seeds-1"
+        assert frontier.plan_mark("other") is None
+        frontier.set_plan_mark(SRC, "seeds-2")
+        assert frontier.plan_mark(SRC) == "seeds-2"
+        frontier.set_plan_mark(SRC, None)
+        assert frontier.plan_mark(SRC) is None
 
     # --- state machine ------------------------------------------------------------------------
     def test_state_machine(self, frontier: Frontier) -> None:

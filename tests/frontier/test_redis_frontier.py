@@ -46,6 +46,12 @@ def frontier(redis_url: str) -> Iterator[RedisFrontier]:
 
 
 # --- the same calls give the same results as SQLite --------------------------------------------
+_OPS = (
+    *("offer", "offer", "claim", "claim", "ack", "ack", "renew", "release", "requeue"),
+    *("sweep", "adopt", "make_stale"),
+)
+
+
 def _differential(redis_url: str, seed: int, steps: int) -> None:
     rng = random.Random(seed)
     client = redis.Redis.from_url(redis_url)
@@ -65,9 +71,7 @@ def _differential(redis_url: str, seed: int, steps: int) -> None:
             got: Any
             want: Any
             source = rng.choice(["a", "a", "b"])
-            op = rng.choice(
-                ["offer", "offer", "claim", "claim", "ack", "ack", "renew", "release", "requeue"]
-            )
+            op = rng.choice(_OPS)
             if op == "offer":
                 picks = [rng.choice(pool) for _ in range(rng.randint(0, 6))]
                 offers = [Offer(u, FRESH) for u in picks]
@@ -76,6 +80,7 @@ def _differential(redis_url: str, seed: int, steps: int) -> None:
                     queue_ttl_s=rng.choice([40.0, 400.0, QUEUE_TTL]),
                     rank_for=rank_for,
                     run_id=rng.choice(["r1", "r2", "r3"]),
+                    once_per_run=rng.random() < 0.5,
                 )
                 got, want = (
                     ours.offer(source, offers, **kwargs),
@@ -120,6 +125,23 @@ def _differential(redis_url: str, seed: int, steps: int) -> None:
                 picks = rng.sample(pool, rng.randint(1, 4))
                 got = ours.requeue(source, picks, now=now, queue_ttl_s=100.0)
                 want = ref.requeue(source, picks, now=now, queue_ttl_s=100.0)
+            elif op == "sweep":
+                run, retire = rng.choice(["r1", "r2", "r3"]), rng.random() < 0.5
+                got = ours.sweep(source, run, retire=retire)
+                want = ref.sweep(source, run, retire=retire)
+            elif op == "adopt":
+                adopt: dict[str, Any] = dict(
+                    now=now,
+                    queue_ttl_s=rng.choice([40.0, QUEUE_TTL]),
+                    rank_for=rank_for,
+                    fresh_for=lambda u: FRESH,
+                )
+                run = rng.choice(["r1", "r2", "r3"])
+                got = ours.adopt(source, run, **adopt)
+                want = ref.adopt(source, run, **adopt)
+            elif op == "make_stale":
+                picks = rng.sample(pool, rng.randint(1, 3))
+                got, want = ours.make_stale(source, picks), ref.make_stale(source, picks)
             else:
                 got = want = None
             assert got == want, (seed, step, op)

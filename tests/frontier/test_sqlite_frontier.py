@@ -195,3 +195,72 @@ def test_completed_fields_round_trip_across_reopen(tmp_path: Path) -> None:
         assert offer(f, [url(1)], now=T0 + 11).enqueued == 1
     finally:
         f.close()
+
+
+# --- files written by schema version 1 keep working ---------------------------------------------
+_V1_SCHEMA = """
+CREATE TABLE items (
+    source TEXT NOT NULL, url TEXT NOT NULL, state TEXT NOT NULL, rank REAL NOT NULL,
+    enqueued_at REAL NOT NULL, not_before REAL NOT NULL DEFAULT 0, expires_at REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0, first_attempt_at REAL, lease_token INTEGER,
+    lease_expires REAL, fresh_until REAL, last_fetched_at REAL, cost REAL NOT NULL DEFAULT 0,
+    last_error TEXT, run_id TEXT, PRIMARY KEY (source, url)
+) WITHOUT ROWID;
+CREATE INDEX items_queue ON items (source, state, rank DESC);
+CREATE INDEX items_lease ON items (source, lease_token) WHERE state = 'leased';
+CREATE INDEX items_run ON items (source, run_id, state);
+CREATE INDEX items_expiry ON items (source, state, expires_at);
+CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT INTO meta (key, value) VALUES ('fencing_token', 41);
+"""
+
+
+def test_a_version_1_file_is_migrated_on_open(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(_V1_SCHEMA)
+    rows = [
+        # source, url, state, rank, enqueued_at, expires_at, lease_token, lease_expires,
+        # fresh_until, last_fetched_at, run_id
+        (SRC, url("q2"), "queued", 2.0, T0, T0 + 1e4, None, None, None, None, "r1"),
+        (SRC, url("q5"), "queued", 5.0, T0, T0 + 1e4, None, None, None, None, "r1"),
+        (SRC, url("l"), "leased", 1.0, T0, T0 + 1e4, 41, T0 + 60, None, None, "r1"),
+        (SRC, url("d"), "done", 1.0, T0, T0 + 1e4, None, None, T0 + 100, T0, "r1"),
+        (SRC, url("x"), "dead", 1.0, T0, T0 + 1e4, None, None, None, None, "r0"),
+        (SRC, url("e"), "expired", 1.0, T0, T0 + 1e4, None, None, None, None, None),
+        ("other", url("q2"), "queued", 9.0, T0, T0 + 1e4, None, None, None, None, "r9"),
+    ]
+    db.executemany(
+        "INSERT INTO items (source, url, state, rank, enqueued_at, expires_at, lease_token,"
+        " lease_expires, fresh_until, last_fetched_at, run_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        rows,
+    )
+    db.commit()
+    db.close()
+
+    frontier = SqliteFrontier(path)
+    try:
+        assert frontier.counts(SRC) == StateCounts(queued=2, leased=1, done=1, dead=1, expired=1)
+        assert frontier.counts("other") == StateCounts(queued=1)
+        assert frontier.run_counts(SRC, "r1") == StateCounts(queued=2, leased=1, done=1)
+        assert frontier.run_counts(SRC, "r0") == StateCounts(dead=1)
+        # the old lease is still held (its ack is accepted); new tokens continue the counter
+        from collector.frontier.base import ClaimedItem, Lease
+
+        old = Lease(SRC, 41, T0 + 60, (ClaimedItem(url("l"), 0, None, T0),))
+        assert frontier.ack(old, [done(url("l"))], now=T0 + 1).accepted == 1
+        lease = claim(frontier, 10, now=T0 + 1)
+        assert lease.token == 42
+        assert [i.url for i in lease.items] == [url("q5"), url("q2")]  # rank kept
+        assert offer(frontier, [url("d")], now=T0 + 2, run_id="r2").fresh_skipped == 1
+    finally:
+        frontier.close()
+    again = sqlite3.connect(path)
+    assert again.execute("PRAGMA user_version").fetchone() == (2,)
+    assert (
+        again.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'items_v1'").fetchone()[0]
+        == 0
+    )
+    again.close()

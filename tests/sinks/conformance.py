@@ -66,6 +66,11 @@ class SinkConformance:
         assert isinstance(sink.location(), str)
         assert sink.location()
 
+    def test_is_a_context_manager(self, sink: Sink) -> None:
+        with sink as same:
+            assert same is sink
+            assert same.count() == 0
+
     def test_empty(self, sink: Sink) -> None:
         assert sink.count() == 0
         assert sink.get("nope") is None

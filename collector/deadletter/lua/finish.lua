@@ -1,22 +1,16 @@
--- ARGV[3] maxlen, ARGV[4] message id, ARGV[5] entry id, ARGV[6] resolution, ARGV[7] event data.
--- Acks the message whatever happens; returns 1 if this call resolved the entry.
+-- ARGV[3] maxlen, ARGV[4] message id, ARGV[5] entry id, ARGV[6] kind, ARGV[7] detail,
+-- ARGV[8] event data. Acks the message whatever happens; returns 1 if this call resolved the
+-- entry.
 local msg, id = ARGV[4], ARGV[5]
-local found = redis.call('XRANGE', P .. 'review', msg, msg)
-if #found > 0 then
-  local fields, entry = found[1][2], nil
-  for j = 1, #fields, 2 do if fields[j] == 'entry' then entry = fields[j + 1] end end
-  if entry ~= id then
-    return redis.error_reply('DLMISMATCH review message ' .. msg .. ' is for entry '
-                             .. tostring(entry) .. ', not ' .. id)
-  end
-end
 local key = P .. id
-local cur = redis.call('HMGET', key, 'source', 'stage', 'error_class', 'status', 'review_msg')
-redis.pcall('XACK', P .. 'review', 'reviewers', msg)
-redis.call('XDEL', P .. 'review', msg)
-if not cur[1] or cur[4] ~= 'review' or cur[5] ~= msg then return 0 end
-redis.call('HSET', key, 'status', 'resolved', 'resolution', ARGV[6])
+local cur = current(key)
+if not cur then return 0 end
+local wrong = check_message(cur.src, msg, id)
+if wrong then return redis.error_reply(wrong) end
+drop_message(cur.src, msg)
+if cur.status ~= 'review' or cur.msg ~= msg then return 0 end
+redis.call('HSET', key, 'status', 'resolved', 'resolution_kind', ARGV[6], 'resolution', ARGV[7])
 redis.call('HDEL', key, 'review_msg', 'review_reason')
-move(id, cur[1], cur[2], cur[3], 'review', 'resolved')
-event(ARGV[3], 'resolved', id, ARGV[7])
+move(id, cur.src, cur.lab, 'review', 'resolved')
+event(ARGV[3], 'resolved', id, ARGV[8])
 return 1

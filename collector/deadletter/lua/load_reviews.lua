@@ -1,16 +1,16 @@
--- ARGV[3..] message id / entry id pairs just delivered to a reviewer. Returns one hash per pair,
--- empty for messages that are moot (entry gone, no longer in review, or re-escalated since):
--- those are acked and deleted so that nobody gets them again.
+-- ARGV[3] source, ARGV[4..] message id / entry id pairs just delivered to a reviewer from the
+-- source's review stream. Returns one hash per pair, empty for messages that are moot (entry
+-- gone, no longer in review, or re-escalated since): those are acked and deleted so that nobody
+-- gets them again.
 local out = {}
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   local msg, id = ARGV[i], ARGV[i + 1]
   local key = P .. id
   local cur = redis.call('HMGET', key, 'status', 'review_msg')
   if cur[1] == 'review' and cur[2] == msg then
     out[#out + 1] = redis.call('HGETALL', key)
   else
-    redis.pcall('XACK', P .. 'review', 'reviewers', msg)
-    redis.call('XDEL', P .. 'review', msg)
+    drop_message(ARGV[3], msg)
     out[#out + 1] = {}
   end
 end

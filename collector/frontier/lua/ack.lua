@@ -20,6 +20,7 @@ while i <= #A do
         nz(tonumber(A[i + 4]))
       rec[7], rec[8] = nil, nil
       move(rec, D)
+      redis.call('ZADD', K_F, fmt(rec[10]), url)
       clear_error(url, rec)
     elseif kind == 'r' then
       local nb = tonumber(A[i + 2])

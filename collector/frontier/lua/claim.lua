@@ -1,4 +1,4 @@
--- KEYS: base, token key. ARGV: now, lease_expires, limit.
+-- KEYS: base, token key. ARGV: now, lease_expires, limit, holder ('' for an anonymous claim).
 -- Returns token, reclaimed, expired, and a JSON array of url, attempts, first_attempt_at,
 -- enqueued_at per item (times as exact text), or '' when nothing was leased.
 local now_s, lexp, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -29,6 +29,7 @@ for _, name in ipairs(buckets) do
       if rec and rec[1] == Q and rec[5] <= now then
         if not rec[3] then rec[3] = -tonumber(redis.call('ZSCORE', K_Q, url) or '0') end
         leave_queue(url, rec); move(rec, E); clear_error(url, rec); save(k, f, rec)
+        redis.call('ZADD', K_E, now_s, url)
         expired = expired + 1
       end
     end
@@ -89,5 +90,10 @@ while taken < limit do
   if #gone_p > 0 then bulk('ZREM', K_P, gone_p, 1000) end
 end
 if #leases > 0 then bulk('ZADD', K_L, leases, 1000) end
+local holder = ARGV[4] or ''
+if holder ~= '' and taken > 0 then
+  redis.call('HSET', K_LH, token, holder)
+  redis.call('SADD', B .. ':ht:' .. holder, token)
+end
 flush_counts()
 return {token, reclaimed, expired, taken > 0 and cjson.encode(out) or ''}

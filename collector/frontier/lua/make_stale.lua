@@ -4,6 +4,7 @@ for i = 1, #ARGV do
   local rec, k, f = load(ARGV[i])
   if rec and rec[1] == D then
     rec[10] = nil; save(k, f, rec)
+    redis.call('ZADD', K_F, '-inf', ARGV[i])  -- due at once
     stale = stale + 1
   end
 end

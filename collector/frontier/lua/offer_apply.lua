@@ -3,13 +3,7 @@
 -- record is no longer the version that was read is left alone; returns the 1-based positions of
 -- those.
 local now, exp = tonumber(ARGV[1]), tonumber(ARGV[2])
-local run = redis.call('HGET', K_RUNS, ARGV[3])
-if run then
-  run = tonumber(run)
-else
-  run = redis.call('HLEN', K_RUNS) + 1
-  redis.call('HSET', K_RUNS, ARGV[3], run)
-end
+local run = run_number(ARGV[3])
 local A = cjson.decode(ARGV[4])
 local conflicts = {}
 local queued = {}
@@ -30,17 +24,23 @@ for i = 1, #A, 4 do
   else
     local rec = cmsgpack.unpack(raw)
     if action == 'r' then
+      if rec[1] == D then redis.call('ZREM', K_F, url)
+      elseif rec[1] == E then redis.call('ZREM', K_E, url) end
       bump(rec[2], rec[1], -1); bump(run, Q, 1)
       rec[1], rec[2], rec[3], rec[4], rec[5] = Q, run, false, now, exp
-      rec[6], rec[7], rec[8], rec[9] = nil, nil, nil, nil
+      rec[6], rec[7], rec[8], rec[9], rec[14] = nil, nil, nil, nil, nil
       clear_error(url, rec)
       save(k, f, rec)
       queued[#queued + 1] = A[i + 3]
       queued[#queued + 1] = url
       push_expiry(url, exp)
-    elseif rec[2] ~= run then
+    elseif rec[2] ~= run or rec[14] then
       bump(rec[2], rec[1], -1); bump(run, rec[1], 1)
       rec[2] = run
+      if rec[14] then
+        rec[14] = nil  -- listed again
+        if rec[1] == D then redis.call('ZADD', K_F, rec[10] and fmt(rec[10]) or '-inf', url) end
+      end
       save(k, f, rec)
     end
   end

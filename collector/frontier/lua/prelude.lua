@@ -1,12 +1,16 @@
 -- Shared by every script: key names, record access, counters, queue and expiry indexes.
 -- Record fields: 1 state, 2 run, 3 rank (false while the item's B:q score holds it), 4 enqueued_at,
 -- 5 expires_at, 6 not_before, 7 attempts, 8 first_attempt_at, 9 lease_token, 10 fresh_until,
--- 11 last_fetched_at, 12 cost, 13 has a last_error in B:err. Absent fields are nil (zero), so they
+-- 11 last_fetched_at, 12 cost, 13 has a last_error in B:err, 14 unlisted (a changed seed list no
+-- longer names it: adopt leaves it alone once settled). Absent fields are nil (zero), so they
 -- take no space.
 local B = KEYS[1]
 local K_Q, K_D, K_P, K_L = B .. ':q', B .. ':d', B .. ':p', B .. ':l'
 local K_XB, K_N, K_RUNS, K_ERR = B .. ':xb', B .. ':n', B .. ':runs', B .. ':err'
-local Q, L, D, X, E = 1, 2, 3, 4, 5
+local K_F, K_E = B .. ':f', B .. ':e'  -- due index: done items by fresh_until; expired items
+-- lease holders: B:lh token -> holder, B:ht:<holder> its tokens, B:hb holder -> last heartbeat
+local K_LH, K_HB = B .. ':lh', B .. ':hb'
+local Q, L, D, X, E, R = 1, 2, 3, 4, 5, 6
 
 -- exact text of a double (Redis turns Lua numbers into text with only 14 digits)
 local function fmt(x) return string.format('%.17g', x) end
@@ -102,4 +106,26 @@ end
 local function leave_queue(url, rec)
   if rec[6] then redis.call('ZREM', K_D, url); redis.call('ZREM', K_P, url) end
   redis.call('ZREM', K_Q, url)
+end
+
+-- the small number of a run id (kept in each record), created on first use
+local function run_number(run_id)
+  local run = redis.call('HGET', K_RUNS, run_id)
+  if run then return tonumber(run) end
+  run = redis.call('HLEN', K_RUNS) + 1
+  redis.call('HSET', K_RUNS, run_id, run)
+  return run
+end
+
+-- call fn(url) for every member of a sorted set, in pages; fn returns true when it removed the
+-- member (the script is atomic, so the only changes under the pages are its own)
+local function each_member(key, fn)
+  local start = 0
+  while true do
+    local page = redis.call('ZRANGE', key, start, start + 4999)
+    if #page == 0 then return end
+    for _, url in ipairs(page) do
+      if not fn(url) then start = start + 1 end
+    end
+  end
 end

@@ -5,6 +5,7 @@ for i = 3, #ARGV do
   local url = ARGV[i]
   local rec, k, f = load(url)
   if rec and (rec[1] == X or rec[1] == E) then
+    if rec[1] == E then redis.call('ZREM', K_E, url) end
     rec[6], rec[7], rec[8] = nil, nil, nil
     rec[4], rec[5] = now, exp
     clear_error(url, rec)

@@ -1,0 +1,236 @@
+"""Planning at scale: a new, an unchanged and a changed seed list, SQLite and Redis, in one run.
+
+    .venv/bin/python bench/plan.py [--n 1000000] [--backends sqlite,redis] [--keep DIR]
+
+For each backend, a source of N URLs (``seeds.template`` + ``range``) is planned three times by
+``Collection.plan`` (the code a run uses; no Prefect, nothing fetched), each in a child process
+of its own so its peak RSS (``ru_maxrss``) is that plan's alone:
+
+1. ``new``: an empty frontier, every URL offered (URLs/s, target >= 150,000 on SQLite);
+2. ``unchanged, all queued``: the same source again, every item still queued, so all are due
+   and join the run (an incremental plan costs O(due): here due = N);
+3. ``unchanged, all fresh``: every item is then made done and fresh (SQLite: one UPDATE, a
+   shortcut; Redis: claims and acks of 10,000), and the source planned again: nothing is due
+   (target <= 2 s);
+4. ``changed``: the range grown by 1 % (a full plan: every seed offered again, 1 % new).
+
+Then storage per queued URL: the SQLite file (after a checkpoint) / N (target <= 200 bytes), and
+Redis ``used_memory`` growth / N (target <= 230). Peak RSS target: <= 200 MB whatever N.
+Redis runs as a throwaway server on a free port (tests/servers.py). The machine is shared:
+``uptime`` is printed with the figures; compare only within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TARGETS = {"rate": 150_000, "unchanged_s": 2.0, "rss_mb": 200, "sqlite_b": 200, "redis_b": 230}
+
+
+def write_source(folder: Path, n: int, frontier: dict[str, Any]) -> Path:
+    import yaml
+
+    source = {
+        "name": "plan-bench",
+        "seeds": {"template": "http://127.0.0.1:9/items/{i}.json", "range": [0, n]},
+        "record": {"key": "id"},
+        "sink": {"type": "jsonl", "path": "out"},
+        "state_dir": "state",
+        "allow_private_networks": True,
+        **frontier,
+    }
+    path = folder / "source.yaml"
+    path.write_text(yaml.safe_dump(source), encoding="utf-8")
+    return path
+
+
+def child(path: str, run_id: str) -> None:
+    """One plan, in this (child) process; prints its figures as JSON."""
+    from collector.config import load_source
+    from collector.run.collection import Collection
+
+    source = load_source(path)
+    with Collection(source, run_id=run_id) as run:
+        started, cpu = time.perf_counter(), time.process_time()
+        ledger = run.plan()
+        seconds, cpu_s = time.perf_counter() - started, time.process_time() - cpu
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "cpu_s": cpu_s,
+                "peak_rss_mb": peak_kb / 1024,
+                "plan": ledger.plan,
+                "discovered": ledger.discovered,
+                "unlisted": ledger.unlisted,
+            }
+        )
+    )
+
+
+def plan_in_child(path: Path, run_id: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", str(path), run_id],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def bench_backend(kind: str, n: int, folder: Path, redis_url: str | None) -> dict[str, Any]:
+    frontier = {"frontier": {"type": "redis", "url": redis_url}} if kind == "redis" else {}
+    client = None
+    if kind == "redis":
+        import redis
+
+        assert redis_url is not None
+        client = redis.Redis.from_url(redis_url)
+        client.flushall()
+        base_memory = int(client.info("memory")["used_memory"])
+    path = write_source(folder, n, frontier)
+    figures: dict[str, Any] = {"backend": kind, "n": n}
+    figures["new"] = plan_in_child(path, "bench-new")
+    assert figures["new"]["discovered"] == n, figures["new"]
+    if kind == "sqlite":
+        import sqlite3
+
+        db_path = folder / "state" / "frontier.db"
+        db = sqlite3.connect(db_path)
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.close()
+        figures["bytes_per_url"] = db_path.stat().st_size / n
+    else:
+        assert client is not None
+        used = int(client.info("memory")["used_memory"]) - base_memory
+        figures["bytes_per_url"] = used / n
+    figures["unchanged"] = plan_in_child(path, "bench-unchanged")
+    assert figures["unchanged"]["plan"] == "incremental", figures["unchanged"]
+    assert figures["unchanged"]["discovered"] == n, figures["unchanged"]
+    all_done(kind, folder, redis_url)
+    figures["fresh"] = plan_in_child(path, "bench-fresh")
+    assert figures["fresh"]["plan"] == "incremental", figures["fresh"]
+    assert figures["fresh"]["discovered"] == 0, figures["fresh"]
+    grown = n + max(1, n // 100)
+    write_source(folder, grown, frontier)
+    figures["changed"] = plan_in_child(path, "bench-changed")
+    assert figures["changed"]["discovered"] == grown, figures["changed"]
+    if client is not None:
+        client.close()
+    return figures
+
+
+def all_done(kind: str, folder: Path, redis_url: str | None) -> None:
+    """Make every item done and fresh for a day."""
+    now = time.time()
+    if kind == "sqlite":
+        import sqlite3
+
+        from collector.frontier.sqlite import D
+
+        db = sqlite3.connect(folder / "state" / "frontier.db")
+        db.execute(
+            f"UPDATE items SET state = {D}, fresh_until = ?, last_fetched_at = ?",
+            (now + 86_400, now),
+        )
+        db.commit()
+        db.close()
+        return
+    from collector.frontier.base import Completed
+    from collector.frontier.redis import RedisFrontier
+
+    assert redis_url is not None
+    frontier = RedisFrontier(redis_url)
+    try:
+        while (lease := frontier.claim("plan-bench", 10_000, now=now, lease_s=600)).items:
+            done = [Completed(i.url, now + 86_400, now) for i in lease.items]
+            frontier.ack(lease, done, now=now)
+    finally:
+        frontier.close()
+
+
+def report(figures: dict[str, Any]) -> None:
+    n, kind = figures["n"], figures["backend"]
+    new, same, changed = figures["new"], figures["unchanged"], figures["changed"]
+    fresh = figures["fresh"]
+    rate = n / new["seconds"]
+    storage_target = TARGETS["sqlite_b" if kind == "sqlite" else "redis_b"]
+    peak = max(run["peak_rss_mb"] for run in (new, same, fresh, changed))
+    print(f"\n{kind}, {n:,} URLs (template + range):")
+    cpu_rate = n / max(new["cpu_s"], 1e-9)
+    print(
+        f"  new list        {new['seconds']:8.2f} s wall {new['cpu_s']:7.2f} s CPU"
+        f"  {rate:9,.0f} URLs/s wall, {cpu_rate:9,.0f} per CPU second"
+        f"  (target {TARGETS['rate']:,}; ratio {rate / TARGETS['rate']:.2f} wall,"
+        f" {cpu_rate / TARGETS['rate']:.2f} CPU)  peak RSS {new['peak_rss_mb']:.0f} MB"
+    )
+    print(
+        f"  unchanged, all queued (due) {same['seconds']:8.2f} s wall {same['cpu_s']:7.2f} s CPU"
+        f"  {new['seconds'] / max(same['seconds'], 1e-9):,.1f} x less than the new plan"
+        f"  peak RSS {same['peak_rss_mb']:.0f} MB"
+    )
+    print(
+        f"  unchanged, all fresh  {fresh['seconds']:8.3f} s wall {fresh['cpu_s']:7.3f} s CPU"
+        f"  (target <= {TARGETS['unchanged_s']} s)"
+        f"  {new['seconds'] / max(fresh['seconds'], 1e-9):,.0f} x less than the new plan"
+        f"  peak RSS {fresh['peak_rss_mb']:.0f} MB"
+    )
+    print(
+        f"  changed (+1 %)  {changed['seconds']:8.2f} s wall {changed['cpu_s']:7.2f} s CPU"
+        f"  {changed['discovered'] / changed['seconds']:9,.0f} URLs/s wall"
+        f"  peak RSS {changed['peak_rss_mb']:.0f} MB"
+    )
+    print(
+        f"  storage         {figures['bytes_per_url']:8.1f} bytes per queued URL"
+        f"  (target <= {storage_target}; ratio {figures['bytes_per_url'] / storage_target:.2f})"
+    )
+    print(f"  peak RSS        {peak:8.0f} MB (target <= {TARGETS['rss_mb']})")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--backends", default="sqlite,redis")
+    parser.add_argument("--keep", type=Path, default=None, help="folder to keep the state in")
+    args = parser.parse_args()
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"{stamp}; uptime: {os.popen('uptime').read().strip()}")
+    folder_ctx = tempfile.TemporaryDirectory() if args.keep is None else None
+    base = Path(folder_ctx.name) if folder_ctx else args.keep
+    try:
+        for kind in args.backends.split(","):
+            folder = base / kind
+            folder.mkdir(parents=True, exist_ok=True)
+            if kind == "redis":
+                from tests.servers import RedisServer
+
+                with RedisServer() as server:
+                    report(bench_backend(kind, args.n, folder, server.url))
+            else:
+                report(bench_backend(kind, args.n, folder, None))
+    finally:
+        if folder_ctx is not None:
+            folder_ctx.cleanup()
+    print(f"\nuptime after: {os.popen('uptime').read().strip()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,14 @@
+-- ARGV[3] message id, ARGV[4] entry id. Hands a held review back to the queue: the message is
+-- replaced by a new one at the end of the source's review stream, which no reviewer holds.
+-- Returns the new message id, or false when the message is not the entry's current review.
+local msg, id = ARGV[3], ARGV[4]
+local key = P .. id
+local cur = current(key)
+if not cur then return false end
+local wrong = check_message(cur.src, msg, id)
+if wrong then return redis.error_reply(wrong) end
+if cur.status ~= 'review' or cur.msg ~= msg then return false end
+drop_message(cur.src, msg)
+local new = redis.call('XADD', rkey(cur.src), '*', 'entry', id, 'reason', cur.reason or '')
+redis.call('HSET', key, 'review_msg', new)
+return new

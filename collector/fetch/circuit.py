@@ -1,0 +1,370 @@
+"""Per-host circuit breakers: stop sending to a host that keeps failing, probe it later.
+
+A host's breaker is *closed* (requests go), *open* (none go until its cool-down ends) or
+*half-open* (the cool-down ended: up to ``probes`` requests go at once; the first success
+closes it, a failure opens it again with a longer cool-down). It opens on ``failures``
+consecutive recoverable failures (refused connections, timeouts, 5xx, 429) or on a failure
+ratio over the last ``window`` responses. Cool-downs grow by ``cooldown_factor`` with each
+re-opening, up to ``cooldown_max_s``, with jitter so that many workers do not probe at once.
+
+While a host's breaker is open the engine sends nothing to it: its items go back to the queue
+*deferred* until the breaker may let probes through (not an attempt, not a retry, never a dead
+letter), so a 20-minute outage costs a few requests per cool-down instead of every item's
+retries.
+
+Why not a library: pybreaker, purgatory and aiobreaker wrap a *call* (``breaker.call(f)``) and
+raise when open; none has a failure ratio window, growing cool-downs with jitter and a bounded
+number of concurrent half-open probes together, and the engine needs to ask "when may this host
+be tried again?" to defer items rather than fail them. pybreaker's shared state is a synchronous
+Redis client (it would block the event loop), purgatory's Redis store keeps only a fixed TTL and
+one probe. The state machine is small (below); the part worth sharing, the opening, lives in a
+:class:`CircuitStore`: in memory for one worker, or in Redis (:class:`RedisCircuitStore`) so
+that when one worker learns a host is down, every worker of the source stops sending to it.
+
+What is shared and what is not: the *opening* (epoch, how many times in a row, until when) and
+the half-open probe slots are in the store; failure counting is per worker (each worker trips
+the shared breaker on its own evidence, and a trip already made by another is not repeated).
+Ctrl-C, cancel or SIGKILL lose nothing: deferred items are in the frontier with a not-before
+time, and a Redis breaker's key expires on its own an hour after its cool-down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from collector import defaults
+
+if TYPE_CHECKING:
+    from collector.config import CircuitSettings
+
+__all__ = [
+    "Admission",
+    "CircuitBoard",
+    "CircuitListener",
+    "CircuitStore",
+    "MemoryCircuitStore",
+    "RedisCircuitStore",
+    "Snapshot",
+]
+
+CircuitListener = Callable[[str, dict[str, Any]], None]
+"""``(kind, data)`` with kind ``opened`` or ``closed``: how the flow learns of transitions."""
+
+_KEY_TTL_S = 3600.0  # a shared breaker's key outlives its cool-down by this much
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A host's breaker as stored: ``opens`` 0 means closed; else open until ``until``."""
+
+    epoch: int = 0  # incremented at every opening: tells one opening from the next
+    opens: int = 0  # openings in a row without a successful probe (0: closed)
+    until: float = 0.0  # wall-clock time after which probes may go (open -> half-open)
+
+    @property
+    def closed(self) -> bool:
+        return self.opens == 0
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What the breaker says about one request: go (``probe`` when half-open) or defer."""
+
+    go: bool
+    probe_epoch: int | None = None  # set for a half-open probe
+    not_before: float = 0.0  # wall-clock time to come back, when deferred
+
+
+GO = Admission(True)
+
+
+def cooldown_s(settings: CircuitSettings, opens: int, draw: float) -> float:
+    """The cool-down of the ``opens``-th opening in a row; ``draw`` in [0, 1) sets its jitter."""
+    base = settings.cooldown_s * settings.cooldown_factor ** max(opens - 1, 0)
+    base = min(base, settings.cooldown_max_s)
+    return base * (1 + settings.jitter * (2 * draw - 1))
+
+
+class CircuitStore(Protocol):
+    """Where breakers live: ``trip`` is the only transition that must be atomic across workers."""
+
+    async def read(self, host: str) -> Snapshot: ...
+
+    async def trip(
+        self, host: str, seen_epoch: int, now: float, draw: float
+    ) -> tuple[Snapshot, bool]:
+        """Open (or re-open) ``host`` unless another trip happened since ``seen_epoch``.
+
+        Returns the breaker as it is now and whether this call opened it.
+        """
+        ...
+
+    async def take_probe(self, host: str, epoch: int, round_: int) -> bool:
+        """One of the ``probes`` half-open slots of (epoch, round), if one is left."""
+        ...
+
+    async def close(self, host: str, epoch: int) -> bool:
+        """Close ``host`` if still at ``epoch``; True when this call closed it."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryCircuitStore:
+    """Breakers of one worker (one process)."""
+
+    def __init__(self, settings: CircuitSettings) -> None:
+        self.settings = settings
+        self._state: dict[str, Snapshot] = {}
+        self._probes: dict[str, tuple[int, int, int]] = {}  # host -> (epoch, round, taken)
+
+    async def read(self, host: str) -> Snapshot:
+        return self._state.get(host, _CLOSED)
+
+    async def trip(
+        self, host: str, seen_epoch: int, now: float, draw: float
+    ) -> tuple[Snapshot, bool]:
+        current = self._state.get(host, _CLOSED)
+        if current.epoch != seen_epoch:
+            return current, False
+        opens = current.opens + 1
+        tripped = Snapshot(current.epoch + 1, opens, now + cooldown_s(self.settings, opens, draw))
+        self._state[host] = tripped
+        return tripped, True
+
+    async def take_probe(self, host: str, epoch: int, round_: int) -> bool:
+        seen_epoch, seen_round, taken = self._probes.get(host, (-1, -1, 0))
+        if (seen_epoch, seen_round) != (epoch, round_):
+            taken = 0
+        if taken >= self.settings.probes:
+            return False
+        self._probes[host] = (epoch, round_, taken + 1)
+        return True
+
+    async def close(self, host: str, epoch: int) -> bool:
+        current = self._state.get(host, _CLOSED)
+        if current.closed or current.epoch != epoch:
+            return False
+        self._state[host] = Snapshot(current.epoch, 0, 0.0)
+        return True
+
+    async def aclose(self) -> None:
+        return None
+
+
+_CLOSED = Snapshot()
+
+
+class RedisCircuitStore:
+    """Breakers shared by every worker of a source, in Redis (``collector:circuit:<source>:*``).
+
+    One hash per host (epoch, opens, until) changed by Lua scripts (``collector/fetch/lua/``,
+    asyncio client, so not collector._redis.Scripts, which is synchronous), so two workers tripping
+    at once open it once; half-open probe slots are a counter per (epoch, round).
+    """
+
+    def __init__(self, url: str, source: str, settings: CircuitSettings) -> None:
+        import redis.asyncio as aioredis
+
+        from collector._redis import lua_source
+
+        self.settings = settings
+        self.prefix = f"collector:circuit:{source}:"
+        self._client = aioredis.Redis.from_url(url)
+        self._trip = self._client.register_script(
+            lua_source("collector.fetch", None, "circuit_trip")
+        )
+        self._close = self._client.register_script(
+            lua_source("collector.fetch", None, "circuit_close")
+        )
+
+    async def read(self, host: str) -> Snapshot:
+        raw = await self._client.hmget(self.prefix + host, ["epoch", "opens", "until"])
+        if raw[0] is None:
+            return _CLOSED
+        return Snapshot(int(raw[0]), int(raw[1] or 0), float(raw[2] or 0))
+
+    async def trip(
+        self, host: str, seen_epoch: int, now: float, draw: float
+    ) -> tuple[Snapshot, bool]:
+        s = self.settings
+        epoch, opens, until, opened = await self._trip(
+            keys=[self.prefix + host],
+            args=[
+                seen_epoch, repr(now), repr(draw), s.cooldown_s, s.cooldown_factor,
+                s.cooldown_max_s, s.jitter, _KEY_TTL_S,
+            ],
+        )  # fmt: skip
+        return Snapshot(int(epoch), int(opens), float(until)), bool(opened)
+
+    async def take_probe(self, host: str, epoch: int, round_: int) -> bool:
+        key = f"{self.prefix}{host}:probes:{epoch}:{round_}"
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.incr(key)
+            pipe.expire(key, int(_KEY_TTL_S))
+            taken, _ = await pipe.execute()
+        return int(taken) <= self.settings.probes
+
+    async def close(self, host: str, epoch: int) -> bool:
+        return bool(await self._close(keys=[self.prefix + host], args=[epoch]))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class _HostBreaker:
+    """One host's local view: its failure counts and the last snapshot read from the store."""
+
+    __slots__ = ("consecutive", "read_at", "recent", "snapshot")
+
+    def __init__(self, window: int) -> None:
+        self.consecutive = 0
+        self.recent: deque[bool] = deque(maxlen=window)  # True: a failure
+        self.snapshot = _CLOSED
+        self.read_at = -math.inf  # monotonic time of the last store read
+
+    def record(self, failed: bool) -> None:
+        self.consecutive = self.consecutive + 1 if failed else 0
+        self.recent.append(failed)
+
+    def reset_counts(self) -> None:
+        self.consecutive = 0
+        self.recent.clear()
+
+
+class CircuitBoard:
+    """Every host's breaker for one engine; the engine asks :meth:`admit` and :meth:`record`.
+
+    ``probe_window_s`` (the request deadline) is how long a half-open probe slot is held: a
+    probe lost to a cancelled batch frees its slot at the next round, so a breaker never
+    stays half-open for good.
+    """
+
+    def __init__(
+        self,
+        settings: CircuitSettings,
+        *,
+        store: CircuitStore | None = None,
+        probe_window_s: float = defaults.REQUEST_DEADLINE_S,
+        sync_s: float = defaults.CIRCUIT_SYNC_S,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store: CircuitStore = store or MemoryCircuitStore(settings)
+        self.shared = not isinstance(self.store, MemoryCircuitStore)
+        self.probe_window_s = probe_window_s
+        self.sync_s = sync_s if self.shared else 0.0
+        self.rng = rng or random.Random()
+        self.clock = clock
+        self.listeners: list[CircuitListener] = []
+        self.opened = 0  # openings this board made (its trips; others' are not counted)
+        self.closed = 0
+        self._hosts: dict[str, _HostBreaker] = {}
+        self._lock = asyncio.Lock()
+
+    def _host(self, host: str) -> _HostBreaker:
+        breaker = self._hosts.get(host)
+        if breaker is None:
+            breaker = self._hosts[host] = _HostBreaker(self.settings.window)
+        return breaker
+
+    async def _snapshot(self, host: str, breaker: _HostBreaker) -> Snapshot:
+        if self.shared and time.monotonic() - breaker.read_at >= self.sync_s:
+            breaker.snapshot = await self.store.read(host)
+            breaker.read_at = time.monotonic()
+        elif not self.shared:
+            breaker.snapshot = await self.store.read(host)
+        return breaker.snapshot
+
+    def deferred_until(self, host: str) -> float | None:
+        """Without I/O: when the host's breaker is known open, until when; else None."""
+        breaker = self._hosts.get(host)
+        if breaker is None or breaker.snapshot.closed:
+            return None
+        until = breaker.snapshot.until
+        return until if self.clock() < until else None
+
+    async def admit(self, host: str) -> Admission:
+        """May one request go to ``host`` now? Closed: yes; open: defer; half-open: a probe."""
+        breaker = self._host(host)
+        snapshot = await self._snapshot(host, breaker)
+        if snapshot.closed:
+            return GO
+        now = self.clock()
+        if now < snapshot.until:
+            return Admission(False, not_before=snapshot.until)
+        round_ = int((now - snapshot.until) // self.probe_window_s)
+        if await self.store.take_probe(host, snapshot.epoch, round_):
+            return Admission(True, probe_epoch=snapshot.epoch)
+        # Half-open and the probes are out: come back once they may have answered.
+        wait = min(self.settings.cooldown_s, self.probe_window_s)
+        return Admission(False, not_before=now + wait * (0.5 + self.rng.random()))
+
+    async def record(self, host: str, admission: Admission, *, failed: bool) -> None:
+        """The outcome of a request ``admit`` let through (recoverable failure or not)."""
+        breaker = self._host(host)
+        if admission.probe_epoch is not None:
+            if failed:
+                await self._trip(host, breaker, admission.probe_epoch)
+            elif await self.store.close(host, admission.probe_epoch):
+                breaker.snapshot = Snapshot(admission.probe_epoch, 0, 0.0)
+                breaker.read_at = time.monotonic()
+                breaker.reset_counts()
+                self.closed += 1
+                self._tell("closed", host=host, epoch=admission.probe_epoch)
+            else:
+                breaker.read_at = -math.inf  # someone else moved it: read again next time
+            return
+        if not breaker.snapshot.closed:
+            return  # answered after the breaker opened: the opening already counted it
+        breaker.record(failed)
+        if failed and self._should_open(breaker):
+            await self._trip(host, breaker, breaker.snapshot.epoch)
+
+    def _should_open(self, breaker: _HostBreaker) -> bool:
+        s = self.settings
+        if breaker.consecutive >= s.failures:
+            return True
+        recent = breaker.recent
+        return len(recent) >= s.window and sum(recent) >= s.failure_ratio * len(recent)
+
+    async def _trip(self, host: str, breaker: _HostBreaker, seen_epoch: int) -> None:
+        async with self._lock:  # one trip per epoch from this worker, even when many fail
+            if breaker.snapshot.epoch != seen_epoch and not breaker.snapshot.closed:
+                return
+            failures = breaker.consecutive
+            now = self.clock()
+            tripped, opened = await self.store.trip(host, seen_epoch, now, self.rng.random())
+            breaker.snapshot = tripped
+            breaker.read_at = time.monotonic()
+            breaker.reset_counts()
+            if opened:
+                self.opened += 1
+                self._tell(
+                    "opened",
+                    host=host,
+                    epoch=tripped.epoch,
+                    opens=tripped.opens,
+                    until=tripped.until,
+                    cooldown_s=round(tripped.until - now, 3),
+                    consecutive_failures=failures,
+                )
+
+    def _tell(self, kind: str, **data: Any) -> None:
+        for listener in self.listeners:
+            listener(kind, data)
+
+    def open_hosts(self) -> dict[str, float]:
+        """Hosts known open or half-open (host -> until), from the last snapshots read."""
+        return {host: b.snapshot.until for host, b in self._hosts.items() if not b.snapshot.closed}
+
+    async def aclose(self) -> None:
+        await self.store.aclose()

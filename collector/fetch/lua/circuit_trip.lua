@@ -1,0 +1,16 @@
+-- Open (or re-open) a host's circuit breaker unless another worker already did since the
+-- caller's epoch (collector/fetch/circuit.py RedisCircuitStore.trip).
+-- KEYS[1] the host's hash; ARGV: seen_epoch, now, draw, cooldown_s, factor, max_s, jitter, ttl_s
+-- Returns {epoch, opens, until, opened (1 when this call opened it)}.
+local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
+local opens = tonumber(redis.call('HGET', KEYS[1], 'opens') or '0')
+if epoch ~= tonumber(ARGV[1]) then
+  return {epoch, opens, redis.call('HGET', KEYS[1], 'until') or '0', 0}
+end
+opens = opens + 1
+local cool = tonumber(ARGV[4]) * tonumber(ARGV[5]) ^ (opens - 1)
+cool = math.min(cool, tonumber(ARGV[6])) * (1 + tonumber(ARGV[7]) * (2 * tonumber(ARGV[3]) - 1))
+local until_ = tostring(tonumber(ARGV[2]) + cool)
+redis.call('HSET', KEYS[1], 'epoch', epoch + 1, 'opens', opens, 'until', until_)
+redis.call('PEXPIRE', KEYS[1], math.floor((cool + tonumber(ARGV[8])) * 1000))
+return {epoch + 1, opens, until_, 1}

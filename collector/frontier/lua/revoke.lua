@@ -1,0 +1,27 @@
+-- ARGV: holder, now. Every item the holder leases goes back to the queue unchanged; its tokens
+-- and heartbeat are forgotten. Returns how many items came back.
+local holder, now = ARGV[1], tonumber(ARGV[2])
+local set = B .. ':ht:' .. holder
+local tokens = {}
+for _, t in ipairs(redis.call('SMEMBERS', set)) do tokens[tonumber(t)] = true end
+local revoked = 0
+if next(tokens) then
+  local back = {}
+  for _, url in ipairs(redis.call('ZRANGE', K_L, 0, -1)) do
+    local rec, k, f = load(url)
+    if rec and rec[1] == L and rec[9] and tokens[rec[9]] then
+      back[#back + 1] = url
+      rec[9] = nil; move(rec, Q); enter_queue(url, rec, now); save(k, f, rec)
+      revoked = revoked + 1
+    end
+  end
+  if #back > 0 then bulk('ZREM', K_L, back, 1000) end
+  local names = {}
+  for t in pairs(tokens) do names[#names + 1] = t end
+  bulk('HDEL', K_LH, names, 1000)
+end
+redis.call('DEL', set)
+redis.call('HDEL', K_HB, holder)
+flush_expiry()
+flush_counts()
+return revoked

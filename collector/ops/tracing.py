@@ -1,0 +1,265 @@
+"""OpenTelemetry traces of Collector: a span per batch, an event per dead letter.
+
+Built on ``opentelemetry-api``, which Prefect already depends on and uses for its own flow- and
+task-run spans. With nothing configured the API's tracer is a no-op: spans are
+non-recording, trace ids are 0 (stored as ``""`` on dead letters), nothing is exported, and
+the cost is a few object creations per batch.
+
+Export is configured by the standard ``OTEL_*`` variables; :func:`init_tracing` (run once per
+process, where Sentry is set up) installs the SDK's tracer provider only when one of
+``OTEL_TRACES_EXPORTER`` (not ``none``), ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set and ``OTEL_SDK_DISABLED`` is not true. The SDK and
+the OTLP/HTTP exporter are the optional extra ``collector[otel]``; the exporter reads its
+endpoint, headers, timeout and compression from the environment itself.
+
+The span tree of one batch (``collector.batch``)::
+
+    Prefect task run ``fetch-batch[...]`` (when Prefect's telemetry is on: it is by default)
+      collector.batch            claim time .. ack; event ``claim``; attributes: source, token,
+        collector.fetch          items, results per status
+        collector.validate       the GX round trip of the batch
+        collector.store          the sink write under the lease's token
+        collector.ack            the frontier ack
+        (event ``dead_letter`` per dead letter: stage, error class, attempts, retry count, id)
+
+The batch span starts inside the fetch task (so Prefect's task-run span is its parent) with its
+start time set back to the claim, and ends after the ack, outliving the task: settling runs
+behind fetching. A dead letter's ``trace_id`` is the trace of the span current where it is made
+(the batch's, or the flow run's for URLs refused at plan), so ``collector deadletters show``
+leads to the trace from fetch to quarantine. Dead-letter events follow the OpenTelemetry
+messaging conventions where they fit (``messaging.operation.type = send`` to the destination
+``dead-letters``, ``messaging.message.id`` = the dead-letter id, ``error.type`` = the error
+class); stage, attempts and retry count are ``collector.dead_letter.*`` attributes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+
+if TYPE_CHECKING:
+    from collector.deadletter import DeadLetter
+    from collector.fetch.engine import FetchResult
+    from collector.frontier import Lease
+
+__all__ = [
+    "BatchTraces",
+    "dead_letter_event",
+    "fetched",
+    "init_tracing",
+    "trace_id_of_current",
+]
+
+logger = logging.getLogger(__name__)
+_tracer = trace.get_tracer("collector")
+_initialised = False
+
+
+def _wanted() -> bool:
+    env = os.environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter == "none":
+        return False
+    return bool(
+        exporter
+        or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    )
+
+
+def init_tracing() -> bool:
+    """Install the SDK's tracer provider when ``OTEL_*`` asks for export; once per process.
+
+    Returns True when spans are exported. Leaves a provider someone else installed alone.
+    A missing SDK or an unknown exporter is one warning line, not a failed run.
+    """
+    global _initialised
+    if _initialised:
+        return _sdk_installed()
+    _initialised = True
+    if not _wanted():
+        return False
+    if _sdk_installed():
+        return True
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+    except ImportError:
+        logger.warning(
+            "OTEL_* asks for traces but opentelemetry-sdk is not installed: "
+            "pip install 'collector[otel]'; no traces are exported"
+        )
+        return False
+    exporter = _exporter()
+    if exporter is None:
+        return False
+    provider = TracerProvider(resource=Resource.create({"service.name": _service_name()}))
+    if isinstance(exporter, str):  # console
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+    else:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    atexit.register(provider.shutdown)  # flush what the batch processor still holds
+    return True
+
+
+def _service_name() -> str:
+    return os.environ.get("OTEL_SERVICE_NAME") or "collector"
+
+
+def _exporter() -> Any:
+    """The span exporter ``OTEL_TRACES_EXPORTER`` / ``OTEL_EXPORTER_OTLP_*PROTOCOL`` name."""
+    env = os.environ
+    kind = env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
+    if kind == "console":
+        return "console"
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
+    if kind != "otlp" or protocol != "http/protobuf":
+        logger.warning(
+            "OTEL_TRACES_EXPORTER=%s with protocol %s is not supported (otlp over "
+            "http/protobuf, or console); no traces are exported",
+            kind,
+            protocol,
+        )
+        return None
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        logger.warning(
+            "OTEL_* asks for OTLP traces but opentelemetry-exporter-otlp-proto-http is not "
+            "installed: pip install 'collector[otel]'; no traces are exported"
+        )
+        return None
+    return OTLPSpanExporter()
+
+
+def _sdk_installed() -> bool:
+    provider = trace.get_tracer_provider()
+    return type(provider).__module__.startswith("opentelemetry.sdk")
+
+
+def trace_id_of_current() -> str:
+    """The current span's trace id as 32 hex digits, or ``""`` when nothing is traced."""
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.trace_id else ""
+
+
+def dead_letter_event(letter: DeadLetter) -> None:
+    """Record ``letter`` as an event of the current span (no-op when it does not record)."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return
+    span.add_event(
+        "dead_letter",
+        {
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "quarantine",
+            "messaging.destination.name": "dead-letters",
+            "messaging.message.id": letter.id,
+            "error.type": letter.error_class,
+            "collector.dead_letter.stage": letter.stage,
+            "collector.dead_letter.attempts": letter.attempts,
+            "collector.dead_letter.retry_count": max(letter.attempts - 1, 0),
+            "collector.source": letter.source,
+        },
+    )
+
+
+def fetched(span: trace.Span, results: Sequence[FetchResult]) -> None:
+    """Results per status as attributes of the fetch span (skipped when it does not record)."""
+    if not span.is_recording():
+        return
+    counts = {"ok": 0, "failed": 0, "skipped": 0}
+    for result in results:
+        counts[result.status] += 1
+    span.set_attributes({f"collector.results.{k}": v for k, v in counts.items()})
+
+
+class BatchTraces:
+    """The open ``collector.batch`` spans of one run, by lease token."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._claims: dict[int, tuple[int, int, int]] = {}  # token -> (start, end ns, reclaimed)
+        self._spans: dict[int, trace.Span] = {}
+
+    def claimed(self, lease: Lease, started_ns: int) -> None:
+        """Remember when the batch was claimed: its span starts there."""
+        if lease.items:
+            self._claims[lease.token] = (started_ns, time.time_ns(), lease.reclaimed)
+
+    def _open(self, lease: Lease) -> trace.Span:
+        span = self._spans.get(lease.token)
+        if span is not None:
+            span.add_event("fetch_retry")  # Prefect runs the fetch task again
+            return span
+        started_ns, claimed_ns, reclaimed = self._claims.pop(
+            lease.token, (time.time_ns(), time.time_ns(), 0)
+        )
+        span = _tracer.start_span(
+            "collector.batch",
+            start_time=started_ns,
+            attributes={
+                "collector.source": self.source,
+                "collector.lease.token": lease.token,
+                "collector.batch.items": len(lease.items),
+            },
+        )
+        if span.is_recording():
+            span.add_event(
+                "claim",
+                {"collector.batch.items": len(lease.items), "collector.reclaimed": reclaimed},
+                timestamp=claimed_ns,
+            )
+        self._spans[lease.token] = span
+        return span
+
+    @contextlib.contextmanager
+    def fetching(self, lease: Lease) -> Iterator[trace.Span]:
+        """Open the batch span (child of the current one) and a ``collector.fetch`` in it."""
+        batch = self._open(lease)
+        with (
+            trace.use_span(batch, end_on_exit=False),
+            _tracer.start_as_current_span("collector.fetch") as span,
+        ):
+            yield span
+
+    @contextlib.contextmanager
+    def settling(self, lease: Lease) -> Iterator[trace.Span]:
+        """Make the batch span current while settling; end it when settling ends."""
+        batch = self._spans.get(lease.token) or self._open(lease)
+        try:
+            with trace.use_span(batch, end_on_exit=False, record_exception=True):
+                yield batch
+        finally:
+            self._spans.pop(lease.token, None)
+            batch.end()
+
+    def released(self, lease: Lease) -> None:
+        """The batch went back unchanged (its task failed for good): end its span as an error."""
+        self._claims.pop(lease.token, None)
+        span = self._spans.pop(lease.token, None)
+        if span is not None:
+            span.set_status(trace.Status(trace.StatusCode.ERROR, "batch released"))
+            span.end()
+
+    @staticmethod
+    def step(name: str) -> contextlib.AbstractContextManager[trace.Span]:
+        """A child span of the current one (``collector.validate``, ``.store``, ``.ack``)."""
+        return _tracer.start_as_current_span(f"collector.{name}")

@@ -1,0 +1,242 @@
+"""The run loop: claim, fetch and settle until the source is done, or the run is told to stop.
+
+This is the heart of a run, in plain Python: the Prefect flow passes its ``fetch-batch`` task as
+the fetch step, tests and benchmarks pass :meth:`Collection.fetch` directly. How the loop ends:
+
+* **drained**: nothing is queued, leased or due any more;
+* **waiting ran out**: what remains is retry-later items not due within ``drain_wait_s``, or
+  leases of holders that never beat (they come back when their lease expires): counted
+  ``queued`` / ``held_by_others`` by the ledger;
+* **max items**: the run claimed its share; the rest stays queued (counted);
+* **stopped**: a stop request (first SIGINT/SIGTERM, a cancellation) ends claiming at once, the
+  engine cuts requests in flight after a short grace, everything fetched is settled and every
+  other item goes back to the queue unchanged.
+
+Items other *live* holders lease (``collector work`` helpers that keep beating) are waited for,
+polling every ``poll_s``, however long they take: the drain wait bounds idle waiting, not the
+time live helpers need. Holders whose heartbeat stopped are dead: their leases are revoked at
+once and their items fetched by this run (see :mod:`collector.run.heartbeat`).
+
+Settling (validation in the GX worker, sink write, ack) runs behind fetching: up to
+``defaults.SETTLE_BACKLOG`` fetched batches wait to be settled, in order, while the next ones are
+fetched. Each keeps its lease alive until it is acked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from collector import defaults
+from collector.fetch.engine import FetchResult
+from collector.frontier import Lease
+from collector.run.collection import BatchReport, Collection
+from collector.run.heartbeat import Heartbeat, dead_holders
+from collector.run.stop import StopRequest
+
+__all__ = ["DrainEnd", "DrainPolicy", "FetchStep", "Listener", "drain"]
+
+FetchStep = Callable[[Lease], Awaitable[list[FetchResult]]]
+"""Fetch one leased batch: the flow's Prefect task, or ``Collection.fetch`` on an engine."""
+
+Listener = Callable[[str, dict[str, Any]], Awaitable[None] | None]
+"""``(event, data)`` for progress displays: planned, batch, waiting, reclaimed, stopping."""
+
+Ending = Literal["drained", "waited", "max_items", "stopped"]
+
+
+@dataclass(frozen=True, slots=True)
+class DrainPolicy:
+    """How long and how much one run drains (see the module docstring for each ending)."""
+
+    batch_size: int = defaults.BATCH_SIZE
+    max_items: int | None = None
+    drain_wait_s: float = defaults.DRAIN_WAIT_S
+    idle_wait_s: float = 0.0  # a helper waits this long for a run to plan something
+    poll_s: float = defaults.DRAIN_POLL_S
+    heartbeat_s: float = defaults.HEARTBEAT_S
+    holder_dead_after_s: float = defaults.HOLDER_DEAD_AFTER_S
+
+
+@dataclass(frozen=True, slots=True)
+class DrainEnd:
+    """Why the loop ended, and who still held items of the source then."""
+
+    ending: Ending
+    stop_reason: str | None = None
+    held_by_others: int = 0
+
+
+async def drain(
+    run: Collection,
+    fetch: FetchStep,
+    policy: DrainPolicy,
+    *,
+    stop: StopRequest | None = None,
+    listener: Listener | None = None,
+) -> DrainEnd:
+    """Claim, fetch and settle until the source is done, the policy says enough, or a stop."""
+    loop = _Loop(run, fetch, policy, stop or StopRequest(), listener)
+    with (
+        Heartbeat(run.frontier, run.source.name, run.run_id, every_s=policy.heartbeat_s),
+        loop.stop.watch(loop.halt),
+    ):
+        try:
+            ending = await loop.go()
+        finally:
+            # Our own leases are all acked or released by now; forget our heartbeat (a lease
+            # left behind by a bug would be returned and counted here, not lost).
+            run.ledger.released += run.frontier.revoke(run.source.name, run.run_id, now=run.clock())
+    held = sum(h.leased for h in run.frontier.holders(run.source.name))
+    return DrainEnd(ending, loop.stop.reason, held)
+
+
+class _Loop:
+    def __init__(
+        self,
+        run: Collection,
+        fetch: FetchStep,
+        policy: DrainPolicy,
+        stop: StopRequest,
+        listener: Listener | None,
+    ) -> None:
+        self.run = run
+        self.fetch = fetch
+        self.policy = policy
+        self.stop = stop
+        self.listener = listener
+        self.claimed = 0
+        self.waited_s = 0.0  # idle waiting for retry-later items and silent holders
+        self.stopped = asyncio.Event()
+        self.backlog: collections.deque[asyncio.Task[BatchReport]] = collections.deque()
+
+    def halt(self) -> None:
+        """The stop request's callback, on the loop: no more claims, cut fetches short."""
+        self.stopped.set()
+        self.run.halt()
+
+    async def tell(self, event: str, **data: Any) -> None:
+        if self.listener is not None:
+            outcome = self.listener(event, data)
+            if inspect.isawaitable(outcome):
+                await outcome
+
+    async def go(self) -> Ending:
+        try:
+            return await self._claim_until_done()
+        finally:
+            # Settle everything fetched, even when the loop is failing: those results are real.
+            outcomes = await self.run.wait_settled(
+                asyncio.gather(*self.backlog, return_exceptions=True)
+            )
+            errors = [o for o in outcomes if isinstance(o, BaseException)]
+            if errors:
+                raise errors[0]
+
+    async def _claim_until_done(self) -> Ending:
+        run, policy = self.run, self.policy
+        idle_until = time.monotonic() + policy.idle_wait_s
+        self._revoke_dead()
+        while True:
+            if self.stopped.is_set():
+                await self.tell("stopping", reason=self.stop.reason)
+                return "stopped"
+            if policy.max_items is not None and self.claimed >= policy.max_items:
+                return "max_items"
+            while self.backlog and self.backlog[0].done():
+                self.backlog.popleft().result()
+            limit = policy.batch_size
+            if policy.max_items is not None:
+                limit = min(limit, policy.max_items - self.claimed)
+            lease = run.claim(limit)
+            if lease.items:
+                await self._fetch_and_queue_settle(lease)
+                continue
+            if self.backlog:  # settling may make retry-later items due: look again after it
+                await run.wait_settled(self.backlog.popleft())
+                continue
+            if self._revoke_dead():
+                continue
+            if self._others_alive():
+                await self._pause(policy.poll_s, reason="helpers")  # not idle: they work
+                continue
+            pause = run.seconds_until_claimable()
+            if pause is None and not self.claimed and time.monotonic() < idle_until:
+                await self._pause(0.25, reason="plan")  # a helper started before the run planned
+                continue
+            if pause is None:
+                return "drained"
+            if self.waited_s + pause > policy.drain_wait_s:
+                return "waited"
+            # Look again at least every poll_s: a silent holder may be found dead meanwhile.
+            pause = min(max(pause, 0.05), policy.poll_s)
+            await self._pause(pause, reason="retries")
+            self.waited_s += pause
+
+    async def _fetch_and_queue_settle(self, lease: Lease) -> None:
+        run = self.run
+        self.claimed += len(lease.items)
+        renewer = run.keep_alive(lease)
+        try:
+            results = await self.fetch(lease)
+        except BaseException:
+            renewer.cancel()
+            run.release(lease)
+            raise
+        previous = self.backlog[-1] if self.backlog else None
+        self.backlog.append(asyncio.create_task(self._settle(lease, results, renewer, previous)))
+        if len(self.backlog) > defaults.SETTLE_BACKLOG:
+            await run.wait_settled(self.backlog.popleft())
+
+    async def _settle(
+        self,
+        lease: Lease,
+        results: list[FetchResult],
+        renewer: asyncio.Task[None],
+        before: asyncio.Task[BatchReport] | None,
+    ) -> BatchReport:
+        try:
+            # Validated at once (with other batches), stored and acked in claim order.
+            report = await self.run.settle(lease, results, after=before)
+        finally:
+            renewer.cancel()
+        await self.tell("batch", report=report, ledger=self.run.ledger)
+        return report
+
+    async def _pause(self, seconds: float, *, reason: str) -> None:
+        await self.tell("waiting", seconds=seconds, reason=reason)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopped.wait(), timeout=seconds)
+
+    def _revoke_dead(self) -> int:
+        """Take back the leases of holders whose heartbeat stopped; how many items came back."""
+        run = self.run
+        now = run.clock()
+        revoked = 0
+        for holder in dead_holders(
+            run.frontier,
+            run.source.name,
+            now=now,
+            me=run.run_id,
+            dead_after_s=self.policy.holder_dead_after_s,
+        ):
+            revoked += run.frontier.revoke(run.source.name, holder, now=now)
+        run.ledger.leases_reclaimed += revoked
+        return revoked
+
+    def _others_alive(self) -> bool:
+        """Does a live holder (one that beats) lease items of the source now?"""
+        now = self.run.clock()
+        return any(
+            h.leased
+            and h.holder != self.run.run_id
+            and h.beat_at is not None
+            and now - h.beat_at <= self.policy.holder_dead_after_s
+            for h in self.run.frontier.holders(self.run.source.name)
+        )

@@ -1,0 +1,91 @@
+"""A holder's heartbeat: how a run or helper tells the others it is alive.
+
+Leases alone say "held until T"; with the default ``lease_s`` of 600 s a dead holder would keep
+its items for up to ten minutes. Every run and helper therefore claims under its own holder id
+and records a heartbeat in the frontier every ``HEARTBEAT_S``; a holder silent for
+``HOLDER_DEAD_AFTER_S`` is dead, and whoever notices revokes its leases at once
+(:meth:`Frontier.revoke`). Its items go back to the queue unchanged, and their next claim takes a
+new fencing token, so a holder that was only paused (SIGSTOP, a VM freeze) cannot ack or write
+them when it wakes up: the fence refuses it, as after an expired lease.
+
+The beat runs on a thread, not on the run's event loop, so a loop busy with a large settle does
+not look like death.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from collector import defaults
+from collector.errors import CollectorError
+from collector.frontier import Frontier
+
+__all__ = ["Heartbeat", "dead_holders"]
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """Beat for ``holder`` every ``every_s`` seconds until stopped (use as a context manager)."""
+
+    def __init__(
+        self,
+        frontier: Frontier,
+        source: str,
+        holder: str,
+        *,
+        every_s: float = defaults.HEARTBEAT_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.frontier = frontier
+        self.source = source
+        self.holder = holder
+        self.every_s = every_s
+        self.clock = clock
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"heartbeat-{holder[:12]}", daemon=True
+        )
+
+    def __enter__(self) -> Heartbeat:
+        self.frontier.beat(self.source, self.holder, now=self.clock())  # alive before claiming
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=self.every_s + 5)
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.every_s):
+            try:
+                self.frontier.beat(self.source, self.holder, now=self.clock())
+            except CollectorError as exc:  # a backend hiccup: the next beat may succeed
+                log.warning("heartbeat of %s failed: %s", self.holder, exc)
+            except Exception:  # the frontier was closed under us: the run is ending
+                with contextlib.suppress(Exception):
+                    log.debug("heartbeat of %s stopped", self.holder, exc_info=True)
+                return
+
+
+def dead_holders(
+    frontier: Frontier,
+    source: str,
+    *,
+    now: float,
+    me: str = "",
+    dead_after_s: float = defaults.HOLDER_DEAD_AFTER_S,
+) -> list[str]:
+    """Holders of ``source``'s leases whose heartbeat stopped more than ``dead_after_s`` ago.
+
+    Anonymous leases and holders that never beat are not judged here: their leases expire.
+    """
+    return [
+        h.holder
+        for h in frontier.holders(source)
+        if h.holder and h.holder != me and h.beat_at is not None and now - h.beat_at > dead_after_s
+    ]

@@ -1,0 +1,376 @@
+"""A Great Expectations suite file, read and checked without importing GX.
+
+``import great_expectations`` costs 3-7 s, so a source is checked when it loads (``collector
+validate``, the start of a run) by reading the suite JSON here: every problem is a one-line
+:class:`~collector.errors.ConfigError` naming the file and the expectation. What only GX can
+judge (kwargs types, run-time-only errors) is checked by :mod:`collector.settle.gx_runtime` on the
+first validation.
+
+* **Unknown expectation types are caught without importing GX**: the names are read from the
+  installed package's ``great_expectations/expectations/core/__init__.py`` (found with
+  ``importlib.util.find_spec``, which does not import the package); that file imports exactly
+  the core expectations GX registers. If the file cannot be found or read, the check moves to
+  the first validation (GX's registry), still as a ``ConfigError``. Custom or plugin
+  expectations are therefore not supported.
+* **Regexes are compiled and type names resolved here**: GX would only fail on them while
+  validating data.
+* **Type expectations are evaluated by Collector, per row, not by GX.**
+  ``expect_column_values_to_be_of_type`` / ``_in_type_list`` in GX 1.24 check pandas
+  object columns with ``isinstance(value, np.dtype(type_).type or native)``: ``"int64"`` then
+  rejects every Python ``int`` (only ``numpy.int64`` matches), ``"float64"`` rejects Python
+  floats, and ``"int"`` accepts ``True`` (``bool`` subclasses ``int``). For JSON data that is
+  wrong, so this module maps each type name to a :class:`TypeRule`: Python and numpy names map
+  to JSON-ish kinds (``int``/``int64``/``Int64``/``long`` -> integers but not booleans, sized and
+  unsigned integers also range-checked; ``float``/``float64``/``double`` -> floats, not ints,
+  as in GX; ``str``/``string``; ``bool``/``bool_``; ``list``; ``dict``; ``object`` -> anything);
+  other names resolve like GX does (``np.dtype(name).type``, then pandas attributes). Their
+  kwargs are still validated by GX, and ``row_condition`` on them is refused.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import numbers
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+from collector import _text
+from collector.errors import ConfigError
+
+__all__ = [
+    "TYPE_EXPECTATIONS",
+    "Spec",
+    "Suite",
+    "TypeRule",
+    "check_suite_file",
+    "is_null",
+    "load_suite",
+    "one_line",
+    "show",
+]
+
+TYPE_EXPECTATIONS = frozenset(
+    {"expect_column_values_to_be_of_type", "expect_column_values_to_be_in_type_list"}
+)
+# Keys GX's ExpectationConfigurationSchema knows, plus the pre-1.0 spellings.
+_EXPECTATION_KEYS = frozenset(
+    {
+        "type",
+        "expectation_type",
+        "kwargs",
+        "meta",
+        "notes",
+        "id",
+        "ge_cloud_id",
+        "expectation_context",
+        "rendered_content",
+        "description",
+        "severity",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TypeRule:
+    """How one type name from a suite is checked against one non-null JSON value."""
+
+    name: str
+    matches: Callable[[Any], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """One expectation as read from the file; ``type_rules`` only for the two type checks."""
+
+    position: int
+    type: str
+    kwargs: dict[str, Any]
+    meta: dict[str, Any]
+    type_rules: tuple[TypeRule, ...] | None
+
+    @property
+    def where(self) -> str:
+        return f"expectations[{self.position}] ({self.type})"
+
+
+@dataclass(frozen=True, slots=True)
+class Suite:
+    path: Path
+    name: str
+    specs: tuple[Spec, ...]
+    parameters: dict[str, Any]
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    """A message (often a multi-line GX/pydantic text) on one line; spaces inside a line are
+    kept (a value like ``'  tools '`` must show its spaces): :func:`collector._text.one_line`."""
+    return _text.one_line(text, limit)
+
+
+def show(value: object, limit: int = 60) -> str:
+    """A short repr of a record value for messages."""
+    try:
+        text = _text.quoted(value)  # repr, except that a regex keeps its single backslashes
+    except Exception:  # a hostile __repr__ must not break validation
+        text = f"<{type(value).__name__}>"
+    text = one_line(text, 1000)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@lru_cache(maxsize=1)
+def _core_expectation_types() -> frozenset[str] | None:
+    """Names of the expectations GX registers, read from its source without importing it.
+
+    ``great_expectations/expectations/core/__init__.py`` imports exactly the core expectation
+    modules, and each module is named like the expectation type. ``None`` means "could not
+    tell", and the check then happens against GX's registry on the first validate().
+    """
+    try:
+        spec = find_spec("great_expectations")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        init = Path(location) / "expectations" / "core" / "__init__.py"
+        try:
+            text = init.read_text(encoding="utf-8")
+        except OSError:
+            continue
+        names = frozenset(re.findall(r"^from \.(\w+) import", text, flags=re.MULTILINE))
+        if names:
+            return names
+    return None
+
+
+def is_null(value: object) -> bool:
+    """What pandas/GX treat as missing in an object column (JSON has only None and NaN)."""
+    if value is None:
+        return True
+    if isinstance(value, float):
+        return math.isnan(value)
+    return type(value).__name__ in ("NAType", "NaTType")
+
+
+def _is_numpy(value: object) -> bool:
+    return type(value).__module__ == "numpy"
+
+
+def _integer_rule(name: str, lo: int | None, hi: int | None) -> TypeRule:
+    def matches(value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            return False  # JSON true/false is not an integer even though bool subclasses int
+        number = int(value)
+        return (lo is None or number >= lo) and (hi is None or number <= hi)
+
+    return TypeRule(name, matches)
+
+
+def _float_matches(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    return (
+        _is_numpy(value)
+        and isinstance(value, numbers.Real)
+        and not isinstance(value, numbers.Integral)
+    )
+
+
+def _bool_matches(value: Any) -> bool:
+    return isinstance(value, bool) or (_is_numpy(value) and type(value).__name__ == "bool")
+
+
+def _instance_rule(name: str, *types: type) -> TypeRule:
+    return TypeRule(name, lambda value: isinstance(value, types))
+
+
+def _static_type_rule(name: str) -> TypeRule | None:
+    """Rules for the type names JSON data can meet, without numpy; ``None`` if not one of them."""
+    key = name.lower()
+    sized = re.fullmatch(r"(u?)int(8|16|32|64)", key)
+    if sized:
+        bits = int(sized.group(2))
+        if sized.group(1):
+            return _integer_rule(name, 0, 2**bits - 1)
+        return _integer_rule(name, -(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    if key in ("int", "long", "integer", "int_", "intc", "intp", "longlong"):
+        return _integer_rule(name, None, None)
+    if key in ("uint", "uintc", "uintp", "ulonglong"):
+        return _integer_rule(name, 0, None)
+    if key in ("float", "double", "float_", "float16", "float32", "float64", "single", "half"):
+        return TypeRule(name, _float_matches)
+    if key in ("str", "string", "string_types", "unicode", "str_", "unicode_", "u"):
+        return _instance_rule(name, str)
+    if key in ("bool", "bool_", "boolean"):
+        return TypeRule(name, _bool_matches)
+    if key in ("object", "object_", "o"):
+        return TypeRule(name, lambda value: True)
+    if key == "list":
+        return _instance_rule(name, list)
+    if key == "dict":
+        return _instance_rule(name, dict)
+    if key in ("none", "nonetype"):
+        return _instance_rule(name, type(None))
+    if key in ("bytes", "bytes_", "s"):
+        return _instance_rule(name, bytes)
+    if key == "complex":
+        return _instance_rule(name, complex)
+    return None
+
+
+def _type_rule(name: str) -> TypeRule | None:
+    """Resolve a type name like GX does for pandas, with the JSON-friendly names first."""
+    rule = _static_type_rule(name)
+    if rule is not None:
+        return rule
+    import numpy as np  # only for unusual names such as "datetime64[ns]"
+
+    found: list[type] = []
+    try:
+        found.append(np.dtype(name).type)
+    except TypeError:
+        import pandas as pd
+
+        for holder in (pd, pd.core.dtypes.dtypes):
+            candidate = getattr(holder, name, None)
+            if isinstance(candidate, type):
+                found.append(candidate)
+    if not found:
+        return None
+    return _instance_rule(name, *found)
+
+
+def _type_rules(
+    path: Path, spec_where: str, kwargs: Mapping[str, Any], type_: str
+) -> tuple[TypeRule, ...] | None:
+    if kwargs.get("row_condition") is not None:
+        raise ConfigError(
+            f"{path}: {spec_where}: row_condition is not supported on type expectations"
+        )
+    if type_ == "expect_column_values_to_be_of_type":
+        wanted = kwargs.get("type_")
+        if wanted is None:
+            return None
+        if not isinstance(wanted, str):
+            raise ConfigError(f"{path}: {spec_where}: type_ must be a string, got {show(wanted)}")
+        names = [wanted]
+    else:
+        listed = kwargs.get("type_list")
+        if listed is None:
+            return None
+        if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
+            raise ConfigError(
+                f"{path}: {spec_where}: type_list must be a list of strings, got {show(listed)}"
+            )
+        names = listed
+    rules = []
+    for name in names:
+        rule = _type_rule(name)
+        if rule is None:
+            raise ConfigError(f"{path}: {spec_where}: unknown type {name!r}")
+        rules.append(rule)
+    return tuple(rules)
+
+
+def _check_regexes(path: Path, where: str, kwargs: Mapping[str, Any]) -> None:
+    """Compile regexes now: GX would only fail on them while validating data."""
+    patterns: list[Any] = []
+    if "regex" in kwargs:
+        patterns.append(kwargs["regex"])
+    if isinstance(kwargs.get("regex_list"), list):
+        patterns.extend(kwargs["regex_list"])
+    for pattern in patterns:
+        if not isinstance(pattern, str):
+            continue  # GX's own kwargs check reports the wrong type on first validate()
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"{path}: {where}: invalid regex {pattern!r}: {exc}") from exc
+
+
+def load_suite(suite_path: str | Path) -> Suite:
+    """Read and check a suite file without GX; every problem is a one-line ConfigError."""
+    path = Path(suite_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: suite file not found") from exc
+    except IsADirectoryError as exc:
+        raise ConfigError(f"{path}: suite path is a directory, not a JSON file") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: suite file is not UTF-8 text") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read suite file: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from exc
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path}: not an expectation suite: top level is a JSON {type(data).__name__}, "
+            "expected an object with an 'expectations' list"
+        )
+    expectations = data.get("expectations")
+    if not isinstance(expectations, list):
+        what = "no 'expectations' key" if expectations is None else "'expectations' is not a list"
+        raise ConfigError(f"{path}: not an expectation suite: {what}")
+    name = data.get("name") or data.get("expectation_suite_name") or path.stem
+    if not isinstance(name, str):
+        raise ConfigError(f"{path}: suite 'name' must be a string, got {show(name)}")
+    parameters = data.get("suite_parameters") or {}
+    if not isinstance(parameters, dict):
+        raise ConfigError(f"{path}: 'suite_parameters' must be an object")
+
+    known = _core_expectation_types()
+    specs = []
+    for position, item in enumerate(expectations):
+        where = f"expectations[{position}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{path}: {where} is not an object")
+        type_ = item.get("type", item.get("expectation_type"))
+        if type_ is None:
+            raise ConfigError(f"{path}: {where} has no 'type'")
+        if not isinstance(type_, str):
+            raise ConfigError(f"{path}: {where}: 'type' must be a string, got {show(type_)}")
+        if "type" in item and "expectation_type" in item and item["expectation_type"] != type_:
+            raise ConfigError(f"{path}: {where}: 'type' and 'expectation_type' disagree")
+        where = f"{where} ({type_})"
+        unknown_keys = sorted(set(item) - _EXPECTATION_KEYS)
+        if unknown_keys:
+            raise ConfigError(f"{path}: {where}: unknown key {unknown_keys[0]!r}")
+        if known is not None and type_ not in known:
+            close = difflib.get_close_matches(type_, sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{path}: {where}: unknown expectation type{hint}")
+        kwargs = item.get("kwargs")
+        if kwargs is None:
+            kwargs = {}
+        if not isinstance(kwargs, dict):
+            raise ConfigError(f"{path}: {where}: 'kwargs' must be an object")
+        meta = item.get("meta")
+        if meta is None:
+            meta = {}
+        if not isinstance(meta, dict):
+            raise ConfigError(f"{path}: {where}: 'meta' must be an object")
+        _check_regexes(path, where, kwargs)
+        rules = _type_rules(path, where, kwargs, type_) if type_ in TYPE_EXPECTATIONS else None
+        specs.append(Spec(position, type_, kwargs, meta, rules))
+    return Suite(path=path, name=name, specs=tuple(specs), parameters=parameters)
+
+
+def check_suite_file(path: str | Path) -> None:
+    """Check a suite file cheaply (no GX import) so a bad config fails when a source loads.
+
+    Raises :class:`ConfigError` with one line naming the file and the problem. Kwargs errors
+    that only GX can judge are reported by the first :meth:`SuiteValidator.validate`.
+    """
+    load_suite(path)

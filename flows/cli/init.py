@@ -1,0 +1,277 @@
+"""``collector init NAME``: a new source's files, ready to validate and run.
+
+Like ``scrapy startproject`` or ``prefect init``, it writes what a first real run needs and
+nothing else, in the current folder (or ``--dir``):
+
+* ``NAME.yaml``            the source, every section commented (what it does, what to change);
+* ``NAME.suite.json``      a starter Great Expectations suite (the record key is never null);
+* ``NAME.deployment.yaml`` the entry to add under ``deployments:`` in deployments/prefect.yaml.
+
+``--from-url URL`` fills the source from one example page: the URL's last numeric path segment
+becomes ``{i}`` (``/api/items/1234.json`` -> ``/api/items/{i}.json``, ids 1234 to 1333), only
+that host is allowed, and the TTLs and politeness are set for a site that is not yours.
+
+Files that exist are never overwritten: the command refuses, in one line, before writing any.
+It writes all three or none (a failure or Ctrl-C while writing removes what it wrote), so it can
+simply be run again. The written source is then checked like ``collector validate`` does (exit
+2 if it is not valid; the files stay, to be edited).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from flows.cli._common import EXIT_INVALID, EXIT_OK
+
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+# A path segment that is an id: digits, alone or before an extension (42, 42.json).
+_NUMERIC_SEGMENT = re.compile(r"(\d+)(\.[A-Za-z0-9]+)?")
+_IDS_SEEDED = 100  # a first run of --from-url collects this many ids: enough to see it work
+
+
+@dataclass(frozen=True, slots=True)
+class _Seeds:
+    """The ``seeds:`` section as YAML text, and the host it allows."""
+
+    yaml: str
+    host: str | None
+    local: bool
+
+
+def _is_local(host: str) -> bool:
+    """Loopback or private: such a source needs ``allow_private_networks: true``."""
+    if host == "localhost" or host.endswith((".localhost", ".local")):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_private or address.is_loopback or address.is_link_local
+
+
+def _seeds_from_url(url: str) -> _Seeds:
+    """A template with the last numeric path segment as ``{i}``, else the URL itself."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"--from-url: {url!r} is not an http(s) URL with a host")
+    if "{" in url or "}" in url:
+        raise ValueError(f"--from-url: {url!r} has braces; write its seeds by hand")
+    host = parts.hostname
+    segments = parts.path.split("/")
+    numeric = [i for i, segment in enumerate(segments) if _NUMERIC_SEGMENT.fullmatch(segment)]
+    if not numeric:
+        line = f"  urls: [{json.dumps(url)}]   # add more, or a template with {{i}} and a range\n"
+        return _Seeds(line, host, _is_local(host))
+    where = numeric[-1]
+    match = _NUMERIC_SEGMENT.fullmatch(segments[where])
+    assert match is not None
+    first = int(match.group(1))
+    segments[where] = "{i}" + (match.group(2) or "")
+    template = urlunsplit(parts._replace(path="/".join(segments)))
+    return _Seeds(
+        f"  template: {json.dumps(template)}\n"
+        f"  range: [{first}, {first + _IDS_SEEDED}]   # [start, stop) of {{i}}: widen it to the"
+        " ids you want\n",
+        host,
+        _is_local(host),
+    )
+
+
+_COMMENTED = re.compile(r"^(\s*[^\s#].*?)\s+# (.*)$")
+_COMMENT_COLUMN = 39
+
+
+def _aligned(text: str) -> str:
+    """Line up the comments after values in one column, so the file reads as a table."""
+    lines = []
+    for line in text.splitlines():
+        match = _COMMENTED.match(line)
+        if match:
+            code, comment = match.groups()
+            line = f"{code.ljust(_COMMENT_COLUMN - 1)} # {comment}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def _source_text(name: str, seeds: _Seeds, suite_file: str) -> str:
+    host_line = (
+        f"  allowed_hosts: [{json.dumps(seeds.host)}]   # no request leaves this host\n"
+        if seeds.host
+        else "  allowed_hosts: []                  # e.g. [shop.example]: no request leaves them\n"
+    )
+    private = "true " if seeds.local else "false"
+    return _aligned(f"""\
+# {name}: a Collector source. Check it with `collector validate {name}.yaml`, run it with
+# `collector run {name}.yaml`. Every key: docs/reference/source.md (or `collector schema`).
+name: {name}
+description: ""                       # free text shown in summaries
+
+seeds:                                 # which URLs; all forms combine, duplicates removed
+{seeds.yaml}
+record:
+  key: id                              # the field that identifies a record (dotted for nested)
+  parser: json                         # or "mypkg.parsers:parse" -> f(url, body) -> list[dict]
+  records_path: null                   # e.g. "data.items" when one page holds a list
+
+sink:                                  # where good records go
+  type: jsonl
+  path: out                            # out/{name}-00001.jsonl, one record a line
+
+ttl:                                   # seconds
+  default_fresh_s: 86400               # a page fetched once is not fetched again for a day
+  queue_ttl_s: 21600                   # a queued page older than this is counted expired
+  http_timeout_s: 10                   # these four must hold: http_timeout_s <=
+  request_deadline_s: 15               #   request_deadline_s <= batch_timeout_s < lease_s
+  batch_timeout_s: 300
+  lease_s: 600
+
+priority:
+  class: normal                        # critical | high | normal | low: the Prefect work queue
+  weight: 5                            # 1..10 within the queue
+
+retry:
+  max_attempts: 4                      # per page, across runs; 404s and other 4xx never retry
+
+limits:                                # be polite to a site that is not yours
+  concurrency: 8
+  per_domain_concurrency: 4
+  per_domain_rate: "5/second"
+{host_line}
+validation:
+  suite: {suite_file}          # Great Expectations; failing records go to the dead letters
+
+allow_private_networks: {private}         # true only for sites on your own machine or network
+state_dir: .collector                  # the frontier and dead letters of this source
+""")
+
+
+def _suite_text(name: str) -> str:
+    suite = {
+        "name": name,
+        "expectations": [
+            {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}},
+        ],
+        "meta": {"notes": "Add expectations: docs/sources.md#validation"},
+    }
+    return json.dumps(suite, indent=2) + "\n"
+
+
+def _deployment_text(name: str, source: Path) -> str:
+    return f"""\
+# Add this entry under `deployments:` in deployments/prefect.yaml, then from the project root:
+#   prefect deploy --prefect-file deployments/prefect.yaml --name collect-{name}
+# `source` is the path as the workers see it (or block:{name} after `collector blocks save`).
+deployments:
+  - name: collect-{name}
+    description: "Collects the source {name}."
+    entrypoint: flows/collect.py:collect
+    tags: [collector, "class:normal"]
+    parameters:
+      source: {json.dumps(str(source))}
+      batch_size: 200
+    work_pool:
+      name: collector
+      work_queue_name: normal        # the source's priority.class
+    concurrency_limit:
+      limit: 1                       # one run at a time; an overlapping one is cancelled
+      collision_strategy: CANCEL_NEW
+    schedules:
+      - interval: 3600               # every hour once you switch it on in the UI
+        active: false
+"""
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from collector.config import SourceError, load_source
+
+    name: str = args.name
+    if not _NAME_RE.fullmatch(name):
+        print(
+            f"collector init: {name!r} is not a valid source name "
+            "(1-100 of letters, digits, '_', '.', '-')",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    folder = Path(args.dir)
+    try:
+        seeds = (
+            _seeds_from_url(args.from_url)
+            if args.from_url
+            else _Seeds(
+                '  template: "https://shop.example/api/items/{i}.json"   # {i} runs over range\n'
+                "  range: [1, 101]                     # [start, stop), like Python's range()\n",
+                None,
+                False,
+            )
+        )
+    except ValueError as exc:
+        print(f"collector init: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    source_path = folder / f"{name}.yaml"
+    suite_path = folder / f"{name}.suite.json"
+    deployment_path = folder / f"{name}.deployment.yaml"
+    files = {
+        source_path: _source_text(name, seeds, suite_path.name),
+        suite_path: _suite_text(name),
+        deployment_path: _deployment_text(name, source_path.resolve()),
+    }
+    existing = [path for path in files if path.exists()]
+    if existing:
+        print(
+            f"collector init: {existing[0]} already exists; not overwriting anything "
+            "(remove it, or choose another NAME or --dir)",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    written: list[Path] = []
+    path = folder
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for path, text in files.items():
+            with path.open("x", encoding="utf-8") as out:  # "x": never replace a file
+                written.append(path)
+                out.write(text)
+    except BaseException as exc:  # Ctrl-C included: all three files, or none of them
+        for done in written:
+            done.unlink(missing_ok=True)
+        if not isinstance(exc, OSError):
+            raise
+        print(f"collector init: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        source = load_source(source_path)
+    except SourceError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return EXIT_INVALID
+    urls = sum(1 for _ in source.iter_seed_urls())
+    for path in files:
+        print(f"wrote {path}")
+    print(f"{source_path}: ok ({name}: {urls} seed URLs, sink {source.sink_label})")
+    print(f"next: edit {source_path.name}, then `collector run {source_path}`")
+    print(f"      on Prefect: add {deployment_path.name} to deployments/prefect.yaml")
+    return EXIT_OK
+
+
+def register(commands: Any) -> None:
+    """Add ``init`` to ``collector``'s parser."""
+    init = commands.add_parser(
+        "init", help="write a new source file, a starter GX suite and its deployment entry"
+    )
+    init.add_argument("name", metavar="NAME", help="the source's name (file NAME.yaml)")
+    init.add_argument(
+        "--from-url",
+        metavar="URL",
+        default=None,
+        help="one example page: its numeric path segment becomes {i}, its host the only one",
+    )
+    init.add_argument("--dir", default=".", metavar="DIR", help="where to write (default: here)")
+    init.set_defaults(func=cmd_init)

@@ -1,0 +1,240 @@
+"""``collector review SOURCE``: a person settles escalated dead letters, one entry at a time.
+
+``collector review SOURCE``                     on a terminal: the next entry of the source's
+                                                 review queue with its payload and failed
+                                                 expectations; accept it (as it is, or a
+                                                 corrected record), discard it with a reason,
+                                                 or put it back; then the next one
+``collector review SOURCE --list``              the entries waiting in review
+``collector review SOURCE --take-over``         entries held longer than ``--idle`` (15m) by a
+                                                 reviewer who vanished, instead of new ones
+``--accept JSON|@FILE``, ``--accept-as-is``, ``--discard REASON``, ``--put-back``
+                                                 decide on the one entry taken, without prompts
+                                                 (scripts and tests run the real command)
+
+An entry is held by one reviewer at a time (the store's review queue, on SQLite or Redis); Ctrl-C
+or an error while it is shown puts it back; a reviewer killed outright leaves it held until
+someone takes it over. Accepting checks the record against the source's key and suite first and
+refuses what still fails (exit 1, the entry is put back). The decisions are
+:mod:`collector.recovery.review`'s. Exit codes: 0 done or nothing to review, 1 refused, 2 invalid
+input (a decision is needed when stdin is not a terminal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from collector.errors import ConfigError
+from flows.cli._common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, print_source_problems
+from flows.cli.deadletters import parse_age
+
+__all__ = ["cmd_review", "register"]
+
+_PROMPT = "[a]ccept as is, [e]dit (paste a corrected record), [d]iscard, [p]ut back, [q]uit: "
+
+
+def _record_from(text: str) -> Any:
+    """``--accept``'s value: JSON text, or ``@path`` to a file holding it."""
+    where = "--accept"
+    if text.startswith("@"):
+        path = Path(text[1:])
+        where = f"--accept {path}"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where}: not JSON: {exc}") from None
+
+
+def _show(entry: Any) -> None:
+    print(f"\n{entry.id}  {entry.reason}  {entry.url}")
+    print(f"  {entry.message}")
+    print(f"  attempts {entry.attempts}, record key {entry.record_key or '-'}")
+    for failed in entry.failed_expectations:
+        column = failed.get("column")
+        print(f"  failed: {failed.get('expectation')}" + (f" ({column})" if column else ""))
+    print(json.dumps(entry.payload, indent=2, ensure_ascii=False, default=str))
+
+
+class _Review:
+    """One command's session: the source, its backends, the reviewer, the suite (lazily)."""
+
+    def __init__(self, source: Any, store: Any, frontier: Any, sink: Any, reviewer: str) -> None:
+        self.source, self.store, self.frontier, self.sink = source, store, frontier, sink
+        self.reviewer = reviewer
+        self._validator: Any = None
+
+    def validator(self) -> Any:
+        if self._validator is None and self.source.suite_path is not None:
+            from collector.settle.validation import SuiteValidator  # GX only when accepting
+
+            self._validator = SuiteValidator(self.source.suite_path)
+        return self._validator
+
+    def take(self, args: argparse.Namespace) -> tuple[str, Any] | None:
+        if args.take_over:
+            got = self.store.claim_stale_reviews(
+                self.source.name, self.reviewer, idle_ms=int(args.idle * 1000), count=1
+            )
+        else:
+            got = self.store.take_for_review(self.source.name, self.reviewer, count=1)
+        return got[0] if got else None
+
+    def decide(self, message: str, entry: Any, action: str, value: Any) -> Any:
+        from collector.recovery import review
+
+        if action == "accept":
+            return review.accept(
+                self.source, entry, value, message_id=message, reviewer=self.reviewer,
+                queue=self.store, frontier=self.frontier, sink=self.sink,
+                validator=self.validator(),
+            )  # fmt: skip
+        return review.discard(
+            entry, value, message_id=message, reviewer=self.reviewer, queue=self.store
+        )
+
+
+def _decision(args: argparse.Namespace) -> tuple[str, Any] | None:
+    if args.accept is not None:
+        return "accept", _record_from(args.accept)
+    if args.accept_as_is:
+        return "accept", None  # the entry's own payload
+    if args.discard is not None:
+        return "discard", args.discard
+    if args.put_back:
+        return "put_back", None
+    return None
+
+
+def _one(session: _Review, args: argparse.Namespace, action: str, value: Any) -> int:
+    taken = session.take(args)
+    if taken is None:
+        print(f"nothing to review in {session.source.name}")
+        return EXIT_OK
+    message, entry = taken
+    done = False
+    try:
+        _show(entry)
+        if action == "put_back":
+            done = True
+            session.store.put_back(message, entry.id)
+            outcome: dict[str, Any] = {"done": True, "detail": "put back"}
+        else:
+            decided = session.decide(
+                message, entry, action, entry.payload if value is None else value
+            )
+            done = decided.done
+            outcome = {"done": decided.done, "detail": decided.detail, "failed": decided.failed}
+    finally:
+        if not done:
+            session.store.put_back(message, entry.id)
+    report = {"id": entry.id, "decision": action, **outcome}
+    if args.json:
+        print(json.dumps(report, default=str))
+    else:
+        print(("" if outcome["done"] else "refused, put back: ") + outcome["detail"])
+    return EXIT_OK if outcome["done"] else EXIT_FAILED
+
+
+def _interactive(session: _Review, args: argparse.Namespace) -> int:
+    reviewed = 0
+    while (taken := session.take(args)) is not None:
+        message, entry = taken
+        done = stop = False
+        try:
+            _show(entry)
+            while not (done or stop):
+                choice = input(_PROMPT).strip().lower()[:1]
+                if choice in ("p", "q"):
+                    stop = choice == "q"
+                    break
+                if choice == "d":
+                    reason = input("Reason for discarding (kept with the entry): ")
+                    decided = session.decide(message, entry, "discard", reason)
+                elif choice in ("a", "e"):
+                    record = entry.payload
+                    if choice == "e":
+                        record = _record_from(input("Corrected record (JSON, one line): "))
+                    decided = session.decide(message, entry, "accept", record)
+                else:
+                    continue
+                done = decided.done
+                print(("" if done else "refused: ") + decided.detail)
+        except ConfigError as exc:
+            print(f"collector: {exc}", file=sys.stderr)
+        finally:
+            if not done:
+                session.store.put_back(message, entry.id)
+        reviewed += done
+        if stop:
+            break
+    print(f"{reviewed} reviewed; nothing more to review in {session.source.name}"
+          if taken is None else f"{reviewed} reviewed")  # fmt: skip
+    return EXIT_OK
+
+
+def _list(source: Any, store: Any, args: argparse.Namespace) -> int:
+    entries = store.list(source=source.name, status="review", limit=args.limit)
+    if args.json:
+        print(json.dumps([e.to_dict() for e in entries], default=str))
+        return EXIT_OK
+    for entry in entries:
+        print(f"{entry.id}  {entry.reason:36} {entry.url}  ({entry.message})")
+    print(f"{len(entries)} in review in {source.name}")
+    return EXIT_OK
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    from collector.backends import open_deadletters, open_frontier, open_sink
+    from collector.config import SourceError, load_source
+
+    try:
+        source = load_source(args.source)
+    except SourceError as exc:
+        return print_source_problems(exc)
+    reviewer = args.reviewer or os.environ.get("USER") or "reviewer"
+    decision = _decision(args)
+    if not args.list and decision is None and not sys.stdin.isatty():
+        print("collector: review needs a terminal, or a decision: --accept JSON|@FILE,"
+              " --accept-as-is, --discard REASON or --put-back", file=sys.stderr)  # fmt: skip
+        return EXIT_INVALID
+    with open_deadletters(source) as store:
+        if args.list:
+            return _list(source, store, args)
+        with open_frontier(source) as frontier, open_sink(source) as sink:
+            session = _Review(source, store, frontier, sink, reviewer)
+            if decision is not None:
+                return _one(session, args, *decision)
+            return _interactive(session, args)
+
+
+def register(commands: Any) -> None:
+    """Add ``collector review`` to ``collector``'s parser."""
+    review = commands.add_parser("review", help="settle escalated dead letters by hand")
+    review.add_argument("source", metavar="SOURCE", help="source file, or block:NAME")
+    review.add_argument("--reviewer", default=None, help="your name (default: $USER)")
+    review.add_argument("--list", action="store_true", help="list the entries in review")
+    review.add_argument("--limit", type=int, default=100, help="entries listed (--list)")
+    review.add_argument(
+        "--take-over", action="store_true",
+        help="take an entry held longer than --idle by a reviewer who vanished",
+    )  # fmt: skip
+    review.add_argument(
+        "--idle", type=parse_age, default=900.0, metavar="AGE",
+        help="how long a held entry must have waited to be taken over (default 15m)",
+    )  # fmt: skip
+    decision = review.add_mutually_exclusive_group()
+    decision.add_argument("--accept", metavar="JSON|@FILE", help="store this corrected record")
+    decision.add_argument("--accept-as-is", action="store_true", help="store the record as kept")
+    decision.add_argument("--discard", metavar="REASON", help="resolve as discarded, with why")
+    decision.add_argument("--put-back", action="store_true", help="hand the entry back")
+    review.add_argument("--json", action="store_true", help="the decision as JSON on stdout")
+    review.set_defaults(func=cmd_review)

@@ -1,0 +1,138 @@
+"""Every way a run ends is an ending the ledger knows: Ctrl-C, SIGTERM, SIGKILL then a rerun.
+
+Each run is a real ``collector run`` subprocess in its own process group (as a terminal's
+foreground job), signalled with ``os.killpg`` / ``os.kill`` mid-run, against the session's
+Prefect server and a local site that answers slowly enough to be caught mid-batch. What is
+checked is what a user relies on: the exit code, one line saying what happened (no pages of
+client errors), the summary marked interrupted and balanced, and a rerun right after that
+completes the source exactly (every record once, nothing left queued).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import duplicate_keys, sink_lines, write_source
+from tests.worker_site import WorkerSite
+
+COLLECTOR = [sys.executable, "-m", "flows.cli"]
+ROOT = Path(__file__).resolve().parents[1]
+ITEMS = 400
+
+pytestmark = pytest.mark.slow
+
+
+def _source(folder: Path, site: WorkerSite, name: str) -> Path:
+    return write_source(
+        folder,
+        name=name,
+        seeds={"template": site.url("/items/{i}.json"), "range": [0, ITEMS]},
+        locks={"wait_s": 150},
+        ttl={"lease_s": 600},
+    )
+
+
+def _start(source: Path, api_url: str, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PREFECT_API_URL": api_url}
+    return subprocess.Popen(
+        [*COLLECTOR, "run", str(source), "--batch-size", "40", "--json", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, like a terminal's foreground job
+    )
+
+
+def _wait_for_records(folder: Path, at_least: int, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended before it could be interrupted: {proc.stderr}")
+        if len(sink_lines(folder)) >= at_least:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {at_least} records after 180 s")
+
+
+def _summary(stdout: str) -> dict[str, Any]:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def _rerun_completes_the_source(source: Path, folder: Path, api_url: str) -> dict[str, Any]:
+    rerun = _start(source, api_url)
+    out, err = rerun.communicate(timeout=400)
+    assert rerun.returncode == 0, err
+    summary = _summary(out)
+    assert summary["balanced"], summary["problems"]
+    assert summary["queued"] == 0 and summary["held_by_others"] == 0, summary
+    rows = sink_lines(folder)
+    assert duplicate_keys(rows) == []
+    assert sorted(int(r["id"]) for r in rows) == list(range(ITEMS))
+    return summary
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "to_group"),
+    [(signal.SIGINT, 130, True), (signal.SIGTERM, 143, False)],
+    ids=["ctrl-c-to-the-group", "sigterm"],
+)
+def test_a_signal_stops_the_run_gracefully_and_a_rerun_completes_exactly(
+    tmp_path: Path, prefect_api: str, signum: signal.Signals, code: int, to_group: bool
+) -> None:
+    with WorkerSite() as site:
+        site.set_delay(0.05)
+        source = _source(tmp_path, site, f"lifecycle-{signum.name.lower()}")
+        proc = _start(source, prefect_api)
+        _wait_for_records(tmp_path / "out", 80, proc)
+        sent = time.monotonic()
+        if to_group:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - sent
+        print(f"{signum.name}: exited {proc.returncode} {took:.1f} s after the signal")
+
+        assert proc.returncode == code, err
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert any(f"interrupted by {signum.name}" in line for line in lines), err
+        assert len(lines) <= 5, "a stopped run says what happened in a line or two:\n" + err
+        summary = _summary(out)
+        assert summary["interrupted"] == signum.name and summary["ending"] == "stopped"
+        assert summary["balanced"], summary["problems"]
+        assert summary["held_by_others"] == 0  # every lease it held went back
+        assert summary["queued"] > 0 and summary["stored"] > 0
+        # nothing counted as an attempt or a retry for the stop
+        assert summary["retried"] == 0 and summary["dead_lettered"] == 0
+
+        site.set_delay(0)
+        rerun = _rerun_completes_the_source(source, tmp_path / "out", prefect_api)
+        assert rerun["stored"] == ITEMS - summary["stored"]
+
+
+def test_sigkill_then_rerun_takes_back_the_dead_runs_leases_at_once(
+    tmp_path: Path, prefect_api: str
+) -> None:
+    """A run killed mid-batch holds leases for lease_s (600 s by default); the rerun revokes
+    them as soon as the dead holder's heartbeat is stale, instead of leaving them queued."""
+    with WorkerSite() as site:
+        site.set_delay(0.2)
+        source = _source(tmp_path, site, "lifecycle-sigkill")
+        proc = _start(source, prefect_api)
+        _wait_for_records(tmp_path / "out", 40, proc)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+        site.set_delay(0)
+        rerun = _rerun_completes_the_source(source, tmp_path / "out", prefect_api)
+        assert rerun["leases_reclaimed"] > 0  # the dead run's leases, revoked, not waited out
