@@ -89,7 +89,8 @@ def plan_in_child(path: Path, run_id: str) -> dict[str, Any]:
         text=True,
         cwd=ROOT,
     )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
 def bench_backend(kind: str, n: int, folder: Path, redis_url: str | None) -> dict[str, Any]:

@@ -103,7 +103,7 @@ def collector_run(
     concurrency: int,
     transport: str,
     observed: Observability | None = None,
-) -> dict:
+) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="collector-bench-src-"))
     (folder / "suite.json").write_text(json.dumps(SUITE))
     source = {
@@ -155,7 +155,7 @@ def collector_run(
     cpu_s = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
     if done.returncode != 0:
         raise SystemExit(f"collector run failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     summary["wall_pages_per_second"] = round(summary["stored"] / wall, 1)
     summary["wall_seconds"] = round(wall, 2)
     # CPU of the command and the processes it waited for (Prefect server, GX worker): less

@@ -27,7 +27,7 @@ def resolve_callable(path: str, *, field: str) -> Callable[..., Any]:
     except ImportError as exc:
         raise ConfigError(f"{field}: cannot import module {module_name!r}: {exc}") from exc
     try:
-        obj = getattr(module, attr)
+        obj: object = getattr(module, attr)
     except AttributeError as exc:
         raise ConfigError(f"{field}: module {module_name!r} has no attribute {attr!r}") from exc
     if not callable(obj):

@@ -184,7 +184,7 @@ async def _stop_heartbeat(beat: asyncio.Task[None], source: Source, holder: str)
         await beat
     name = _heartbeat_variable(source)
     with contextlib.suppress(Exception):
-        current = await Variable.aget(name, default=None)
+        current = await Variable.aget(name)
         if isinstance(current, dict) and current.get("holder") == holder:
             await Variable.aunset(name)
 
@@ -201,7 +201,7 @@ async def _reclaim_if_holder_died(source: Source, name: str) -> bool:
     from prefect.variables import Variable
 
     variable = _heartbeat_variable(source)
-    beat = await Variable.aget(variable, default=None)
+    beat = await Variable.aget(variable)
     if not isinstance(beat, dict):
         return False  # no Collector holder on record (or it ended cleanly): nothing to judge
     age_s = time.time() - float(beat.get("at", 0.0))

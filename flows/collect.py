@@ -19,10 +19,10 @@ from typing import Annotated, Any, Literal
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import (
-    create_markdown_artifact,
-    create_progress_artifact,
-    create_table_artifact,
-    update_progress_artifact,
+    acreate_markdown_artifact,
+    acreate_progress_artifact,
+    acreate_table_artifact,
+    aupdate_progress_artifact,
 )
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State, TaskRun
@@ -235,7 +235,7 @@ async def collect(
     loaded = resolve_source(source)
     run_id = str(flow_run.get_id() or uuid.uuid4())
     metrics.run_started(run_id, loaded.name, role)
-    lock = (
+    lock: contextlib.AbstractAsyncContextManager[Any] = (
         source_lock(
             loaded,
             holder=run_id,
@@ -363,7 +363,7 @@ class _ProgressArtifact:
 
     @classmethod
     async def create(cls, run: Collection, to_fetch: int) -> _ProgressArtifact:
-        artifact_id = await create_progress_artifact(
+        artifact_id = await acreate_progress_artifact(
             0.0, key=_artifact_key(run.source.name, "progress"), description="Items settled"
         )
         return cls(run, to_fetch, artifact_id)
@@ -376,7 +376,7 @@ class _ProgressArtifact:
         # A run with nothing to fetch is complete, not stuck at 0 %.
         percent = min(100.0, 100.0 * done / self.to_fetch) if self.to_fetch > 0 else 100.0
         self.sent_at = time.monotonic()
-        await update_progress_artifact(self.artifact_id, percent)
+        await aupdate_progress_artifact(self.artifact_id, percent)
 
 
 def _artifact_key(source: str, what: str) -> str:
@@ -392,13 +392,13 @@ async def _publish(summary: RunSummary) -> None:
         "retried", "requests", "pages_per_second",
     ]  # fmt: skip
     ending = summary.ending + (f" ({summary.interrupted})" if summary.interrupted else "")
-    await create_table_artifact(
+    await acreate_table_artifact(
         [{"count": name, "value": getattr(summary, name)} for name in counts]
         + [{"count": "balanced", "value": summary.balanced}, {"count": "ended", "value": ending}],
         key=_artifact_key(summary.source, "summary"),
         description=f"Ledger of run {summary.run_id}",
     )
-    await create_markdown_artifact(
+    await acreate_markdown_artifact(
         _dead_letter_markdown(summary),
         key=_artifact_key(summary.source, "deadletters"),
         description="Open dead letters by stage/reason",

@@ -52,7 +52,7 @@ async def source_changed(
     loaded = resolve_source(source)
     current = fingerprint(loaded)
     name = fingerprint_variable(loaded.name)
-    previous = await Variable.aget(name, default=None)
+    previous = await Variable.aget(name)
     if previous == current:
         logger.info("%s unchanged (%s): no collect run started", loaded.name, current[:19])
         return {"source": loaded.name, "changed": False, "fingerprint": current, "flow_run": None}

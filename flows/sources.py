@@ -36,7 +36,8 @@ def resolve_source(source: str) -> Source:
     from collector.config import SourceError, parse_source
 
     try:
-        block = CollectorSource.load(name, _sync=True)  # type: ignore[call-arg]
+        # _sync=True: the sync variant, so the result is the block (never a coroutine)
+        block: CollectorSource = CollectorSource.load(name, _sync=True)  # type: ignore[call-arg,assignment]
     except ValueError as exc:  # Prefect: "Unable to find block document named ..."
         raise SourceError([f"block {name!r}: {exc}"]) from None
     return parse_source(block.as_document(), label=f"block {name}", base_dir=block.base_path)

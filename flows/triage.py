@@ -16,7 +16,7 @@ import uuid
 from typing import Annotated, Any
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 from pydantic import Field
@@ -80,12 +80,12 @@ async def triage(
         logger.error(
             "dead-letter balance of %s fails: %s", report.source, report.balance.difference()
         )
-    await create_markdown_artifact(
+    await acreate_markdown_artifact(
         report.markdown(),
         key=_artifact_key(report.source, "triage"),
         description=f"Triage report of run {run_id}",
     )
-    await create_table_artifact(
+    await acreate_table_artifact(
         report.expectation_rows()
         or [{"expectation": "(no record-level dead letters)", "before": 0, "after": 0}],
         key=_artifact_key(report.source, "triage-expectations"),

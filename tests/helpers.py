@@ -36,7 +36,7 @@ def write_source(folder: Path, **sections: Any) -> Path:
 
 
 def sink_lines(folder: Path) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for file in sorted(folder.glob("*.jsonl")):
         with file.open(encoding="utf-8") as lines:
             rows.extend(json.loads(line) for line in lines if line.strip())

@@ -18,6 +18,7 @@ from collector.errors import CollectorError
 # Exceptions that never leave the module raising them (collector/errors.py says why each).
 OUTSIDE_THE_TREE = {
     "collector.fetch.engine._TooLate",  # control flow inside one call
+    "collector.fetch.engine._Deferred",  # the same: an open circuit breaker, caught in the engine
     "collector.fetch.transport.RefusedAddress",  # aiohttp's resolver must raise an OSError
     "collector.demo.site._BadParameter",  # the demo site's own request parsing
 }

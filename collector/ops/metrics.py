@@ -415,7 +415,7 @@ def serve(port: int, *, addr: str = "0.0.0.0") -> Any:
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         return start_http_server(port, addr=addr, registry=registry)
     enable()
     return start_http_server(port, addr=addr)

@@ -109,7 +109,7 @@ def init_sentry(*, dsn: str | None = None, transport: Any = None) -> bool:
             before_send=scrub_event,  # type: ignore[arg-type]
             before_breadcrumb=_scrub_breadcrumb,
             include_local_variables=False,
-            send_default_pii=False,
+            # no PII: the default (send_default_pii is deprecated, and passing it warns)
             traces_sample_rate=None,
             max_breadcrumbs=50,
             environment=os.environ.get("SENTRY_ENVIRONMENT") or None,

@@ -263,7 +263,8 @@ def _metrics_environment(port: int | None) -> str | None:
             with socket.socket() as probe:
                 probe.bind(("", port))
         except (OSError, OverflowError) as exc:
-            return f"--metrics-port {port}: cannot listen there ({exc.strerror or exc})"
+            reason = getattr(exc, "strerror", None) or exc  # OverflowError has no strerror
+            return f"--metrics-port {port}: cannot listen there ({reason})"
     if port:
         os.environ["PREFECT_CLIENT_METRICS_ENABLED"] = "true"
         os.environ["PREFECT_CLIENT_METRICS_PORT"] = str(port)

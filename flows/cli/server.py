@@ -24,8 +24,8 @@ def cmd_server(args: argparse.Namespace) -> int:
               else "no local Prefect server is running")  # fmt: skip
         return EXIT_OK
     if args.action == "start":
-        server = ensure_local_server()
-        print(f"local Prefect server at {server.ui} (pid {server.pid})")
+        started = ensure_local_server()
+        print(f"local Prefect server at {started.ui} (pid {started.pid})")
         return EXIT_OK
     configured = configured_api_url()
     server = find_local_server()

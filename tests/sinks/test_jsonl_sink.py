@@ -149,6 +149,8 @@ def test_duplicates_left_by_a_crash_are_compacted_on_open(tmp_path: Path) -> Non
         assert reopened.count() == 2
     finally:
         reopened.close()
+        assert crashed._handle is not None
+        crashed._handle.close()  # the dead process's file handle (close() would compact)
 
 
 def test_torn_last_line_is_cut_off_at_reopen(tmp_path: Path) -> None:
@@ -293,6 +295,8 @@ def test_writer_killed_mid_way_leaves_a_sink_that_reopens_clean(tmp_path: Path) 
         finally:
             proc.kill()
             proc.wait(timeout=30)
+            if proc.stdout is not None:
+                proc.stdout.close()
         # what the files say before the sink repairs them
         expected: dict[str, tuple[int, dict[str, Any]]] = {}
         for path in segment_files(folder):
