@@ -306,9 +306,9 @@ def test_messages_keep_backslashes_and_spaces(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert r"'/items/(\d+\.json$'" in done.stderr and "\\\\d" not in done.stderr
 
-    from collector.settle.validation import _show
+    from collector.settle.suite import show
 
-    assert _show("  tools ") == "'  tools '"  # what row messages show for a value
+    assert show("  tools ") == "'  tools '"  # what row messages show for a value
 
 
 # --- 19.8 no-op run ---------------------------------------------------------------------------
@@ -395,7 +395,8 @@ def test_prefect_background_services_only_speak_up_for_errors() -> None:
 
     from flows.cli._common import _prefect_environment
 
-    assert logging.getLogger("EventsWorker").isEnabledFor(logging.WARNING)  # before: it would
+    logging.getLogger("EventsWorker").setLevel(logging.NOTSET)  # as Python starts it
+    assert logging.getLogger("EventsWorker").isEnabledFor(logging.WARNING)  # it would speak
     _prefect_environment()
     assert not logging.getLogger("EventsWorker").isEnabledFor(logging.WARNING)
     assert os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] == "WARNING"
