@@ -435,7 +435,7 @@ def run_collect(
     last_summary = None
     process_stop.reset()
     with process_stop.on_signals():
-        asyncio.run(
+        state = asyncio.run(
             collect(  # type: ignore[arg-type]
                 source=source,
                 batch_size=batch_size,
@@ -448,7 +448,8 @@ def run_collect(
                 return_state=True,
             )
         )
-    if last_summary is None:  # pragma: no cover - the flow always leaves one or raises
+    if last_summary is None:
+        state.result(raise_on_failure=True)  # the flow's own error (SourceBusy, BackendError...)
         raise CollectorError("the collect flow ended without a summary")
     return last_summary.with_(wall_seconds=round(time.monotonic() - started, 3))
 
