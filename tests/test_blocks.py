@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -124,5 +125,5 @@ async def test_every_flow_takes_a_block_source(prefect_api: str, tmp_path: Path)
 
     report = await triage(source="block:flow-block", dry_run=True)
     assert report["source"] == "flow-block"
-    [sample] = await backlog_monitor(sources=["block:flow-block"])
+    [sample] = await asyncio.to_thread(backlog_monitor, sources=["block:flow-block"])
     assert sample["source"] == "flow-block"

@@ -396,7 +396,8 @@ def test_prefect_background_services_only_speak_up_for_errors() -> None:
 
     from flows.cli._common import _prefect_environment
 
-    assert logging.getLogger("EventsWorker").isEnabledFor(logging.WARNING)  # before: it would
+    logging.getLogger("EventsWorker").setLevel(logging.NOTSET)  # as Python starts it
+    assert logging.getLogger("EventsWorker").isEnabledFor(logging.WARNING)  # it would speak
     _prefect_environment()
     assert not logging.getLogger("EventsWorker").isEnabledFor(logging.WARNING)
     assert os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] == "WARNING"

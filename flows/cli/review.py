@@ -30,7 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from collector.errors import ConfigError
-from flows.cli._common import EXIT_FAILED, EXIT_INVALID, EXIT_OK, print_source_problems
+from flows.cli._common import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    SOURCE_HELP,
+    print_source_problems,
+)
 from flows.cli.deadletters import parse_age
 
 __all__ = ["cmd_review", "register"]
@@ -219,7 +225,7 @@ def cmd_review(args: argparse.Namespace) -> int:
 def register(commands: Any) -> None:
     """Add ``collector review`` to ``collector``'s parser."""
     review = commands.add_parser("review", help="settle escalated dead letters by hand")
-    review.add_argument("source", metavar="SOURCE", help="source file, or block:NAME")
+    review.add_argument("source", metavar="SOURCE", help=SOURCE_HELP)
     review.add_argument("--reviewer", default=None, help="your name (default: $USER)")
     review.add_argument("--list", action="store_true", help="list the entries in review")
     review.add_argument("--limit", type=int, default=100, help="entries listed (--list)")
