@@ -21,7 +21,7 @@ from pydantic import TypeAdapter
 
 from flows.source_changed import source_changed
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "prefect.md"  # where the docs show it
 
 
 def _documented_deployment() -> dict[str, Any]:
