@@ -86,7 +86,9 @@ def test_documented_backlog_monitor_deployment_fits_the_flow() -> None:
     [block] = [b for b in blocks if "name: backlog-monitor" in b]
     [deployment] = yaml.safe_load(block)["deployments"]
     assert deployment["entrypoint"] == "flows/backlog.py:backlog_monitor"
-    assert backlog_monitor.validate_parameters(deployment["parameters"]) == {
+    # the parameters the schedule passes (the docs' snippet equals deployments/prefect.yaml)
+    (schedule,) = deployment["schedules"]
+    assert backlog_monitor.validate_parameters(schedule["parameters"]) == {
         "sources": ["/srv/sources/items.yaml"]
     }
     with pytest.raises(Exception, match="sources"):
