@@ -318,7 +318,7 @@ def test_the_run_waits_for_slower_helpers_and_ends_when_the_source_is_done(
 ) -> None:
     """Helpers with batches ten times the run's, default lease (600 s): the run does not quit
     while live helpers hold items; its counts match the helpers' own summaries."""
-    total = 4000
+    total = 2000
     _audited_sink(postgres_dsn, "workers-slow-helpers")
     with WorkerSite() as site:
         site.set_delay(0.01)
