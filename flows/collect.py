@@ -267,13 +267,8 @@ async def collect(
     await _publish(summary)
     metrics.run_ended(run_id, metrics.result_of(summary.balanced, summary.interrupted))
     if summary.interrupted:
-        message = (
-            f"interrupted by {summary.interrupted}: stored {summary.stored}, returned "
-            f"{summary.returned + summary.released} items to the queue unchanged; "
-            "a rerun continues"
-        )
-        logger.warning(message)
-        return Cancelled(message=message, data=summary.as_dict())
+        logger.warning(summary.interruption)
+        return Cancelled(message=summary.interruption, data=summary.as_dict())
     if not summary.balanced:
         logger.error("ledger does not balance: %s", "; ".join(summary.problems))
         raise ConservationError("ledger does not balance: " + "; ".join(summary.problems))

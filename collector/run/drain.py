@@ -37,7 +37,7 @@ from collector import defaults
 from collector.fetch.engine import FetchResult
 from collector.frontier import Lease
 from collector.run.collection import BatchReport, Collection
-from collector.run.heartbeat import Heartbeat, dead_holders
+from collector.run.heartbeat import Heartbeat, judge_holders
 from collector.run.stop import StopRequest
 
 __all__ = ["DrainEnd", "DrainPolicy", "FetchStep", "Listener", "drain"]
@@ -142,7 +142,7 @@ class _Loop:
     async def _claim_until_done(self) -> Ending:
         run, policy = self.run, self.policy
         idle_until = time.monotonic() + policy.idle_wait_s
-        self._revoke_dead()
+        self._look_at_holders()
         while True:
             if self.stopped.is_set():
                 await self.tell("stopping", reason=self.stop.reason)
@@ -161,9 +161,10 @@ class _Loop:
             if self.backlog:  # settling may make retry-later items due: look again after it
                 await run.wait_settled(self.backlog.popleft())
                 continue
-            if self._revoke_dead():
+            revoked, live_leased = self._look_at_holders()
+            if revoked:
                 continue
-            if self._others_alive():
+            if live_leased:
                 await self._pause(policy.poll_s, reason="helpers")  # not idle: they work
                 continue
             pause = run.seconds_until_claimable()
@@ -214,29 +215,17 @@ class _Loop:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stopped.wait(), timeout=seconds)
 
-    def _revoke_dead(self) -> int:
-        """Take back the leases of holders whose heartbeat stopped; how many items came back."""
+    def _look_at_holders(self) -> tuple[int, int]:
+        """One read of the source's holders: revoke the dead ones' leases; returns (items
+        revoked, items live holders lease)."""
         run = self.run
         now = run.clock()
-        revoked = 0
-        for holder in dead_holders(
-            run.frontier,
-            run.source.name,
+        verdict = judge_holders(
+            run.frontier.holders(run.source.name),
             now=now,
             me=run.run_id,
             dead_after_s=self.policy.holder_dead_after_s,
-        ):
-            revoked += run.frontier.revoke(run.source.name, holder, now=now)
-        run.ledger.leases_reclaimed += revoked
-        return revoked
-
-    def _others_alive(self) -> bool:
-        """Does a live holder (one that beats) lease items of the source now?"""
-        now = self.run.clock()
-        return any(
-            h.leased
-            and h.holder != self.run.run_id
-            and h.beat_at is not None
-            and now - h.beat_at <= self.policy.holder_dead_after_s
-            for h in self.run.frontier.holders(self.run.source.name)
         )
+        revoked = sum(run.frontier.revoke(run.source.name, h, now=now) for h in verdict.dead)
+        run.ledger.leases_reclaimed += revoked
+        return revoked, verdict.live_leased

@@ -19,12 +19,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from collector import defaults
 from collector.errors import CollectorError
 from collector.frontier import Frontier
+from collector.frontier.base import Holder
 
-__all__ = ["Heartbeat", "dead_holders"]
+__all__ = ["Heartbeat", "HolderVerdict", "dead_holders", "judge_holders"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,37 @@ class Heartbeat:
                 return
 
 
+@dataclass(frozen=True, slots=True)
+class HolderVerdict:
+    """Who of the other holders of a source is dead, and how many items live ones lease."""
+
+    dead: list[str]
+    live_leased: int
+
+
+def judge_holders(
+    holders: list[Holder],
+    *,
+    now: float,
+    me: str = "",
+    dead_after_s: float = defaults.HOLDER_DEAD_AFTER_S,
+) -> HolderVerdict:
+    """Split the other holders into dead (heartbeat silent for ``dead_after_s``) and live.
+
+    Anonymous leases and holders that never beat are neither: their leases expire.
+    """
+    dead: list[str] = []
+    live_leased = 0
+    for h in holders:
+        if not h.holder or h.holder == me or h.beat_at is None:
+            continue
+        if now - h.beat_at > dead_after_s:
+            dead.append(h.holder)
+        else:
+            live_leased += h.leased
+    return HolderVerdict(dead, live_leased)
+
+
 def dead_holders(
     frontier: Frontier,
     source: str,
@@ -80,12 +113,6 @@ def dead_holders(
     me: str = "",
     dead_after_s: float = defaults.HOLDER_DEAD_AFTER_S,
 ) -> list[str]:
-    """Holders of ``source``'s leases whose heartbeat stopped more than ``dead_after_s`` ago.
-
-    Anonymous leases and holders that never beat are not judged here: their leases expire.
-    """
-    return [
-        h.holder
-        for h in frontier.holders(source)
-        if h.holder and h.holder != me and h.beat_at is not None and now - h.beat_at > dead_after_s
-    ]
+    """Holders of ``source``'s leases whose heartbeat stopped more than ``dead_after_s`` ago."""
+    verdict = judge_holders(frontier.holders(source), now=now, me=me, dead_after_s=dead_after_s)
+    return verdict.dead

@@ -87,6 +87,15 @@ class RunSummary:
         """Items and records this run put in the dead letters (not the ones already there)."""
         return self.dead_lettered - self.already_dead + self.records_quarantined
 
+    @property
+    def interruption(self) -> str:
+        """The one line that says what a stop did (logged by the flow, printed by the CLI)."""
+        return (
+            f"interrupted by {self.interrupted}: {self.stored} stored, "
+            f"{self.returned + self.released} returned to the queue unchanged, lock released; "
+            "run again to continue"
+        )
+
     def with_(self, **changes: Any) -> RunSummary:
         return replace(self, **changes)
 

@@ -225,12 +225,7 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
         if getattr(args, "metrics_port", None) and getattr(args, "metrics_hold", 0):
             time.sleep(args.metrics_hold)  # let a scraper see the final values
     if result.interrupted:
-        print(
-            f"collector: interrupted by {result.interrupted}: {result.stored} stored, "
-            f"{result.returned + result.released} returned to the queue unchanged, lock "
-            "released; run again to continue",
-            file=sys.stderr,
-        )
+        print(f"collector: {result.interruption}", file=sys.stderr)
         return EXIT_CODES.get(result.interrupted, EXIT_FAILED), summary
     if result.skipped:
         return EXIT_OK, summary
