@@ -567,12 +567,14 @@ class Source(_Section):
     def seed_mark(self) -> str:
         """A digest of everything that decides the seed list a plan offers and refuses.
 
-        The seed settings (``on_removed`` aside), the seed file's contents, and the host
-        policy. A plan whose mark equals the one the frontier kept from the last finished plan
-        need not offer the list again (collector.run.collection.Collection.plan).
+        The seed settings, the seed file's contents, and the host policy. A plan whose mark
+        equals the one the frontier kept from the last finished plan need not offer the list
+        again (collector.run.collection.Collection.plan). ``on_removed`` counts too: items an
+        earlier ``collect`` plan carried over are still queued, and a switch to ``retire`` must
+        sweep them, which only a full plan does.
         """
         digest = hashlib.sha256()
-        settings = self.seeds.model_dump(mode="json", exclude={"on_removed"})
+        settings = self.seeds.model_dump(mode="json")
         policy = [self.allow_private_networks, sorted(self.limits.allowed_hosts)]
         digest.update(json.dumps(["seeds/1", settings, policy], sort_keys=True).encode())
         if self.seeds.file is not None:

@@ -19,7 +19,7 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from collector.config import load_source
@@ -65,6 +65,14 @@ async def _drain(run: Collection, limit: int) -> list[str]:
     return claimed
 
 
+# Found by CI: a list kept while on_removed goes collect -> retire must sweep the item the
+# collect plan carried over (the policy is part of the seed mark, so the plan is a full one).
+_POLICY_SWITCH = [
+    (frozenset({0, 1}), "retire", 0, 0.0, False),
+    (frozenset({0}), "collect", 0, 0.0, False),
+    (frozenset({0}), "retire", 2, 0.0, False),
+]
+
 _EXAMPLES = settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -72,6 +80,7 @@ _EXAMPLES = settings(
 
 @_EXAMPLES
 @given(runs)
+@example(_POLICY_SWITCH)
 def test_every_run_balances_whatever_the_seed_list_does(plan: list) -> None:
     with tempfile.TemporaryDirectory() as folder:
         asyncio.run(_play(Path(folder), plan, {}))
@@ -79,6 +88,7 @@ def test_every_run_balances_whatever_the_seed_list_does(plan: list) -> None:
 
 @_EXAMPLES
 @given(runs)
+@example(plan=_POLICY_SWITCH)
 def test_every_run_balances_on_a_redis_frontier(redis_url: str, plan: list) -> None:
     with tempfile.TemporaryDirectory() as folder:
         # a source name of its own per example: the Redis database is shared by the examples
