@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 __all__ = [
     "AckResult",
@@ -59,9 +59,9 @@ ItemState = Literal["queued", "leased", "done", "dead", "expired", "retired"]
 STATES: tuple[ItemState, ...] = ("queued", "leased", "done", "dead", "expired", "retired")
 
 
-@dataclass(frozen=True, slots=True)
-class Offer:
-    """A URL the planner wants collected."""
+class Offer(NamedTuple):
+    """A URL the planner wants collected (a named tuple: a plan makes one per seed, and a tuple
+    is made three times faster than a frozen dataclass)."""
 
     url: str
     fresh_s: float  # freshness TTL that applies to this URL (used for its urgency)

@@ -2,27 +2,28 @@
 
 Each public method is one transaction (``BEGIN IMMEDIATE``), so a claim cannot interleave with
 another process's claim and a process killed mid-way leaves the file as it was before that
-step (a plan is one transaction per chunk of 500 URLs: each URL's decision stands alone). WAL
+step (a plan is one transaction per chunk of 2,000 URLs: each URL's decision stands alone). WAL
 mode lets readers (``collector status``) run beside a worker. The fencing token is a row in
 ``meta`` incremented inside the claim transaction, so it only ever grows.
 
-Layout (schema version 2, ``PRAGMA user_version``): one rowid table ``items`` whose indexes
-point at the 8-byte rowid, not at the URL. A URL is found through ``items_url`` on
-``(src, h)``, ``h`` the first 64 bits of its SHA-1 (a shared ``h`` is told apart by comparing
-the URL itself). Sources and runs are small integers (``sources``, ``runs``) and states are
-numbers (1 queued, 2 leased, 3 done, 4 dead, 5 expired, 6 retired, as ``STATES``). The
-indexes are partial where only one state needs them: the queue (rank, then URL for ties, as
+Layout (schema version 3, ``PRAGMA user_version``): one rowid table ``items`` whose indexes
+point at the 8-byte rowid, not at the URL. A URL is found through ``items_url`` on ``(src, h)``,
+``h`` its 64-bit :func:`~collector.frontier.url_key.url_key` (a shared ``h`` is told apart by
+comparing the URL itself), which keeps the URLs of a template range in order in that index, so a
+plan writes it like appends. Sources and runs are small integers (``sources``, ``runs``) and
+states are numbers (1 queued, 2 leased, 3 done, 4 dead, 5 expired, 6 retired, as ``STATES``).
+The indexes are partial where only one state needs them: the queue (rank, then URL for ties, as
 Redis orders them) and the queue TTL over queued items, the due index over done items by
 ``fresh_until`` and one over expired items (what :meth:`adopt` reads), leases over leased ones.
 There is no index by run: ``run_counts`` (once, when a run closes its ledger) reads the source's
 rows, which costs less than keeping a fifth index on every write of every item. ~185 bytes a
-queued URL against ~390 for version 1 (URL, text state and run id repeated in four indexes). A
-version-1 file is migrated when it is opened, in one transaction.
+queued URL against ~390 for version 1 (URL, text state and run id repeated in four indexes).
+Older files are migrated when opened, in one transaction: version 1 rewritten, version 2 (the
+same layout, ``h`` the first 64 bits of the URL's SHA-1) re-keyed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -51,11 +52,12 @@ from collector.frontier.base import (
     SweepResult,
     plan_decision,
 )
+from collector.frontier.url_key import url_key
 from collector.sqlite_tx import write_transaction
 
-__all__ = ["SqliteFrontier", "url_hash"]
+__all__ = ["SqliteFrontier", "url_key"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # state numbers (the position in STATES, from 1); written into the SQL as literals so that the
 # partial indexes apply (SQLite matches an index's WHERE only against literal terms)
 Q, L, D, X, E, R = 1, 2, 3, 4, 5, 6
@@ -120,7 +122,7 @@ INSERT OR IGNORE INTO sources (name) SELECT DISTINCT source FROM items_v1;
 INSERT OR IGNORE INTO runs (run_id) SELECT DISTINCT run_id FROM items_v1 WHERE run_id IS NOT NULL;
 INSERT INTO items (src, h, url, state, run, rank, enqueued_at, expires_at, not_before, attempts,
     first_attempt_at, lease_token, lease_expires, fresh_until, last_fetched_at, cost, last_error)
-SELECT (SELECT id FROM sources WHERE name = v.source), url_hash(v.url), v.url,
+SELECT (SELECT id FROM sources WHERE name = v.source), url_key(v.url), v.url,
     CASE v.state WHEN 'queued' THEN {Q} WHEN 'leased' THEN {L} WHEN 'done' THEN {D}
         WHEN 'dead' THEN {X} ELSE {E} END,
     (SELECT id FROM runs WHERE run_id = v.run_id), v.rank, v.enqueued_at, v.expires_at,
@@ -130,15 +132,17 @@ FROM items_v1 AS v;
 DROP TABLE items_v1;
 """
 
+# version 2: the same layout, h the first 64 bits of SHA-1(url)
+_REKEY_V2 = """
+DROP INDEX items_url;
+UPDATE items SET h = url_key(url);
+CREATE INDEX items_url ON items (src, h);
+"""
+
 _LEASE_ROWS_KEPT_S = 86_400.0  # holder rows of old leases are pruned after a day
 _CHUNK = 500  # rows per step of adopt (each a transaction of its own)
 _OFFER_CHUNK = 2_000  # URLs per offer transaction: fewer commits, bounded statement size
 _CACHE_KIB = 65_536  # page cache: the URL index is written at random places
-
-
-def url_hash(url: str) -> int:
-    """The first 64 bits of SHA-1(url) as a signed integer: the key of ``items_url``."""
-    return int.from_bytes(hashlib.sha1(url.encode("utf-8")).digest()[:8], "big", signed=True)
 
 
 def _chunks(items: Iterable[Offer], size: int) -> Iterator[list[Offer]]:
@@ -164,7 +168,7 @@ class SqliteFrontier(Closing):
                 isolation_level=None,  # we issue BEGIN IMMEDIATE ourselves
                 check_same_thread=False,
             )
-            self._db.create_function("url_hash", 1, url_hash, deterministic=True)
+            self._db.create_function("url_key", 1, url_key, deterministic=True)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
@@ -173,7 +177,8 @@ class SqliteFrontier(Closing):
             raise BackendError(f"frontier {self.path}: cannot open SQLite database: {exc}") from exc
 
     def _open_schema(self) -> None:
-        """Create the tables, or migrate a version-1 file (one transaction; a crash keeps v1)."""
+        """Create the tables, or migrate an older file (one transaction; a crash keeps it as it
+        was)."""
         (version,) = self._db.execute("PRAGMA user_version").fetchone()
         if version == SCHEMA_VERSION:
             return
@@ -182,7 +187,12 @@ class SqliteFrontier(Closing):
             if version == SCHEMA_VERSION:
                 return
             columns = {row[1] for row in db.execute("PRAGMA table_info(items)")}
-            script = _MIGRATE_V1 if "source" in columns else _SCHEMA
+            if "source" in columns:
+                script = _MIGRATE_V1
+            elif version == 2:
+                script = _REKEY_V2
+            else:
+                script = _SCHEMA
             for statement in _statements(script):
                 db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -241,54 +251,72 @@ class SqliteFrontier(Closing):
         seen: set[str] = set()
         expires_at = now + queue_ttl_s
         for chunk in _chunks(offers, _OFFER_CHUNK):
+            hashes = [url_key(o.url) for o in chunk]
+            low, high = min(hashes), max(hashes)
+            if high - low <= 4 * len(chunk):  # a run of keys (a template range): one range read
+                where, keys = "h BETWEEN ? AND ?", [low, high]
+            else:
+                where, keys = f"h IN ({','.join('?' * len(chunk))})", hashes
             with self._transaction() as db:
                 src, run = self._src(db, source), self._run(db, run_id)
-                hashes = [url_hash(o.url) for o in chunk]
-                marks = ",".join("?" * len(chunk))
+                # the stored rows of the chunk's URLs (a range read may bring others: unused)
                 rows = {
                     url: (rowid, item_run, StoredRow(STATES[state - 1], fresh_until, fetched))
                     for rowid, url, item_run, state, fresh_until, fetched in db.execute(
                         "SELECT id, url, run, state, fresh_until, last_fetched_at FROM items "
-                        f"WHERE src = ? AND h IN ({marks})",
-                        [src, *hashes],
+                        f"WHERE src = ? AND {where}",
+                        [src, *keys],
                     )
                 }
                 planned = set() if once_per_run else seen
                 inserts, requeues, tags = [], [], []
-                for o, h in zip(chunk, hashes, strict=True):
-                    found = rows.get(o.url)
-                    if o.url in planned:
-                        if once_per_run:
-                            result.duplicates += 1
-                        else:
-                            result.already_queued += 1
-                        continue
-                    planned.add(o.url)
-                    if once_per_run and found is not None and found[1] == run:
-                        result.duplicates += 1
-                        continue
-                    row = found[2] if found is not None else None
-                    action = plan_decision(row, now)
-                    if action == "enqueue":
-                        result.enqueued += 1
+                if not rows:  # all new (a new seed list): plan_decision(None) is "enqueue"
+                    for o, h in zip(chunk, hashes, strict=True):
+                        if o.url in planned:
+                            if once_per_run:
+                                result.duplicates += 1
+                            else:
+                                result.already_queued += 1
+                            continue
+                        planned.add(o.url)
                         rank = rank_for(o.url, None, o.fresh_s)
                         inserts.append((src, h, o.url, run, rank, now, expires_at))
-                    elif action == "requeue":
-                        assert found is not None and row is not None
-                        result.enqueued += 1
-                        fetched = row.last_fetched_at
-                        age = None if fetched is None else now - fetched
-                        rank = rank_for(o.url, age, o.fresh_s)
-                        requeues.append((rank, now, expires_at, run, found[0]))
-                    else:
-                        assert found is not None
-                        if action == "fresh":
-                            result.fresh_skipped += 1
-                        elif action == "already_queued":
-                            result.already_queued += 1
+                    result.enqueued += len(inserts)
+                else:  # some are known: plan_decision for each
+                    for o, h in zip(chunk, hashes, strict=True):
+                        found = rows.get(o.url)
+                        if o.url in planned:
+                            if once_per_run:
+                                result.duplicates += 1
+                            else:
+                                result.already_queued += 1
+                            continue
+                        planned.add(o.url)
+                        if once_per_run and found is not None and found[1] == run:
+                            result.duplicates += 1
+                            continue
+                        row = found[2] if found is not None else None
+                        action = plan_decision(row, now)
+                        if action == "enqueue":
+                            result.enqueued += 1
+                            rank = rank_for(o.url, None, o.fresh_s)
+                            inserts.append((src, h, o.url, run, rank, now, expires_at))
+                        elif action == "requeue":
+                            assert found is not None and row is not None
+                            result.enqueued += 1
+                            fetched = row.last_fetched_at
+                            age = None if fetched is None else now - fetched
+                            rank = rank_for(o.url, age, o.fresh_s)
+                            requeues.append((rank, now, expires_at, run, found[0]))
                         else:
-                            result.already_dead += 1
-                        tags.append((run, found[0]))
+                            assert found is not None
+                            if action == "fresh":
+                                result.fresh_skipped += 1
+                            elif action == "already_queued":
+                                result.already_queued += 1
+                            else:
+                                result.already_dead += 1
+                            tags.append((run, found[0]))
                 db.executemany(
                     "INSERT INTO items (src, h, url, state, run, rank, enqueued_at, expires_at)"
                     f" VALUES (?, ?, ?, {Q}, ?, ?, ?, ?)",
@@ -492,7 +520,7 @@ class SqliteFrontier(Closing):
         with self._transaction() as db:
             src = self._src(db, lease.source)
             for outcome in outcomes:
-                where = (src, url_hash(outcome.url), outcome.url, lease.token)
+                where = (src, url_key(outcome.url), outcome.url, lease.token)
                 if isinstance(outcome, Completed):
                     changed = db.execute(
                         f"UPDATE items SET state = {D}, fresh_until = ?, last_fetched_at = ?,"
@@ -546,7 +574,7 @@ class SqliteFrontier(Closing):
                     f"UPDATE items SET state = {Q}, not_before = 0, attempts = 0,"
                     " first_attempt_at = NULL, enqueued_at = ?, expires_at = ?, last_error = NULL"
                     f" WHERE src = ? AND h = ? AND url = ? AND state IN ({X}, {E})",
-                    (now, now + queue_ttl_s, src, url_hash(url), url),
+                    (now, now + queue_ttl_s, src, url_key(url), url),
                 ).rowcount
                 for url in urls
             )
@@ -556,7 +584,7 @@ class SqliteFrontier(Closing):
             src = self._src(db, source)
             revived = 0
             for page in pages:
-                where = (src, url_hash(page.url), page.url)
+                where = (src, url_key(page.url), page.url)
                 revived += db.execute(
                     f"UPDATE items SET state = {D}, fresh_until = ?, last_fetched_at = ?,"
                     " cost = ?, attempts = 0, first_attempt_at = NULL, not_before = 0,"
@@ -572,7 +600,7 @@ class SqliteFrontier(Closing):
                 db.execute(
                     "UPDATE items SET fresh_until = NULL"
                     f" WHERE src = ? AND h = ? AND url = ? AND state = {D}",
-                    (src, url_hash(url), url),
+                    (src, url_key(url), url),
                 ).rowcount
                 for url in urls
             )

@@ -246,10 +246,11 @@ class Collection:
             refused.clear()
 
         def offers() -> Iterator[Offer]:
+            refusal, lifting = check.refusal, bool(lifted.pending)  # per-URL work kept short
             for url in source.seed_urls():
                 ledger.discovered += 1
                 try:
-                    reason = check.refusal(url)
+                    reason = refusal(url)
                 except RecoverableFetchError:
                     reason = None  # DNS may recover: let the fetch step retry it
                 if reason is not None:
@@ -257,7 +258,8 @@ class Collection:
                     if len(refused) >= _REFUSED_CHUNK:
                         put_refused()
                     continue
-                lifted.offered(url)
+                if lifting:
+                    lifted.offered(url)
                 yield Offer(url, fresh_for(url) if fresh_for else default_fresh)
 
         result = self.frontier.offer(

@@ -18,10 +18,11 @@ from collector.policy.urls import HostPolicy
 
 __all__ = ["SeedCheck"]
 
-# scheme://netloc then the path, query or fragment (or nothing); no whitespace or control
-# characters, no backslash, no '@' in the netloc
-_PLAIN = re.compile(r"(?:https?|HTTPS?)://[^/?#@\\\s\x00-\x1f\x7f]+(?=[/?#]|$)[^\s\x00-\x1f\x7f]*")
-_PREFIX = re.compile(r"[^:]+://[^/?#]+")
+# scheme://netloc (group 1) then the path, query or fragment (or nothing); no whitespace or
+# control characters, no backslash, no '@' in the netloc
+_PLAIN = re.compile(
+    r"((?:https?|HTTPS?)://[^/?#@\\\s\x00-\x1f\x7f]+)(?=[/?#]|$)[^\s\x00-\x1f\x7f]*"
+)
 
 
 class SeedCheck:
@@ -33,13 +34,13 @@ class SeedCheck:
 
     def refusal(self, url: str) -> str | None:
         """Why ``url`` must not be fetched, or None (raises as ``HostPolicy.refusal`` does)."""
-        if _PLAIN.fullmatch(url):
-            prefix = _PREFIX.match(url)
-            assert prefix is not None  # _PLAIN matched
-            if prefix.group() in self._accepted:
+        plain = _PLAIN.fullmatch(url)
+        if plain:
+            prefix = plain.group(1)
+            if prefix in self._accepted:
                 return None
             reason = self.policy.refusal(url)
             if reason is None and len(self._accepted) < 10_000:  # bounded memory
-                self._accepted.add(prefix.group())
+                self._accepted.add(prefix)
             return reason
         return self.policy.refusal(url)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from collector.frontier.base import Completed, Frontier, Offer, StateCounts
-from collector.frontier.sqlite import SqliteFrontier
+from collector.frontier.sqlite import SCHEMA_VERSION, SqliteFrontier, url_key
 
 from . import _claim_worker
 from .conformance import FRESH, SRC, T0, FrontierConformance, claim, done, offer, ranked, url
@@ -258,9 +258,63 @@ def test_a_version_1_file_is_migrated_on_open(tmp_path: Path) -> None:
     finally:
         frontier.close()
     again = sqlite3.connect(path)
-    assert again.execute("PRAGMA user_version").fetchone() == (2,)
+    assert again.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     assert (
         again.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'items_v1'").fetchone()[0]
         == 0
     )
     again.close()
+
+
+# --- files written by schema version 2 (h: the first 64 bits of SHA-1) are re-keyed ---------------
+def test_a_version_2_file_is_rekeyed_on_open(tmp_path: Path) -> None:
+    import hashlib
+    import sqlite3
+
+    def sha1_64(text: str) -> int:
+        return int.from_bytes(hashlib.sha1(text.encode()).digest()[:8], "big", signed=True)
+
+    path = tmp_path / "v2.db"
+    first = SqliteFrontier(path)
+    offer(first, [url(i) for i in range(6)], run_id="r1")
+    lease = claim(first, 2)
+    first.ack(lease, [done(i.url) for i in lease.items], now=T0 + 1)
+    held = claim(first, 1, now=T0 + 2)
+    first.close()
+    db = sqlite3.connect(path)
+    db.create_function("sha1_64", 1, sha1_64)
+    db.execute("UPDATE items SET h = sha1_64(url)")
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    db.close()
+
+    again = SqliteFrontier(path)
+    try:
+        keys = again._db.execute("SELECT url, h FROM items").fetchall()
+        assert keys and all(h == url_key(u) for u, h in keys)
+        assert again.ack(held, [done(i.url) for i in held.items], now=T0 + 3).accepted == 1
+        result = offer(again, [url(i) for i in range(6)], now=T0 + 4, run_id="r2")
+        assert (result.fresh_skipped, result.already_queued, result.enqueued) == (3, 3, 0)
+        assert again.counts(SRC).total == 6  # found by their new keys: nothing inserted twice
+    finally:
+        again.close()
+    check = sqlite3.connect(path)
+    assert check.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    check.close()
+
+
+def test_urls_sharing_a_key_are_told_apart(tmp_path: Path) -> None:
+    # the same shape and number: one key ("007" and "7"), two URLs, two items
+    a, b = "https://example.org/items/007.json", "https://example.org/items/7.json"
+    assert url_key(a) == url_key(b)
+    f = SqliteFrontier(tmp_path / "f.db")
+    try:
+        assert offer(f, [a, b, a], run_id="r1").enqueued == 2
+        lease = claim(f, 10)
+        assert sorted(i.url for i in lease.items) == sorted([a, b])
+        assert f.ack(lease, [done(a)], now=T0 + 1).accepted == 1
+        assert f.counts(SRC) == StateCounts(leased=1, done=1)
+        result = offer(f, [a, b], now=T0 + 2, run_id="r2")
+        assert (result.fresh_skipped, result.already_queued) == (1, 1)
+    finally:
+        f.close()
