@@ -66,6 +66,16 @@ independent per URL.
 
 Costs and limits
 ----------------
+Planning touches a leftover queue a page at a time: :meth:`adopt` (an unchanged plan tags the
+queued and leased items) and :meth:`sweep` (a changed plan settles the ones the list dropped) run
+one script per ``page`` members (2,000) of the queue indexes, so Redis is held for milliseconds
+per script, not the ~50 s one script took over a million items. The pages read the sorted sets
+by position, and a helper's claim, ack or release between two pages moves members, so a walk
+may pass over an item; each script also returns how many queued or leased items are still not
+the run's (exact: the source's counters minus the run's), and the walk goes round again until
+none is. An item is never counted twice (a page only counts the items it tags). The done and
+expired items a sweep marks unlisted are walked once.
+
 A claim that finds many items past their queue TTL expires them all in that one script (as
 SQLite does in one transaction), blocking Redis for a few microseconds per item. Redis without
 persistence loses the queue *and* the fencing counter on restart, so tokens would start again at
@@ -117,6 +127,9 @@ from collector.frontier.base import (
 __all__ = ["RedisFrontier"]
 
 _CHUNK = 500  # URLs per offer script: bounded script run time, few round trips
+# queue index members read by one adopt or sweep script: a page of a large leftover queue holds
+# Redis for milliseconds, not the ~50 s one script took for a million items
+_PAGE = 2_000
 _MAX_OFFER_ROUNDS = 100  # re-decisions of one chunk under contention before giving up
 # The scripts, in lua/<name>.lua, each run after lua/prelude.lua (key names, record access,
 # counters, queue and expiry indexes). Every file says its KEYS, ARGV and reply.
@@ -138,6 +151,7 @@ _SCRIPTS = (
     "sweep",
     "adopt_tag",
     "due_read",
+    "sweep_due",
 )
 
 
@@ -164,8 +178,11 @@ class RedisFrontier(Closing):
     (left open by :meth:`close`). Construction pings the server, so a wrong URL fails here.
     """
 
-    def __init__(self, url_or_client: str | redis.Redis, *, prefix: str = "collector") -> None:
+    def __init__(
+        self, url_or_client: str | redis.Redis, *, prefix: str = "collector", page: int = _PAGE
+    ) -> None:
         self.prefix = prefix
+        self.page = page  # members of the queue indexes one adopt or sweep script reads
         self._token_key = f"{prefix}:fencing_token"
         if isinstance(url_or_client, str):
             self.url = describe_url(url_or_client)
@@ -300,8 +317,45 @@ class RedisFrontier(Closing):
         return result
 
     def sweep(self, source: str, run_id: str, *, retire: bool) -> SweepResult:
-        carried, retired = self._run("sweep", "sweep", source, [run_id, "1" if retire else "0"])
-        return SweepResult(carried=int(carried), retired=int(retired))
+        result = SweepResult()
+        for carried, retired in self._tag_pages("sweep", source, [run_id, "1" if retire else "0"]):
+            result.carried += carried
+            result.retired += retired
+        ki, pos = 1, 0
+        while ki <= 2:  # done and expired items the list dropped: marked unlisted, a page a call
+            ki, pos = (
+                int(v)
+                for v in self._run("sweep", "sweep_due", source, [run_id, ki, pos, self.page])
+            )
+        return result
+
+    def _tag_pages(self, script: str, source: str, args: list[str]) -> Iterator[list[int]]:
+        """Run ``script`` (adopt_tag or sweep) a page at a time until no queued or leased item is
+        left untagged; yields each page's counts (tagged; or carried and retired).
+
+        Each page is atomic, the walk is not: a claim, ack or release between two pages moves
+        items between the sorted sets the pages read by position, so the walk may pass over
+        some. The script returns how many are still left (exact, from the counters), and the
+        walk goes round again until none is: every item queued or leased when the walk ends is
+        the run's, however helpers moved items meanwhile.
+        """
+        ki, pos, idle_rounds, changed = 1, 0, 0, 0
+        while True:
+            reply = [int(v) for v in self._run(script, script, source, [*args, ki, pos, self.page])]
+            *counts, ki, pos, left = reply
+            yield counts
+            changed += sum(counts)
+            if left <= 0:
+                return
+            if ki > 3:  # a round over leased, queued and delayed items is done: go round again
+                idle_rounds = 0 if changed else idle_rounds + 1
+                if idle_rounds >= 3:
+                    raise BackendError(
+                        f"frontier {self.url}: {script} failed: the counters of source "
+                        f"{source!r} say {left} queued or leased items are not tagged yet, but "
+                        "the queue indexes hold none of them"
+                    )
+                ki, pos, changed = 1, 0, 0
 
     def adopt(
         self,
@@ -313,7 +367,9 @@ class RedisFrontier(Closing):
         rank_for: RankFor,
         fresh_for: FreshFor,
     ) -> OfferResult:
-        result = OfferResult(already_queued=int(self._run("adopt", "adopt_tag", source, [run_id])))
+        result = OfferResult()
+        for (tagged,) in self._tag_pages("adopt_tag", source, [run_id]):
+            result.already_queued += tagged
         while True:
             args = [_num(now), _CHUNK, run_id]
             urls = json.loads(self._run("adopt", "due_read", source, args))

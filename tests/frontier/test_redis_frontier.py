@@ -52,12 +52,12 @@ _OPS = (
 )
 
 
-def _differential(redis_url: str, seed: int, steps: int) -> None:
+def _differential(redis_url: str, seed: int, steps: int, page: int = 2_000) -> None:
     rng = random.Random(seed)
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
     client.close()
-    ours, ref = RedisFrontier(redis_url), SqliteFrontier(":memory:")
+    ours, ref = RedisFrontier(redis_url, page=page), SqliteFrontier(":memory:")
     pool = [url(i) for i in range(12)]
     base_rank = {u: float(rng.choice([1, 2, 2, 3])) for u in pool}  # ties on purpose
 
@@ -160,6 +160,13 @@ def _differential(redis_url: str, seed: int, steps: int) -> None:
 @pytest.mark.parametrize("seed", range(12))
 def test_same_results_as_sqlite(redis_url: str, seed: int) -> None:
     _differential(redis_url, seed, 250)
+
+
+@pytest.mark.parametrize("seed", range(100, 106))
+def test_same_results_as_sqlite_when_adopt_and_sweep_read_two_members_a_page(
+    redis_url: str, seed: int
+) -> None:
+    _differential(redis_url, seed, 250, page=2)
 
 
 # --- several connections ---------------------------------------------------------------------
@@ -509,3 +516,72 @@ def test_unusual_urls_and_errors_round_trip(frontier: RedisFrontier, redis_url: 
     done = [Completed(u, T0 + 100, T0 + 1) for u in odd]
     assert frontier.ack(again, done, now=T0 + 1).accepted == len(odd)
     assert offer(frontier, odd, now=T0 + 2).fresh_skipped == len(odd)
+
+
+# --- adopt and sweep of a large leftover queue, a page at a time ---------------------------------
+def test_adopt_and_sweep_read_a_large_queue_a_page_per_script(redis_url: str) -> None:
+    frontier = RedisFrontier(redis_url, page=10)
+    try:
+        offer(frontier, [url(i) for i in range(95)], run_id="r1")
+        sent = _count_commands(frontier)
+        adopted = frontier.adopt(
+            SRC, "r2", now=T0, queue_ttl_s=QUEUE_TTL, rank_for=lambda *_: 1.0,
+            fresh_for=lambda _: FRESH,
+        )  # fmt: skip
+        assert adopted.already_queued == 95
+        assert sent.count("EVALSHA") >= 10 + 1  # ten pages of tags, then the due read
+        assert frontier.run_counts(SRC, "r2") == StateCounts(queued=95)
+        sent.clear()
+        offer(frontier, [url(i) for i in range(40)], run_id="r3")  # 55 are no longer listed
+        sent.clear()
+        assert frontier.sweep(SRC, "r3", retire=True).retired == 55
+        assert sent.count("EVALSHA") >= 6
+        assert frontier.run_counts(SRC, "r3") == StateCounts(queued=40, retired=55)
+    finally:
+        frontier.close()
+
+
+def _untagged(frontier: RedisFrontier, run_id: str) -> int:
+    """Queued and leased items of SRC not tagged with run_id (the frontier's own counts)."""
+    everyone, ours = frontier.counts(SRC), frontier.run_counts(SRC, run_id)
+    return everyone.queued + everyone.leased - ours.queued - ours.leased
+
+
+@pytest.mark.parametrize("script", ["adopt_tag", "sweep"])
+def test_claims_between_pages_leave_no_item_out_of_the_run(redis_url: str, script: str) -> None:
+    """A helper claims and acks between the pages of an adopt or a sweep: the walk by position
+    passes over some items, goes round again, and ends with every queued or leased item the
+    run's, each counted once."""
+    frontier, helper = RedisFrontier(redis_url, page=10), RedisFrontier(redis_url)
+    try:
+        ranks = {url(i): float(100 - i) for i in range(60)}
+        offer(frontier, list(ranks), run_id="r1", rank_for=lambda u, *_: ranks[u])
+        args = ["r2"] if script == "adopt_tag" else ["r2", "1"]
+        pages = frontier._tag_pages(script, SRC, args)
+        counted = [next(pages)]  # the first 10 by rank are the run's now
+        assert _untagged(frontier, "r2") == 50
+        # the helper leases 20 from the head of the queue: to the set of leased items, which
+        # the walk has read already (and, adopting, the queue's positions shift under it)
+        held = helper.claim(SRC, 20, now=T0, lease_s=LEASE, holder="helper")
+        counted.append(next(pages))
+        # five more are leased and acked done before the walk reaches them: not the run's
+        gone = helper.claim(SRC, 5, now=T0, lease_s=LEASE, holder="helper")
+        helper.ack(gone, [Completed(i.url, T0 + FRESH, T0) for i in gone.items], now=T0)
+        counted += list(pages)
+        assert len(counted) >= 6  # 55 in pages of 10, and a second round for the 20 leased
+        assert _untagged(frontier, "r2") == 0
+        tally = [sum(c) for c in zip(*counted, strict=True)]
+        mine = frontier.run_counts(SRC, "r2")
+        assert sum(tally) == mine.total == 55
+        if script == "sweep":  # 10 retired, then 20 leased (carried), then 25 retired
+            assert tally == [20, 35]
+            assert mine == StateCounts(leased=20, retired=35)
+        else:
+            assert mine == StateCounts(queued=35, leased=20)
+        assert helper.release(held, now=T0) == 20  # the helper gives them back: the run's still
+        assert frontier.run_counts(SRC, "r2").total == 55
+        assert frontier.counts(SRC).done == 5
+        assert frontier.run_counts(SRC, "r1") == StateCounts(done=5)
+    finally:
+        helper.close()
+        frontier.close()

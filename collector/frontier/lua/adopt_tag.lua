@@ -1,10 +1,13 @@
--- ARGV: run_id. An unchanged plan: every queued or leased item joins the run (tagged with it).
--- Returns how many were tagged (those already the run's are not counted).
+-- ARGV: run_id, set (1 leased, 2 queued, 3 delayed), position, page size. An unchanged plan: the
+-- queued and leased items not yet the run's join it (tagged with it), one page per call so that
+-- Redis is never held for long (see page_sets). Returns tagged, the next set and position, and
+-- how many are left to tag (exact: the source's queued and leased minus the run's).
 local run = run_number(ARGV[1])
+local left = not_ours(run)
 local tagged = 0
-for _, key in ipairs({K_L, K_Q, K_D}) do
-  local state = key == K_L and L or Q
-  each_member(key, function(url)
+local ki, pos = page_sets({K_L, K_Q, K_D}, tonumber(ARGV[2]), tonumber(ARGV[3]),
+  tonumber(ARGV[4]), function(url, key)
+    local state = key == K_L and L or Q
     local rec, k, f = load(url)
     if rec and rec[1] == state and rec[2] ~= run then
       bump(rec[2], state, -1); bump(run, state, 1)
@@ -13,7 +16,6 @@ for _, key in ipairs({K_L, K_Q, K_D}) do
       tagged = tagged + 1
     end
     return false
-  end)
-end
+  end, function() return tagged < left end)
 flush_counts()
-return tagged
+return {tagged, ki, pos, left - tagged}

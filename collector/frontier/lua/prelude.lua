@@ -117,15 +117,30 @@ local function run_number(run_id)
   return run
 end
 
--- call fn(url) for every member of a sorted set, in pages; fn returns true when it removed the
--- member (the script is atomic, so the only changes under the pages are its own)
-local function each_member(key, fn)
-  local start = 0
-  while true do
-    local page = redis.call('ZRANGE', key, start, start + 4999)
-    if #page == 0 then return end
-    for _, url in ipairs(page) do
-      if not fn(url) then start = start + 1 end
+-- queued and leased items of the source not tagged with run: exact, from the counters
+local function not_ours(run)
+  local n = redis.call('HMGET', K_N, Q, L)
+  local r = redis.call('HMGET', B .. ':rc:' .. run, Q, L)
+  return (tonumber(n[1]) or 0) + (tonumber(n[2]) or 0) - (tonumber(r[1]) or 0)
+    - (tonumber(r[2]) or 0)
+end
+
+-- One page of a walk over the sorted sets keys[1..]: from set ki, position pos, at most budget
+-- members while more() is true. fn(url, key) returns true when it removed the member (the next
+-- one then takes its position). Returns where the next page starts (ki = #keys + 1: all read).
+-- Between pages other clients may move members, so a walk by position may miss some: callers
+-- that must see every member go round again until an exact count says none is left.
+local function page_sets(keys, ki, pos, budget, fn, more)
+  while ki <= #keys and budget > 0 and more() do
+    local page = redis.call('ZRANGE', keys[ki], pos, pos + math.min(budget, 1000) - 1)
+    if #page == 0 then
+      ki, pos = ki + 1, 0
+    else
+      for _, url in ipairs(page) do
+        if not fn(url, keys[ki]) then pos = pos + 1 end
+        budget = budget - 1
+      end
     end
   end
+  return ki, pos
 end

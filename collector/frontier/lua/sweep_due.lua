@@ -1,0 +1,19 @@
+-- ARGV: run_id, set (1 the due index of done items, 2 expired items), position, page size. After
+-- sweep: done and expired items the list no longer names (not tagged with the run) are marked
+-- unlisted and leave their index, so an unchanged plan never queues them again; they are not
+-- the run's business and keep their run. One page per call (see page_sets). Returns the next
+-- set and position.
+local run = run_number(ARGV[1])
+local ki, pos = page_sets({K_F, K_E}, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
+  function(url, key)
+    local state = key == K_F and D or E
+    local rec, k, f = load(url)
+    if rec and rec[1] == state and rec[2] == run then return false end
+    if rec and rec[1] == state then
+      rec[14] = 1
+      save(k, f, rec)
+    end
+    redis.call('ZREM', key, url)
+    return true
+  end, function() return true end)
+return {ki, pos}
