@@ -12,10 +12,12 @@ of its own so its peak RSS (``ru_maxrss``) is that plan's alone:
 3. ``unchanged, all fresh``: every item is then made done and fresh (SQLite: one UPDATE, a
    shortcut; Redis: claims and acks of 10,000), and the source planned again: nothing is due
    (target <= 2 s);
-4. ``changed``: the range grown by 1 % (a full plan: every seed offered again, 1 % new).
+4. ``changed``: the range grown by 1 % (a difference plan: only the 1 % new offered);
+5. ``edited``: ``on_removed`` switched (a full plan: every seed offered again, all known).
 
 Then storage per queued URL: the SQLite file (after a checkpoint) / N (target <= 200 bytes), and
-Redis ``used_memory`` growth / N (target <= 230). Peak RSS target: <= 200 MB whatever N.
+Redis ``used_memory`` growth / N (target <= 230). Peak RSS target: <= 200 MB whatever N. On
+Redis, the longest command of each plan (from its slow log): how long a plan held the server.
 Redis runs as a throwaway server on a free port (tests/servers.py). The machine is shared:
 ``uptime`` is printed with the figures; compare only within one run.
 """
@@ -39,12 +41,15 @@ sys.path.insert(0, str(ROOT))
 TARGETS = {"rate": 150_000, "unchanged_s": 2.0, "rss_mb": 200, "sqlite_b": 200, "redis_b": 230}
 
 
-def write_source(folder: Path, n: int, frontier: dict[str, Any]) -> Path:
+def write_source(
+    folder: Path, n: int, frontier: dict[str, Any], on_removed: str = "retire"
+) -> Path:
     import yaml
 
+    seeds = {"template": "http://127.0.0.1:9/items/{i}.json", "range": [0, n]}
     source = {
         "name": "plan-bench",
-        "seeds": {"template": "http://127.0.0.1:9/items/{i}.json", "range": [0, n]},
+        "seeds": {**seeds, "on_removed": on_removed},
         "record": {"key": "id"},
         "sink": {"type": "jsonl", "path": "out"},
         "state_dir": "state",
@@ -81,14 +86,23 @@ def child(path: str, run_id: str) -> None:
     )
 
 
+def longest_script_ms(client: Any) -> float:
+    """The longest command Redis ran since the last call (its slow log, reset here), in ms."""
+    entries = client.slowlog_get(1024)
+    client.slowlog_reset()
+    return max((entry["duration"] / 1000 for entry in entries), default=0.0)
+
+
 def plan_in_child(path: Path, run_id: str) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, __file__, "--child", str(path), run_id],
-        check=True,
+        check=False,
         capture_output=True,
         text=True,
         cwd=ROOT,
     )
+    if out.returncode != 0:
+        raise SystemExit(f"the plan {run_id} failed:\n{out.stderr}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
@@ -102,10 +116,17 @@ def bench_backend(kind: str, n: int, folder: Path, redis_url: str | None) -> dic
         assert redis_url is not None
         client = redis.Redis.from_url(redis_url)
         client.flushall()
+        # every command over 10 ms goes to the slow log: the longest one a plan ran is how long
+        # it held Redis (other clients wait that long)
+        client.config_set("slowlog-log-slower-than", 10_000)
+        client.config_set("slowlog-max-len", 1024)
+        client.slowlog_reset()
         base_memory = int(client.info("memory")["used_memory"])
     path = write_source(folder, n, frontier)
     figures: dict[str, Any] = {"backend": kind, "n": n}
     figures["new"] = plan_in_child(path, "bench-new")
+    if client is not None:
+        figures["new"]["longest_ms"] = longest_script_ms(client)
     assert figures["new"]["discovered"] == n, figures["new"]
     if kind == "sqlite":
         import sqlite3
@@ -120,16 +141,31 @@ def bench_backend(kind: str, n: int, folder: Path, redis_url: str | None) -> dic
         used = int(client.info("memory")["used_memory"]) - base_memory
         figures["bytes_per_url"] = used / n
     figures["unchanged"] = plan_in_child(path, "bench-unchanged")
+    if client is not None:
+        figures["unchanged"]["longest_ms"] = longest_script_ms(client)
     assert figures["unchanged"]["plan"] == "incremental", figures["unchanged"]
     assert figures["unchanged"]["discovered"] == n, figures["unchanged"]
     all_done(kind, folder, redis_url)
+    if client is not None:
+        longest_script_ms(client)  # the bench's own claims and acks
     figures["fresh"] = plan_in_child(path, "bench-fresh")
     assert figures["fresh"]["plan"] == "incremental", figures["fresh"]
     assert figures["fresh"]["discovered"] == 0, figures["fresh"]
     grown = n + max(1, n // 100)
     write_source(folder, grown, frontier)
     figures["changed"] = plan_in_child(path, "bench-changed")
-    assert figures["changed"]["discovered"] == grown, figures["changed"]
+    if client is not None:
+        figures["changed"]["longest_ms"] = longest_script_ms(client)
+    # a difference plan: the 1 % new offered, the rest fresh (nothing due)
+    assert figures["changed"]["plan"] == "difference", figures["changed"]
+    assert figures["changed"]["discovered"] == grown - n, figures["changed"]
+    write_source(folder, grown, frontier, on_removed="collect")
+    figures["edited"] = plan_in_child(path, "bench-edited")
+    if client is not None:
+        figures["edited"]["longest_ms"] = longest_script_ms(client)
+    # an edit other than the range: every seed offered again, all of them known
+    assert figures["edited"]["plan"] == "full", figures["edited"]
+    assert figures["edited"]["discovered"] == grown, figures["edited"]
     if client is not None:
         client.close()
     return figures
@@ -170,7 +206,7 @@ def report(figures: dict[str, Any]) -> None:
     fresh = figures["fresh"]
     rate = n / new["seconds"]
     storage_target = TARGETS["sqlite_b" if kind == "sqlite" else "redis_b"]
-    peak = max(run["peak_rss_mb"] for run in (new, same, fresh, changed))
+    peak = max(run["peak_rss_mb"] for run in (new, same, fresh, changed, figures["edited"]))
     print(f"\n{kind}, {n:,} URLs (template + range):")
     cpu_rate = n / max(new["cpu_s"], 1e-9)
     print(
@@ -190,16 +226,33 @@ def report(figures: dict[str, Any]) -> None:
         f"  {new['seconds'] / max(fresh['seconds'], 1e-9):,.0f} x less than the new plan"
         f"  peak RSS {fresh['peak_rss_mb']:.0f} MB"
     )
+    edited = figures["edited"]
     print(
-        f"  changed (+1 %)  {changed['seconds']:8.2f} s wall {changed['cpu_s']:7.2f} s CPU"
-        f"  {changed['discovered'] / changed['seconds']:9,.0f} URLs/s wall"
-        f"  peak RSS {changed['peak_rss_mb']:.0f} MB"
+        f"  range +1 % (difference plan) {changed['seconds']:8.2f} s wall"
+        f" {changed['cpu_s']:7.2f} s CPU  {new['cpu_s'] / max(changed['cpu_s'], 1e-9):,.0f} x"
+        f" less CPU than the new plan  peak RSS {changed['peak_rss_mb']:.0f} MB"
+    )
+    print(
+        f"  edited, all known (full plan) {edited['seconds']:8.2f} s wall"
+        f" {edited['cpu_s']:7.2f} s CPU  {edited['discovered'] / edited['cpu_s']:9,.0f} URLs"
+        f" per CPU second  peak RSS {edited['peak_rss_mb']:.0f} MB"
     )
     print(
         f"  storage         {figures['bytes_per_url']:8.1f} bytes per queued URL"
         f"  (target <= {storage_target}; ratio {figures['bytes_per_url'] / storage_target:.2f})"
     )
     print(f"  peak RSS        {peak:8.0f} MB (target <= {TARGETS['rss_mb']})")
+    if "longest_ms" in new:
+        held = ", ".join(
+            f"{name} {run.get('longest_ms', 0.0):,.0f} ms"
+            for name, run in (
+                ("new", new),
+                ("unchanged", same),
+                ("changed", changed),
+                ("edited", edited),
+            )
+        )
+        print(f"  longest script  {held} (Redis held that long; 0: none over 10 ms)")
 
 
 def main() -> None:

@@ -553,16 +553,21 @@ class Source(_Section):
                     line = line.strip()
                     if line and not line.startswith("#"):
                         yield line
-        if self.seeds.template is not None and self.seeds.range is not None:
-            template = self.seeds.template
-            start, stop = self.seeds.range
-            head, _, tail = template.partition("{i}")
-            if "{" in head + tail or "}" in head + tail:
-                for i in range(start, stop):
-                    yield template.format(i=i)
-            else:  # the common case: plain text around one {i} (3 x faster than format)
-                for i in range(start, stop):
-                    yield f"{head}{i}{tail}"
+        if self.seeds.range is not None:
+            yield from self.template_urls(*self.seeds.range)
+
+    def template_urls(self, start: int, stop: int) -> Iterator[str]:
+        """The template's URLs for ``i`` in ``[start, stop)`` (none without a template)."""
+        template = self.seeds.template
+        if template is None:
+            return
+        head, _, tail = template.partition("{i}")
+        if "{" in head + tail or "}" in head + tail:
+            for i in range(start, stop):
+                yield template.format(i=i)
+        else:  # the common case: plain text around one {i} (3 x faster than format)
+            for i in range(start, stop):
+                yield f"{head}{i}{tail}"
 
     def seed_mark(self) -> str:
         """A digest of everything that decides the seed list a plan offers and refuses.
@@ -572,16 +577,27 @@ class Source(_Section):
         again (collector.run.collection.Collection.plan). ``on_removed`` counts too: items an
         earlier ``collect`` plan carried over are still queued, and a switch to ``retire`` must
         sweep them, which only a full plan does.
+
+        A list that is a template alone keeps its range out of the digest and after it
+        (``sha256:<hex> range=<start>,<stop>``), so a plan can tell that only the range changed
+        and offer just the difference (collector.run.seeds.range_change).
         """
         digest = hashlib.sha256()
         settings = self.seeds.model_dump(mode="json")
+        template_only = not self.seeds.urls and self.seeds.file is None
+        if template_only:
+            settings.pop("range", None)
         policy = [self.allow_private_networks, sorted(self.limits.allowed_hosts)]
-        digest.update(json.dumps(["seeds/1", settings, policy], sort_keys=True).encode())
+        digest.update(json.dumps(["seeds/2", settings, policy], sort_keys=True).encode())
         if self.seeds.file is not None:
             with self.path(self.seeds.file).open("rb") as handle:
                 while block := handle.read(1 << 20):
                     digest.update(block)
-        return "sha256:" + digest.hexdigest()
+        mark = "sha256:" + digest.hexdigest()
+        if template_only and self.seeds.range is not None:
+            start, stop = self.seeds.range
+            mark += f" range={start},{stop}"
+        return mark
 
     def resolve(self, value: str, *, field: str) -> str:
         """Replace ``${env:NAME}`` and ``${secret:NAME}`` in ``value``.

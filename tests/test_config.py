@@ -227,6 +227,24 @@ def test_seed_mark_follows_what_decides_the_seed_list(full_source: Path):
     assert load_source(full_source).seed_mark() != mark  # the file's contents count
 
 
+def test_a_template_alone_keeps_its_range_beside_the_digest(tmp_path: Path):
+    def mark(**seeds: Any) -> str:
+        return load_source(write(tmp_path, minimal(seeds=seeds), "m.yaml")).seed_mark()
+
+    template = "https://e.com/items/{i}.json"
+    first = mark(template=template, range=[0, 10])
+    assert first.endswith(" range=0,10")
+    grown = mark(template=template, range=[0, 20])
+    assert grown.partition(" range=")[0] == first.partition(" range=")[0]
+    assert grown.endswith(" range=0,20")
+    other = mark(template="https://e.com/other/{i}.json", range=[0, 10])
+    assert other.partition(" range=")[0] != first.partition(" range=")[0]
+    # with urls (or a file) beside it, the range is in the digest: no difference plan
+    mixed = mark(template=template, range=[0, 10], urls=["https://e.com/a"])
+    assert " range=" not in mixed
+    assert mark(template=template, range=[0, 20], urls=["https://e.com/a"]) != mixed
+
+
 def test_on_removed_accepts_only_its_two_policies(tmp_path: Path):
     good = write(tmp_path, minimal(seeds={"urls": ["https://e.com/a"], "on_removed": "collect"}))
     assert load_source(good).seeds.on_removed == "collect"

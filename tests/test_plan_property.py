@@ -48,6 +48,23 @@ runs = st.lists(
 )
 
 
+# the same, with the list a template over a range: a range-only change is a difference plan
+_window = st.integers(0, POOL - 1).flatmap(
+    lambda a: st.integers(a + 1, POOL).map(lambda b: frozenset(range(a, b)))
+)
+ranged_runs = st.lists(
+    st.tuples(
+        _window,
+        st.sampled_from(["retire", "collect"]),
+        st.integers(0, 30),
+        st.sampled_from([0.0, 10.0, 150.0]),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
 async def _drain(run: Collection, limit: int) -> list[str]:
     claimed: list[str] = []
     while len(claimed) < limit:
@@ -96,18 +113,51 @@ def test_every_run_balances_on_a_redis_frontier(redis_url: str, plan: list) -> N
         asyncio.run(_play(Path(folder), plan, section))
 
 
-async def _play(folder: Path, plan: list, backend: dict) -> None:
+@_EXAMPLES
+@given(ranged_runs)
+def test_every_run_balances_when_a_template_range_moves(plan: list) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        asyncio.run(_play(Path(folder), plan, {}, template=True))
+
+
+@_EXAMPLES
+@given(ranged_runs)
+def test_every_run_balances_when_a_template_range_moves_on_redis(
+    redis_url: str, plan: list
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        section = {"frontier": {"type": "redis", "url": redis_url}, "name": Path(folder).name}
+        asyncio.run(_play(Path(folder), plan, section, template=True))
+
+
+def _seeds(listed: frozenset[int], template: bool) -> dict:
+    if template:  # listed is a window: range(min, max + 1)
+        return {
+            "template": _url(0).replace("/0.json", "/{i}.json"),
+            "range": [min(listed), max(listed) + 1],
+        }
+    return {"urls": [_url(n) for n in sorted(listed)]}
+
+
+async def _play(folder: Path, plan: list, backend: dict, *, template: bool = False) -> None:
     clock = [1_700_000_000.0]
     listed: frozenset[int] = frozenset()
     ever: set[str] = set()
     fresh_until: dict[str, float] = {}
+    before: tuple[frozenset[int], str] | None = None  # the last plan's list and policy
     for number, (seeds, on_removed, limit, step, same) in enumerate(plan):
         if not same or not listed:
             listed = seeds
+        kind = "full"
+        if before == (listed, on_removed):
+            kind = "incremental"
+        elif template and before is not None and before[1] == on_removed:
+            kind = "difference"  # only the range changed
+        before = (listed, on_removed)
         clock[0] += step
         path = write_source(
             folder,
-            seeds={"urls": [_url(n) for n in sorted(listed)], "on_removed": on_removed},
+            seeds={**_seeds(listed, template), "on_removed": on_removed},
             ttl={"default_fresh_s": FRESH_S, "queue_ttl_s": 10_000},
             state_dir="state",
             **backend,
@@ -115,6 +165,7 @@ async def _play(folder: Path, plan: list, backend: dict) -> None:
         source = load_source(path)
         with Collection(source, run_id=f"run-{number}", clock=lambda: clock[0]) as run:
             ledger = run.plan()
+            assert ledger.plan == kind, (number, ledger.plan, kind)
             claimed = await _drain(run, limit)
             ledger = run.finish()
             assert ledger.balanced, (number, ledger.problems)

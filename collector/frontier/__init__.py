@@ -12,6 +12,7 @@ from collector.frontier.base import (
     Outcome,
     RetryLater,
     StateCounts,
+    SweepResult,
 )
 from collector.frontier.sqlite import SqliteFrontier
 
@@ -28,4 +29,5 @@ __all__ = [
     "RetryLater",
     "SqliteFrontier",
     "StateCounts",
+    "SweepResult",
 ]

@@ -10,14 +10,16 @@ Every URL of a source has one row and one state::
       │  └─seed list no longer lists it, on_removed: retire──▶ retired ──(listed again)──▶ queued
       └──lease expired (holder died)──┘
 
-Planning comes in two shapes. A plan of a *changed* seed list offers every seed
+Planning comes in three shapes. A plan of a *changed* seed list offers every seed
 (:meth:`Frontier.offer` with ``once_per_run``, which needs no memory per URL: a URL already
 tagged with the run is a duplicate) and then settles the items queued by earlier plans that the
 new list no longer names (:meth:`Frontier.sweep`: retired, or carried into this run to be
-collected). A plan of an *unchanged* seed list (the seed mark kept by :meth:`Frontier.plan_mark`
-is the same) offers nothing: :meth:`Frontier.adopt` takes the items that are due (queued,
-leased, expired, or done whose freshness ran out: the last two through an index by due time)
-into the run, so its cost is that of the due items, not of the seed list.
+collected). When only a template's range changed, a plan offers the URLs that joined the list,
+:meth:`Frontier.unlist` settles the ones that left it the same way, and the rest is adopted as
+below. A plan of an *unchanged* seed list (the seed mark kept by :meth:`Frontier.plan_mark` is
+the same) offers nothing: :meth:`Frontier.adopt` takes the items that are due (queued, leased,
+expired, or done whose freshness ran out: the last two through an index by due time) into the
+run, so its cost is that of the due items, not of the seed list.
 
 A claim takes the best-ranked due items as a *lease*: the items are invisible to other claims
 until the lease expires or is acked, and the lease carries a *fencing token*, a number from a
@@ -67,9 +69,9 @@ class Offer(NamedTuple):
     fresh_s: float  # freshness TTL that applies to this URL (used for its urgency)
 
 
-@dataclass(frozen=True, slots=True)
-class StoredRow:
-    """What planning needs to know about a URL already in the frontier."""
+class StoredRow(NamedTuple):
+    """What planning needs to know about a URL already in the frontier (a named tuple: a plan
+    that lists known URLs again makes one per URL)."""
 
     state: ItemState
     fresh_until: float | None
@@ -246,6 +248,17 @@ class Frontier(Protocol):
         URL again makes it listed. Done and expired items not tagged with ``run_id`` are marked
         unlisted too, for the same reason (they are not counted: not the run's business).
         Returns the counts; every queued or leased item is tagged, none dropped.
+        """
+        ...
+
+    def unlist(self, source: str, urls: Iterable[str], run_id: str, *, retire: bool) -> SweepResult:
+        """Settle the given URLs as :meth:`sweep` settles the items a list no longer names.
+
+        For a plan of a seed list that changed in a known way (a template's range shrank): the
+        URLs that left the list are named, so nothing else is read. Queued and leased items not
+        tagged with ``run_id`` are tagged and marked unlisted (queued ones retired with
+        ``retire``); done and expired ones are marked unlisted (not counted); unknown URLs, dead
+        and retired items are left alone. Streamed in chunks: constant memory.
         """
         ...
 

@@ -96,7 +96,7 @@ import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.exceptions import RedisError
@@ -126,6 +126,8 @@ from collector.frontier.base import (
 
 __all__ = ["RedisFrontier"]
 
+_T = TypeVar("_T")
+
 _CHUNK = 500  # URLs per offer script: bounded script run time, few round trips
 # queue index members read by one adopt or sweep script: a page of a large leftover queue holds
 # Redis for milliseconds, not the ~50 s one script took for a million items
@@ -152,10 +154,11 @@ _SCRIPTS = (
     "adopt_tag",
     "due_read",
     "sweep_due",
+    "unlist",
 )
 
 
-def _chunks(items: Iterable[Offer], size: int) -> Iterator[list[Offer]]:
+def _chunks(items: Iterable[_T], size: int) -> Iterator[list[_T]]:
     iterator = iter(items)
     while chunk := list(islice(iterator, size)):
         yield chunk
@@ -327,6 +330,16 @@ class RedisFrontier(Closing):
                 int(v)
                 for v in self._run("sweep", "sweep_due", source, [run_id, ki, pos, self.page])
             )
+        return result
+
+    def unlist(self, source: str, urls: Iterable[str], run_id: str, *, retire: bool) -> SweepResult:
+        result = SweepResult()
+        flag = "1" if retire else "0"
+        for chunk in _chunks(urls, _CHUNK):
+            packed = json.dumps(chunk, ensure_ascii=False)
+            carried, retired = self._run("unlist", "unlist", source, [run_id, flag, packed])
+            result.carried += int(carried)
+            result.retired += int(retired)
         return result
 
     def _tag_pages(self, script: str, source: str, args: list[str]) -> Iterator[list[int]]:

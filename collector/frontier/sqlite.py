@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from itertools import islice
 from pathlib import Path
+from typing import TypeVar
 
 from collector._closing import Closing
 from collector.errors import BackendError
@@ -56,6 +57,8 @@ from collector.frontier.url_key import url_key
 from collector.sqlite_tx import write_transaction
 
 __all__ = ["SqliteFrontier", "url_key"]
+
+_T = TypeVar("_T")
 
 SCHEMA_VERSION = 3
 # state numbers (the position in STATES, from 1); written into the SQL as literals so that the
@@ -145,10 +148,19 @@ _OFFER_CHUNK = 2_000  # URLs per offer transaction: fewer commits, bounded state
 _CACHE_KIB = 65_536  # page cache: the URL index is written at random places
 
 
-def _chunks(items: Iterable[Offer], size: int) -> Iterator[list[Offer]]:
+def _chunks(items: Iterable[_T], size: int) -> Iterator[list[_T]]:
     iterator = iter(items)
     while chunk := list(islice(iterator, size)):
         yield chunk
+
+
+def _key_filter(keys: list[int]) -> tuple[str, list[int]]:
+    """The WHERE term (and its parameters) that finds the rows of these URL keys: one range read
+    when they form a run (a template range), else a list. A range may bring other rows too."""
+    low, high = min(keys), max(keys)
+    if high - low <= 4 * len(keys):
+        return "h BETWEEN ? AND ?", [low, high]
+    return f"h IN ({','.join('?' * len(keys))})", keys
 
 
 class SqliteFrontier(Closing):
@@ -252,16 +264,12 @@ class SqliteFrontier(Closing):
         expires_at = now + queue_ttl_s
         for chunk in _chunks(offers, _OFFER_CHUNK):
             hashes = [url_key(o.url) for o in chunk]
-            low, high = min(hashes), max(hashes)
-            if high - low <= 4 * len(chunk):  # a run of keys (a template range): one range read
-                where, keys = "h BETWEEN ? AND ?", [low, high]
-            else:
-                where, keys = f"h IN ({','.join('?' * len(chunk))})", hashes
+            where, keys = _key_filter(hashes)
             with self._transaction() as db:
                 src, run = self._src(db, source), self._run(db, run_id)
                 # the stored rows of the chunk's URLs (a range read may bring others: unused)
                 rows = {
-                    url: (rowid, item_run, StoredRow(STATES[state - 1], fresh_until, fetched))
+                    url: (rowid, item_run, state, fresh_until, fetched)
                     for rowid, url, item_run, state, fresh_until, fetched in db.execute(
                         "SELECT id, url, run, state, fresh_until, last_fetched_at FROM items "
                         f"WHERE src = ? AND {where}",
@@ -295,7 +303,7 @@ class SqliteFrontier(Closing):
                         if once_per_run and found is not None and found[1] == run:
                             result.duplicates += 1
                             continue
-                        row = found[2] if found is not None else None
+                        row = None if found is None else StoredRow(STATES[found[2] - 1], *found[3:])
                         action = plan_decision(row, now)
                         if action == "enqueue":
                             result.enqueued += 1
@@ -361,6 +369,37 @@ class SqliteFrontier(Closing):
                     " AND run IS NOT ? AND gone IS NULL",
                     (src, run),
                 )
+        return result
+
+    def unlist(self, source: str, urls: Iterable[str], run_id: str, *, retire: bool) -> SweepResult:
+        result = SweepResult()
+        for chunk in _chunks(urls, _OFFER_CHUNK):
+            wanted = set(chunk)
+            where, keys = _key_filter([url_key(u) for u in chunk])
+            with self._transaction() as db:
+                src, run = self._src(db, source), self._run(db, run_id)
+                carry, drop, mark = [], [], []
+                for rowid, url, state, item_run, gone in db.execute(
+                    f"SELECT id, url, state, run, gone FROM items WHERE src = ? AND {where}",
+                    [src, *keys],
+                ):
+                    if url not in wanted or item_run == run:
+                        continue
+                    if state == L or (state == Q and not retire):
+                        carry.append((run, rowid))
+                    elif state == Q:
+                        drop.append((run, rowid))
+                    elif state in (D, E) and gone is None:
+                        mark.append((rowid,))
+                db.executemany("UPDATE items SET run = ?, gone = 1 WHERE id = ?", carry)
+                db.executemany(
+                    f"UPDATE items SET state = {R}, run = ?, gone = 1, lease_token = NULL"
+                    " WHERE id = ?",
+                    drop,
+                )
+                db.executemany("UPDATE items SET gone = 1 WHERE id = ?", mark)
+            result.carried += len(carry)
+            result.retired += len(drop)
         return result
 
     def adopt(

@@ -20,8 +20,9 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from collector.backends import open_deadletters, open_frontier, open_sink
@@ -35,8 +36,10 @@ from collector.frontier import (
     Frontier,
     Lease,
     Offer,
+    OfferResult,
     Outcome,
     RetryLater,
+    SweepResult,
 )
 from collector.ops import metrics, observability, tracing
 from collector.ops.scrub import Scrubber
@@ -44,7 +47,7 @@ from collector.policy.retry import RetryBudget
 from collector.policy.urls import HostPolicy
 from collector.run.ledger import Ledger
 from collector.run.replan import LiftedRefusals
-from collector.run.seeds import SeedCheck
+from collector.run.seeds import SeedCheck, range_change
 from collector.run.summary import Role, RunSummary
 from collector.settle.parse import RecordParser, dotted_get
 from collector.sinks import Sink, SinkRecord
@@ -187,11 +190,14 @@ class Collection:
 
         An unchanged seed list (its :meth:`~collector.config.Source.seed_mark` is the one the
         frontier kept from the last finished plan) is not offered again: only the items that
-        are due join the run (:meth:`Frontier.adopt`). Otherwise every seed is streamed to the
-        frontier in chunks (constant memory: repeats are told apart by the run's tag), malformed
-        or forbidden ones go to the dead letters in chunks, and items queued by earlier plans
-        that the list no longer names are retired or carried over (``seeds.on_removed``). The
-        mark is cleared first and stored last, so a plan cut short is done in full next time.
+        are due join the run (:meth:`Frontier.adopt`). A template whose range alone changed
+        offers only the numbers the range gained, settles the URLs of the numbers it lost
+        (:meth:`Frontier.unlist`) and adopts the rest (a ``difference`` plan). Otherwise every
+        seed is streamed to the frontier in chunks (constant memory: repeats are told apart by
+        the run's tag), and items queued by earlier plans that the list no longer names are
+        retired or carried over (``seeds.on_removed``). Malformed or forbidden seeds go to the
+        dead letters in chunks. The mark is cleared first and stored last, so a plan cut short
+        is done in full next time.
         """
         if self.validator is not None:
             self.validator.start()  # GX imports in the worker while we plan
@@ -211,9 +217,8 @@ class Collection:
                 return known
             return priority.rank_for(url, enqueued_at=now, age_s=age_s, fresh_s=fresh_s)
 
-        mark = source.seed_mark()
-        if self.frontier.plan_mark(name) == mark:
-            result = self.frontier.adopt(
+        def adopt() -> OfferResult:
+            return self.frontier.adopt(
                 name,
                 self.frontier_tag,
                 now=now,
@@ -221,11 +226,60 @@ class Collection:
                 rank_for=rank_for,
                 fresh_for=ttl.fresh_for,
             )
+
+        mark = source.seed_mark()
+        stored = self.frontier.plan_mark(name)
+        if stored == mark:
             ledger.plan = "incremental"
-            ledger.discovered = result.total
+            ledger.discovered = adopt().total
             return ledger
 
         self.frontier.set_plan_mark(name, None)
+        change = range_change(stored, mark)
+        retire = source.seeds.on_removed == "retire"
+        swept = SweepResult()
+        if change is not None:  # settle the URLs that left first: then adopt leaves them alone
+            for gone in change.removed:
+                part = self.frontier.unlist(
+                    name, source.template_urls(gone.start, gone.stop), self.frontier_tag,
+                    retire=retire,
+                )  # fmt: skip
+                swept.carried += part.carried
+                swept.retired += part.retired
+            seeds: Iterable[str] = chain.from_iterable(
+                source.template_urls(r.start, r.stop) for r in change.added
+            )
+        else:
+            seeds = source.seed_urls()
+        result = self._offer_seeds(seeds, now, rank_for)
+        if change is not None:
+            adopted = adopt()  # the unchanged part: what is due, as an unchanged plan takes it
+            ledger.plan = "difference"
+            ledger.discovered += adopted.total
+        else:
+            swept = self.frontier.sweep(name, self.frontier_tag, retire=retire)
+            ledger.plan = "full"
+        self.frontier.set_plan_mark(name, mark)
+        ledger.duplicates = result.duplicates
+        ledger.discovered -= result.duplicates
+        ledger.fresh_skipped = result.fresh_skipped
+        ledger.already_dead = result.already_dead
+        ledger.dead_lettered += result.already_dead
+        ledger.unlisted = swept.carried + swept.retired
+        ledger.carried_over = swept.carried
+        ledger.retired = swept.retired
+        return ledger
+
+    def _offer_seeds(
+        self,
+        seeds: Iterable[str],
+        now: float,
+        rank_for: Callable[[str, float | None, float], float],
+    ) -> OfferResult:
+        """Check and offer ``seeds`` (streamed), counting each in ``discovered``; refused ones
+        go to the dead letters, 500 at a time."""
+        source, name, ledger = self.source, self.source.name, self.ledger
+        ttl = source.ttl
         check = SeedCheck(
             HostPolicy(
                 allow_private_networks=source.allow_private_networks,
@@ -247,7 +301,7 @@ class Collection:
 
         def offers() -> Iterator[Offer]:
             refusal, lifting = check.refusal, bool(lifted.pending)  # per-URL work kept short
-            for url in source.seed_urls():
+            for url in seeds:
                 ledger.discovered += 1
                 try:
                     reason = refusal(url)
@@ -273,19 +327,7 @@ class Collection:
         )
         put_refused()
         self.replanned = lifted.resolve()  # old refusals of URLs allowed now (collector.run.replan)
-        retire = source.seeds.on_removed == "retire"
-        swept = self.frontier.sweep(name, self.frontier_tag, retire=retire)
-        self.frontier.set_plan_mark(name, mark)
-        ledger.plan = "full"
-        ledger.duplicates = result.duplicates
-        ledger.discovered -= result.duplicates
-        ledger.fresh_skipped = result.fresh_skipped
-        ledger.already_dead = result.already_dead
-        ledger.dead_lettered += result.already_dead
-        ledger.unlisted = swept.carried + swept.retired
-        ledger.carried_over = swept.carried
-        ledger.retired = swept.retired
-        return ledger
+        return result
 
     # --- claim and fetch -----------------------------------------------------------------------
     def claim(self, limit: int) -> Lease:

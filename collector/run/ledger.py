@@ -10,7 +10,9 @@ new or changed) offers every listed seed: ``discovered`` is the number of seeds 
 counted once (``duplicates`` says how many were dropped). An ``incremental`` plan (the seed list
 is the one the last finished plan offered) offers nothing: ``discovered`` is the number of items
 that were due and joined the run (queued or leased, expired, done whose freshness ran out);
-fresh and dead items are not the run's business and are not counted.
+fresh and dead items are not the run's business and are not counted. A ``difference`` plan (only
+a template's range changed) counts the seeds of the numbers the range gained, plus the items of
+the rest that were due, as an incremental plan does.
 
 Items an earlier plan queued that a changed seed list no longer names (``unlisted``) join the
 run too, and are settled by the source's ``seeds.on_removed``: ``retired`` (they end in the
@@ -68,7 +70,9 @@ class Ledger:
     unlisted: int = 0  # items earlier plans queued that the changed seed list no longer names
     retired: int = 0  # unlisted items retired by this run (seeds.on_removed: retire)
     # detail (not terms of the equation)
-    plan: str = ""  # "full" (the seed list was offered) or "incremental" (only due items)
+    # "full" (the seed list was offered), "incremental" (only due items), or "difference" (a
+    # template's range changed: the numbers it gained offered, the rest as incremental)
+    plan: str = ""
     duplicates: int = 0  # seeds listed more than once, counted once in discovered
     carried_over: int = 0  # unlisted items this run collects (unlisted - retired)
     refused_at_plan: int = 0  # seeds with a malformed or refused URL, dead-lettered at once

@@ -749,6 +749,33 @@ class FrontierConformance:
         # listing "old" again brings it back
         assert offer(frontier, [url("old")], now=T0 + 1_001, run_id="r4") == _result(enqueued=1)
 
+    def test_unlist_settles_the_named_urls_as_sweep_does(self, frontier: Frontier) -> None:
+        self._make_done(frontier, url("e"), fresh_s=10)
+        self._make_dead(frontier, url("z"))
+        offer(frontier, [url("x")], queue_ttl_s=5, run_id="r0")
+        claim(frontier, 0, now=T0 + 6)  # x expires
+        self._unlisted(frontier)  # a leased, b queued by r1; c, d the run r2's
+        named = [url(n) for n in ("a", "b", "c", "e", "x", "z", "unknown", "b")]
+        swept = frontier.unlist(SRC, iter(named), "r2", retire=True)
+        # a carried (leased), b retired; c is the run's already; e, x marked; z, unknown left
+        assert (swept.carried, swept.retired) == (1, 1)
+        assert frontier.run_counts(SRC, "r2") == counts(queued=2, leased=1, retired=1)
+        assert frontier.unlist(SRC, named, "r2", retire=True) == SweepResult()  # settled once
+        assert frontier.counts(SRC).dead == 1
+        # e and x are left out of later adoptions; c and d, listed, are adopted when due
+        lease = claim(frontier, 10, now=T0 + 7)
+        assert sorted(urls_of(lease)) == [url("c"), url("d")]
+        frontier.ack(lease, [done(u, T0 + 7, 10) for u in urls_of(lease)], now=T0 + 7)
+        assert _adopt(frontier, "r3", now=T0 + 1_000) == _result(enqueued=2, already_queued=1)
+        got = sorted(urls_of(claim(frontier, 10, now=T0 + 1_000)))
+        assert got == [url("a"), url("c"), url("d")]
+
+    def test_unlist_collect_carries_queued_items(self, frontier: Frontier) -> None:
+        self._unlisted(frontier)
+        swept = frontier.unlist(SRC, [url("a"), url("b")], "r2", retire=False)
+        assert (swept.carried, swept.retired) == (2, 0)
+        assert frontier.run_counts(SRC, "r2") == counts(queued=3, leased=1)
+
     def test_adopt_takes_only_due_items(self, frontier: Frontier) -> None:
         self._make_done(frontier, url("fresh"), fresh_s=1_000)
         self._make_done(frontier, url("stale"), fresh_s=10)

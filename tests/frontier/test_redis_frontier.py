@@ -48,7 +48,7 @@ def frontier(redis_url: str) -> Iterator[RedisFrontier]:
 # --- the same calls give the same results as SQLite --------------------------------------------
 _OPS = (
     *("offer", "offer", "claim", "claim", "ack", "ack", "renew", "release", "requeue"),
-    *("sweep", "adopt", "make_stale"),
+    *("sweep", "adopt", "make_stale", "unlist"),
 )
 
 
@@ -139,6 +139,11 @@ def _differential(redis_url: str, seed: int, steps: int, page: int = 2_000) -> N
                 run = rng.choice(["r1", "r2", "r3"])
                 got = ours.adopt(source, run, **adopt)
                 want = ref.adopt(source, run, **adopt)
+            elif op == "unlist":
+                run, retire = rng.choice(["r1", "r2", "r3"]), rng.random() < 0.5
+                picks = rng.sample(pool, rng.randint(1, 5))
+                got = ours.unlist(source, picks, run, retire=retire)
+                want = ref.unlist(source, picks, run, retire=retire)
             elif op == "make_stale":
                 picks = rng.sample(pool, rng.randint(1, 3))
                 got, want = ours.make_stale(source, picks), ref.make_stale(source, picks)

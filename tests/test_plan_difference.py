@@ -1,0 +1,108 @@
+"""A template whose range changed is planned by its difference (real Collection, real frontiers).
+
+Only the numbers the range gained are offered, the URLs of the numbers it lost are settled as a
+sweep would (retired, or carried over with ``on_removed: collect``), and the rest joins the run as
+in an unchanged plan. Every run balances against the frontier.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from collector.config import load_source
+from collector.frontier.base import StateCounts
+from collector.run.collection import Collection
+from collector.run.ledger import Ledger
+from collector.run.seeds import range_change
+from tests.helpers import write_source
+
+TEMPLATE = "https://items.example.test/items/{i}.json"
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def backend(request: pytest.FixtureRequest) -> dict[str, Any]:
+    if request.param == "redis":
+        return {"frontier": {"type": "redis", "url": request.getfixturevalue("redis_url")}}
+    return {}
+
+
+def _plan(
+    folder: Path, backend: dict[str, Any], run: str, start: int, stop: int, **seeds: Any
+) -> tuple[Ledger, StateCounts]:
+    path = write_source(
+        folder,
+        seeds={"template": TEMPLATE, "range": [start, stop], **seeds},
+        state_dir="state",
+        **backend,
+    )
+    source = load_source(path)
+    with Collection(source, run_id=run) as collection:
+        collection.plan()
+        ledger = collection.finish()
+        assert ledger.balanced, ledger.problems
+        return ledger, collection.frontier.counts(source.name)
+
+
+def test_a_grown_range_offers_only_the_new_numbers(tmp_path: Path, backend: dict) -> None:
+    first, counts = _plan(tmp_path, backend, "r1", 0, 100)
+    assert (first.plan, first.discovered, counts.queued) == ("full", 100, 100)
+    grown, counts = _plan(tmp_path, backend, "r2", 0, 150)
+    # 50 offered (new), the 100 still queued join the run as in an unchanged plan
+    assert (grown.plan, grown.discovered, grown.queued, counts.queued) == (
+        "difference", 150, 150, 150
+    )  # fmt: skip
+
+
+def test_a_shrunk_range_settles_only_the_numbers_it_lost(tmp_path: Path, backend: dict) -> None:
+    _plan(tmp_path, backend, "r1", 0, 150)
+    shrunk, counts = _plan(tmp_path, backend, "r2", 20, 150)
+    assert (shrunk.plan, shrunk.unlisted, shrunk.retired, shrunk.discovered) == (
+        "difference", 20, 20, 130
+    )  # fmt: skip
+    assert counts == StateCounts(queued=130, retired=20)
+    # listed again: the retired ones are queued again, nothing else is offered
+    back, counts = _plan(tmp_path, backend, "r3", 0, 150)
+    assert (back.plan, back.discovered, back.unlisted) == ("difference", 150, 0)
+    assert counts == StateCounts(queued=150)
+    # a moved window with on_removed: collect carries the lost ones over (a full plan first:
+    # the policy is part of the mark)
+    _plan(tmp_path, backend, "r4", 0, 150, on_removed="collect")
+    moved, counts = _plan(tmp_path, backend, "r5", 100, 200, on_removed="collect")
+    assert (moved.plan, moved.unlisted, moved.carried_over, moved.retired) == (
+        "difference", 100, 100, 0
+    )  # fmt: skip
+    assert (moved.discovered, counts.queued) == (100, 200)
+
+
+def test_anything_but_the_range_changed_plans_in_full(tmp_path: Path) -> None:
+    _plan(tmp_path, {}, "r1", 0, 10)
+    edited = _plan(tmp_path, {}, "r2", 0, 20, urls=["https://items.example.test/x"])[0]
+    assert edited.plan == "full"
+
+
+numbers = st.integers(-5, 30)
+
+
+@given(numbers, numbers, numbers, numbers)
+def test_range_change_is_the_exact_difference(a: int, b: int, c: int, d: int) -> None:
+    old, new = range(a, max(a, b)), range(c, max(c, d))
+    change = range_change(
+        f"sha256:x range={old.start},{old.stop}", f"sha256:x range={new.start},{new.stop}"
+    )
+    assert change is not None
+    added = [i for part in change.added for i in part]
+    removed = [i for part in change.removed for i in part]
+    assert sorted(added) == sorted(set(new) - set(old)) and len(added) == len(set(added))
+    assert sorted(removed) == sorted(set(old) - set(new)) and len(removed) == len(set(removed))
+
+
+def test_range_change_needs_the_same_rest() -> None:
+    assert range_change(None, "sha256:x range=0,5") is None
+    assert range_change("sha256:x range=0,5", "sha256:y range=0,6") is None
+    assert range_change("sha256:x", "sha256:x range=0,6") is None
+    assert range_change("sha256:x range=zero,5", "sha256:x range=0,6") is None
