@@ -420,19 +420,20 @@ class SqliteFrontier(Closing):
                     f"UPDATE items SET run = ? WHERE src = ? AND state = {state} AND run IS NOT ?",
                     (run, src, run),
                 ).rowcount
-        # listed items that are due and not the run's already (those it has counted)
+        # listed items that are due and not the run's already (those it has counted); done ones
+        # in two range reads of the due index (with an OR of the two, SQLite reads every entry)
+        head = "SELECT id, url, last_fetched_at FROM items WHERE src = ? AND state = "
+        tail = " AND gone IS NULL AND run IS NOT ? LIMIT ?"
         due = (
-            f"SELECT id, url, last_fetched_at FROM items WHERE src = ? AND state = {E}"
-            " AND gone IS NULL AND run IS NOT ? LIMIT ?",
-            f"SELECT id, url, last_fetched_at FROM items WHERE src = ? AND state = {D}"
-            " AND (fresh_until IS NULL OR fresh_until <= ?) AND gone IS NULL AND run IS NOT ?"
-            " LIMIT ?",
+            (f"{head}{E}{tail}", ()),
+            (f"{head}{D} AND fresh_until IS NULL{tail}", ()),
+            (f"{head}{D} AND fresh_until <= ?{tail}", (now,)),
         )
-        for n, query in enumerate(due):
+        for query, bounds in due:
             while True:
                 with self._transaction() as db:
                     src = self._src(db, source)
-                    params = (src, run, _CHUNK) if n == 0 else (src, now, run, _CHUNK)
+                    params = (src, *bounds, run, _CHUNK)
                     rows = db.execute(query, params).fetchall()
                     requeues = []
                     for rowid, url, fetched in rows:
