@@ -145,7 +145,10 @@ CREATE INDEX items_url ON items (src, h);
 _LEASE_ROWS_KEPT_S = 86_400.0  # holder rows of old leases are pruned after a day
 _CHUNK = 500  # rows per step of adopt (each a transaction of its own)
 _OFFER_CHUNK = 2_000  # URLs per offer transaction: fewer commits, bounded statement size
-_CACHE_KIB = 65_536  # page cache: the URL index is written at random places
+_CACHE_KIB = 65_536  # page cache: a list of unrelated URLs writes the URL index at random places
+# pages of a new file: fewer per URL (~1.3 bytes less a queued URL than 4,096, and the plan ~4 %
+# faster); an existing file keeps its own (a WAL file cannot change it)
+_PAGE_BYTES = 8_192
 
 
 def _chunks(items: Iterable[_T], size: int) -> Iterator[list[_T]]:
@@ -181,6 +184,7 @@ class SqliteFrontier(Closing):
                 check_same_thread=False,
             )
             self._db.create_function("url_key", 1, url_key, deterministic=True)
+            self._db.execute(f"PRAGMA page_size = {_PAGE_BYTES}")  # only for a new file
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
