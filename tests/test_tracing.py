@@ -27,6 +27,7 @@ from collector.demo.scenario import write_demo_source
 from collector.demo.site import FaultSite
 from collector.ops import tracing
 from flows.collect import collect
+from tests.helpers import summary_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +55,7 @@ async def test_batch_spans_hang_under_prefect_task_runs_and_carry_dead_letters(
 ) -> None:
     spans.clear()
     source_path = write_demo_source(tmp_path, site.base_url)
-    summary = await collect(source=str(source_path), batch_size=50)
+    summary = summary_of(await collect(source=str(source_path), batch_size=50))
     assert summary["balanced"] and summary["dead_lettered"] == 5
 
     finished = spans.get_finished_spans()
