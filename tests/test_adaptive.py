@@ -75,7 +75,7 @@ def test_throttled_answers_start_pacing() -> None:
 def test_fixed_mode_never_moves() -> None:
     gate = HostGate(7, None)
     for signal in ("ok", "overload", "throttled"):
-        gate.observe(signal, sent_at=time.monotonic(), latency_s=5, paced=False)  # type: ignore[arg-type]
+        gate.observe(signal, sent_at=time.monotonic(), latency_s=5, paced=False)
     assert gate.limit == 7 and gate.rate is None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ PRICE_MAX_30 = {
 }
 
 
-def write_suite(folder: Path, *expectations: dict) -> None:
+def write_suite(folder: Path, *expectations: dict[str, Any]) -> None:
     suite = {"name": "items", "expectations": list(expectations)}
     (folder / "suite.json").write_text(json.dumps(suite), encoding="utf-8")
 

@@ -382,9 +382,7 @@ def test_console_quiet_but_the_ui_gets_the_logs(
 
     async def logs() -> list[str]:
         async with get_client() as client:
-            found = await client.read_logs(
-                LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id]))  # type: ignore[arg-type]
-            )
+            found = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))
         return [log.message for log in found]
 
     messages = asyncio.run(logs())

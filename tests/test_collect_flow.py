@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
+from prefect.client.schemas.objects import TaskRun
 
 from collector.config import load_source
 from collector.deadletter import SqliteDeadLetterStore
@@ -24,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("prefect_api")
 TERMINAL = ("discovered", "stored", "fresh_skipped", "expired", "dead_lettered", "queued")
 
 
-def _terminal(summary: dict) -> dict:
+def _terminal(summary: dict[str, Any]) -> dict[str, Any]:
     return {name: summary[name] for name in TERMINAL}
 
 
@@ -153,7 +155,7 @@ async def test_batch_size_one_gives_one_task_run_per_url(tmp_path: Path, site: F
     assert summary["stored"] == 7 and summary["batches"] == 7
 
     # Task runs reach the API through events, recorded asynchronously: poll briefly.
-    fetches: list = []
+    fetches: list[TaskRun] = []
     async with get_client() as client:
         for _ in range(100):
             task_runs = await client.read_task_runs(
@@ -273,7 +275,8 @@ async def test_artifacts_are_published(tmp_path: Path, site: FaultSite) -> None:
     by_type = {a.type: a for a in artifacts}
     assert set(by_type) >= {"progress", "table", "markdown"}
     assert "fetch/http_404" in str(by_type["markdown"].data)
-    assert float(by_type["progress"].data) == 100.0
+    progress = by_type["progress"].data
+    assert isinstance(progress, float) and progress == 100.0
 
 
 async def test_secrets_never_reach_the_dead_letters(

@@ -238,8 +238,8 @@ async def test_bad_inputs_end_as_dead_letters_or_repaired_records(
     # compensation removes exactly the replay batch's records, once, and records it
     capsys.readouterr()
     assert main(["compensate", str(path), "--batch", replay_batch, "--reason", "bad repair"]) == 0
-    rows = sink_lines(tmp_path / "out")
-    assert sorted(row["id"] for row in rows) == [0, 1, 2, 3, 4, 105]
-    assert duplicate_keys(rows) == []
+    stored = sink_lines(tmp_path / "out")
+    assert sorted(row["id"] for row in stored) == [0, 1, 2, 3, 4, 105]
+    assert duplicate_keys(stored) == []
     (record,) = LedgerBook(source.ledger_path).compensations(source.name)
     assert (record.batch_id, record.removed) == (replay_batch, 2)

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from prefect.client.schemas.objects import FlowRun
 
 from collector.demo.site import FaultSite
 from tests.servers import free_port
@@ -134,7 +135,7 @@ class World:
             for process in self.processes:
                 if process.poll() is not None:
                     raise AssertionError(
-                        f"{process.args} exited {process.returncode}: {self.logs()}"
+                        f"{process.args!r} exited {process.returncode}: {self.logs()}"
                     )
             time.sleep(0.5)
         raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
@@ -326,6 +327,7 @@ def test_runs_started_by_cli_rest_python_and_event_complete(world: World) -> Non
         python_run = run_deployment(
             "collect/collect-low", parameters={"source": str(by_python)}, timeout=0
         )
+    assert isinstance(python_run, FlowRun)  # run_deployment is sync here (no event loop)
     world.cli(
         PREFECT, "event", "emit", "collector.collect.requested",
         "--resource", json.dumps(

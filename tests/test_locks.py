@@ -142,7 +142,7 @@ async def test_a_dead_holders_slot_is_taken_back_after_its_heartbeat_goes_stale(
         summary = summary_of(await collect(source=str(source)))
         assert summary["balanced"] and summary["stored"] == 5
     assert await _active_slots(lock) == 0
-    assert await Variable.aget(heartbeat, default=None) is None  # ended cleanly: no heartbeat
+    assert await Variable.aget(heartbeat) is None  # ended cleanly: no heartbeat
 
 
 async def test_shared_domain_slots_cap_every_batch_at_the_limits_size(

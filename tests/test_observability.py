@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 from sentry_sdk.envelope import Envelope
@@ -24,6 +24,9 @@ from collector.demo.site import FaultSite
 from collector.ops import observability
 from flows.collect import collect
 from tests.helpers import summary_of, write_source
+
+if TYPE_CHECKING:
+    from sentry_sdk._types import Event  # a TypedDict that exists for type checkers only
 
 ROOT = Path(__file__).resolve().parents[1]
 DSN = "https://public@sentry.invalid/1"  # never contacted: the transport is in memory
@@ -41,7 +44,7 @@ class MemoryTransport(Transport):
         MemoryTransport.envelopes.append(envelope)
 
 
-def _events() -> list[dict[str, Any]]:
+def _events() -> list[Event]:
     events = []
     for envelope in MemoryTransport.envelopes:
         event = envelope.get_event()

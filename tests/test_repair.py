@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,7 +118,7 @@ def test_repair_section_loads(tmp_path: Path) -> None:
     ],
 )
 def test_bad_repair_rules_are_one_line_naming_the_field(
-    tmp_path: Path, repair: dict, expected: str
+    tmp_path: Path, repair: dict[str, Any], expected: str
 ) -> None:
     path = write_source(tmp_path, seeds={"urls": ["http://127.0.0.1:1/a"]}, repair=repair)
     with pytest.raises(SourceError) as caught:

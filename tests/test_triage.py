@@ -17,7 +17,7 @@ import pytest
 
 from collector.config import Source, load_source
 from collector.deadletter.archive import JsonlArchive
-from collector.deadletter.base import DeadLetter, DeadLetterStore
+from collector.deadletter.base import DeadLetter, DeadLetters
 from collector.deadletter.sqlite import SqliteDeadLetterStore
 from collector.frontier import DeadLettered, Offer
 from collector.frontier.sqlite import SqliteFrontier
@@ -71,9 +71,9 @@ def source(tmp_path: Path) -> Source:
 
 
 @pytest.fixture(params=["sqlite", "redis"])
-def store(request: pytest.FixtureRequest, source: Source) -> Iterator[DeadLetterStore]:
+def store(request: pytest.FixtureRequest, source: Source) -> Iterator[DeadLetters]:
     if request.param == "sqlite":
-        s: DeadLetterStore = SqliteDeadLetterStore(
+        s: DeadLetters = SqliteDeadLetterStore(
             source.deadletter_path, archive=source.deadletter_archive_path
         )
     else:
@@ -157,7 +157,7 @@ KEYS = ("quarantined", "repaired", "reenqueued", "escalated", "discarded", "open
 
 def triage(
     source: Source,
-    store: DeadLetterStore,
+    store: DeadLetters,
     frontier: SqliteFrontier,
     validator: SuiteValidator,
     run_id: str = "t1",
@@ -167,7 +167,7 @@ def triage(
     try:
         engine = Triage(
             source,
-            store=store,  # type: ignore[arg-type]  # the fixture gives every part
+            store=store,
             archive=archive(source),
             frontier=frontier,
             sink=sink,
@@ -181,7 +181,7 @@ def triage(
 
 
 def test_every_kind_of_entry_ends_where_the_rules_say(
-    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+    source: Source, store: DeadLetters, frontier: SqliteFrontier, validator: SuiteValidator
 ) -> None:
     fixable = record_letter(source, 1, {"id": 1, "Name": "  Lamp ", "price": "12.5"}, ["x"])
     valid_now = record_letter(source, 2, {"id": 2, "name": "Desk", "price": 80.0})
@@ -273,7 +273,7 @@ def test_every_kind_of_entry_ends_where_the_rules_say(
 
 
 def test_replaying_twice_writes_nothing_the_second_time(
-    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+    source: Source, store: DeadLetters, frontier: SqliteFrontier, validator: SuiteValidator
 ) -> None:
     letters = [
         record_letter(source, n, {"id": n, "name": f" n{n} ", "price": str(n)}) for n in range(5)
@@ -309,7 +309,7 @@ def test_replaying_twice_writes_nothing_the_second_time(
 
 
 def test_dry_run_changes_nothing(
-    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+    source: Source, store: DeadLetters, frontier: SqliteFrontier, validator: SuiteValidator
 ) -> None:
     letters = [
         record_letter(source, 1, {"id": 1, "name": "a", "price": "1"}),
@@ -326,7 +326,7 @@ def test_dry_run_changes_nothing(
 
 
 def test_a_recoverable_failure_is_requeued_a_bounded_number_of_times(
-    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+    source: Source, store: DeadLetters, frontier: SqliteFrontier, validator: SuiteValidator
 ) -> None:
     entry = fetch_letter(source, "/flaky", "http_500")
     clock = NOW
@@ -349,7 +349,7 @@ def test_a_recoverable_failure_is_requeued_a_bounded_number_of_times(
 
 
 def test_two_overlapping_triage_runs_settle_each_entry_exactly_once(
-    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+    source: Source, store: DeadLetters, frontier: SqliteFrontier, validator: SuiteValidator
 ) -> None:
     records = [
         record_letter(source, n, {"id": n, "name": f"n{n}", "price": str(n)}) for n in range(40)
@@ -361,7 +361,7 @@ def test_two_overlapping_triage_runs_settle_each_entry_exactly_once(
     make_dead(frontier, source, [e.url for e in letters])
     # a second connection to the same store and frontier, as a second worker would have
     if isinstance(store, SqliteDeadLetterStore):
-        other_store: DeadLetterStore = SqliteDeadLetterStore(
+        other_store: DeadLetters = SqliteDeadLetterStore(
             source.deadletter_path, archive=source.deadletter_archive_path
         )
     else:
@@ -375,7 +375,7 @@ def test_two_overlapping_triage_runs_settle_each_entry_exactly_once(
     barrier = threading.Barrier(2)
     reports: dict[str, Any] = {}
 
-    def run(name: str, s: DeadLetterStore, f: SqliteFrontier) -> None:
+    def run(name: str, s: DeadLetters, f: SqliteFrontier) -> None:
         barrier.wait()
         reports[name] = triage(source, s, f, validator, run_id=name)
 
@@ -439,7 +439,7 @@ def test_kind_of_reads_the_resolution() -> None:
 
 
 def test_an_entry_held_by_another_run_is_skipped_until_its_claim_expires(
-    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+    source: Source, store: DeadLetters, frontier: SqliteFrontier, validator: SuiteValidator
 ) -> None:
     held = record_letter(source, 1, {"id": 1, "name": "a", "price": 1.0})
     free = record_letter(source, 2, {"id": 2, "name": "b", "price": 2.0})
@@ -518,7 +518,7 @@ def test_tally_from_counts_equals_kind_of_entry_by_entry(tmp_path: Path) -> None
 
 
 def test_a_stop_request_ends_triage_between_entries_and_leaves_the_rest_open(
-    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+    source: Source, store: DeadLetters, frontier: SqliteFrontier, validator: SuiteValidator
 ) -> None:
     """Ctrl-C during `collector triage` (collector.run.stop): entries claimed before the stop
     are settled, the others stay open and unclaimed for the next triage; the balance holds."""
