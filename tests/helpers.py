@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from prefect.client.schemas.objects import State
+
+if TYPE_CHECKING:
+    from prefect.client.schemas.objects import State  # for the type only: Prefect imports slowly
 
 
 def write_source(folder: Path, **sections: Any) -> Path:

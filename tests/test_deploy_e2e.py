@@ -80,6 +80,7 @@ class World:
     webhook: Webhook
     http: httpx.Client
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    bootstrap_output: str = ""  # what infra/bootstrap printed when the world was set up
 
     @property
     def ui(self) -> str:
@@ -253,7 +254,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                     return False
 
             world.wait_for("the Prefect server", healthy, timeout=START_TIMEOUT_S)
-            world.bootstrap_output = world.cli(  # type: ignore[attr-defined]
+            world.bootstrap_output = world.cli(
                 str(ROOT / "infra" / "bootstrap"), "--notify-url", webhook.url,
                 "--pool-limit", "4",
             )  # fmt: skip
@@ -278,7 +279,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 # --- tests --------------------------------------------------------------------------------------
 def test_bootstrap_made_the_pool_and_running_it_again_changes_nothing(world: World) -> None:
-    first = world.bootstrap_output  # type: ignore[attr-defined]
+    first = world.bootstrap_output
     assert "created  work pool collector" in first
     bootstrap = str(ROOT / "infra" / "bootstrap")
     limited = str(world.source("limited"))

@@ -111,7 +111,7 @@ def strict_parser() -> argparse.ArgumentParser:
     pending = [parser]
     while pending:
         current = pending.pop()
-        current.error = fail  # type: ignore[method-assign]
+        current.error = fail  # type: ignore[method-assign]  # raise, not exit
         for action in current._actions:
             if isinstance(action, argparse._SubParsersAction):
                 pending.extend(action.choices.values())

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from collector.config import SourceError, load_source
-from collector.recovery.repair import RepairRules, coerce_value
+from collector.recovery.repair import CoerceType, RepairRules, coerce_value
 from tests.helpers import write_source
 
 
@@ -85,8 +85,8 @@ def test_values_that_do_not_convert_are_left_alone() -> None:
         (None, "int", (False, None)),
     ],
 )
-def test_coerce_value(value: object, kind: str, expected: tuple[bool, object]) -> None:
-    ok, got = coerce_value(value, kind)  # type: ignore[arg-type]
+def test_coerce_value(value: object, kind: CoerceType, expected: tuple[bool, object]) -> None:
+    ok, got = coerce_value(value, kind)
     assert (ok, got) == expected
     assert type(got) is type(expected[1])
 

@@ -17,7 +17,7 @@ import pytest
 
 from collector.config import Source, load_source
 from collector.deadletter.archive import JsonlArchive
-from collector.deadletter.base import DeadLetter, DeadLetters
+from collector.deadletter.base import DeadLetter, DeadLetters, ResolutionKind
 from collector.deadletter.sqlite import SqliteDeadLetterStore
 from collector.frontier import DeadLettered, Offer
 from collector.frontier.sqlite import SqliteFrontier
@@ -367,8 +367,9 @@ def test_two_overlapping_triage_runs_settle_each_entry_exactly_once(
     else:
         from collector.deadletter.redis import RedisDeadLetterStore
 
+        assert isinstance(store, RedisDeadLetterStore)  # the fixture's other backend
         other_store = RedisDeadLetterStore(
-            store.url,  # type: ignore[attr-defined]
+            store.url,
             archive=source.deadletter_archive_path,
         )
     other_frontier = SqliteFrontier(source.frontier_path)
@@ -428,13 +429,15 @@ def test_recoverable_classes() -> None:
 
 
 def test_kind_of_reads_the_resolution() -> None:
-    base = dict(source="s", url="u", stage="fetch", error_class="x", message="m", attempts=1,
-                first_seen=1.0, last_seen=1.0)  # fmt: skip
-    assert kind_of(DeadLetter(**base)) == "open"  # type: ignore[arg-type]
-    assert kind_of(DeadLetter(**base, status="review")) == "escalated"  # type: ignore[arg-type]
-    for stored, kind in (("repaired", "repaired"), ("reviewed", "escalated"),
-                         ("discarded", "discarded"), (None, "other")):  # fmt: skip
-        entry = DeadLetter(**base, status="resolved", resolution="x", resolution_kind=stored)  # type: ignore[arg-type]
+    base: dict[str, Any] = dict(source="s", url="u", stage="fetch", error_class="x", message="m",
+                                attempts=1, first_seen=1.0, last_seen=1.0)  # fmt: skip
+    assert kind_of(DeadLetter(**base)) == "open"
+    assert kind_of(DeadLetter(**base, status="review")) == "escalated"
+    cases: tuple[tuple[ResolutionKind | None, str], ...]
+    cases = (("repaired", "repaired"), ("reviewed", "escalated"), ("discarded", "discarded"),
+             (None, "other"))  # fmt: skip
+    for stored, kind in cases:
+        entry = DeadLetter(**base, status="resolved", resolution="x", resolution_kind=stored)
         assert kind_of(entry) == kind
 
 
@@ -503,9 +506,10 @@ def test_tally_from_counts_equals_kind_of_entry_by_entry(tmp_path: Path) -> None
         for url in urls
     ]  # fmt: skip
     store.put(entries)
+    kinds: list[ResolutionKind]
     kinds = ["repaired", "reenqueued", "discarded", "reviewed", "repaired", "discarded"]
     for entry, kind in zip(entries, kinds, strict=False):
-        store.resolve(entry.id, kind, "why")  # type: ignore[arg-type]
+        store.resolve(entry.id, kind, "why")
     store.escalate(entries[6].id, "look")
     by_entry: dict[str, int] = {}
     for entry in store.list(source="s", status=None, limit=100):
@@ -537,7 +541,7 @@ def test_a_stop_request_ends_triage_between_entries_and_leaves_the_rest_open(
             stop.request("SIGINT")  # arrives while the second entry is being settled
         return original(entry_id, *args, **kwargs)
 
-    store.claim_for_triage = claim_then_stop  # type: ignore[method-assign]
+    store.claim_for_triage = claim_then_stop  # type: ignore[method-assign]  # a stop mid-run
     report = triage(source, store, frontier, validator, stop=stop)
     assert report.interrupted == "SIGINT"
     assert (report.seen, report.escalated) == (2, 2)

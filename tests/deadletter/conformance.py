@@ -19,6 +19,7 @@ from collector.deadletter.base import (
     DeadLetter,
     DeadLetters,
     DeadLetterStore,
+    ResolutionKind,
     ReviewQueue,
     TriageClaims,
     dead_letter_id,
@@ -234,9 +235,10 @@ class StoreConformance:
         store.put([letter(url) for url in urls])
         other = letter("https://example.test/x", source="other")
         store.put([other])
+        kinds: list[ResolutionKind]
         kinds = ["repaired", "repaired", "discarded", "reviewed", "reenqueued"]
         for url, kind in zip(urls, kinds, strict=False):
-            assert store.resolve(letter(url).id, kind, "why")  # type: ignore[arg-type]
+            assert store.resolve(letter(url).id, kind, "why")
         assert store.escalate(letter(urls[6]).id, "needs a human")
         census = store.census("src")
         assert census.counts == {
@@ -257,7 +259,7 @@ class StoreConformance:
         entry = letter()
         store.put([entry])
         with pytest.raises(ValueError, match="resolution kind"):
-            store.resolve(entry.id, "fixed", "by hand")  # type: ignore[arg-type]
+            store.resolve(entry.id, "fixed", "by hand")  # type: ignore[arg-type]  # the test
         assert store.resolve(entry.id, "discarded", "repaired: not really")
         got = store.get(entry.id)
         assert got is not None
