@@ -2,7 +2,9 @@
 
 ``source_lock``: ``source:<name>`` (limit 1, created when missing) held for a whole ``run``, with a
 lease Prefect renews every 3/4 of ``locks.lease_s`` from a thread, and a heartbeat Variable that
-lets a waiter recognise a holder that died and take its slot back (see ``_heartbeat``).
+lets a waiter recognise a holder that died and take its slot back (see ``_heartbeat``): the same
+rhythm as the frontier's holders (a beat every ``HEARTBEAT_S``, dead after ``HOLDER_DEAD_AFTER_S``
+of silence), so a rerun after a SIGKILL takes the source back as soon as it revokes the leases.
 
 ``domain_slots``: the ``domain:<host>`` slots of one batch, taken in host order (so two workers
 never hold part of each other's hosts while waiting), released when the batch's fetch ends.
@@ -113,8 +115,8 @@ async def source_lock(
         if busy is not None and on_busy == "wait":
             raise SourceBusy(
                 f"another run of {source.name!r} holds the Prefect concurrency limit {name!r} "
-                f"(waited {wait_s:g}s); a run that died is detected {source.locks.lease_s:g}s "
-                "after its last heartbeat and its slot taken back"
+                f"(waited {wait_s:g}s); a run that died is detected "
+                f"{defaults.HOLDER_DEAD_AFTER_S:g}s after its last heartbeat, its slot taken back"
             ) from busy
         if busy is None:
             beat = asyncio.create_task(_heartbeat(source, holder))
@@ -161,7 +163,7 @@ def _heartbeat_variable(source: Source) -> str:
 
 
 async def _heartbeat(source: Source, holder: str) -> None:
-    """Tell waiters this holder is alive: a Prefect Variable rewritten every lease_s / 4.
+    """Tell waiters this holder is alive: a Prefect Variable rewritten every ``HEARTBEAT_S``.
 
     Prefect ends a dead holder's lease only through the server's repossessor service, which
     temporary local servers do not run, and offers no API to list a limit's holders; so the
@@ -173,7 +175,7 @@ async def _heartbeat(source: Source, holder: str) -> None:
     while True:
         with contextlib.suppress(Exception):  # a missed beat only shortens what others wait
             await Variable.aset(name, {"holder": holder, "at": time.time()}, overwrite=True)
-        await asyncio.sleep(source.locks.lease_s / 4)
+        await asyncio.sleep(defaults.HEARTBEAT_S)
 
 
 async def _stop_heartbeat(beat: asyncio.Task[None], source: Source, holder: str) -> None:
@@ -190,10 +192,11 @@ async def _stop_heartbeat(beat: asyncio.Task[None], source: Source, holder: str)
 
 
 async def _reclaim_if_holder_died(source: Source, name: str) -> bool:
-    """Free ``source:<name>`` when its holder's heartbeat is older than the lock's lease.
+    """Free ``source:<name>`` when its holder's heartbeat is ``HOLDER_DEAD_AFTER_S`` old.
 
     That is the repossessor's rule (an unrenewed lease is over) applied by the waiter, so a run
-    killed with SIGKILL does not block its source forever on a server without that service.
+    killed with SIGKILL does not block its source forever on a server without that service; and
+    sooner than the lease (Prefect's minimum is 60 s), on the frontier's rule for a dead holder.
     Two waiters may both free it; the limit still lets only one of them in, and the fencing
     tokens protect the data even if a holder that was merely paused comes back.
     """
@@ -205,7 +208,7 @@ async def _reclaim_if_holder_died(source: Source, name: str) -> bool:
     if not isinstance(beat, dict):
         return False  # no Collector holder on record (or it ended cleanly): nothing to judge
     age_s = time.time() - float(beat.get("at", 0.0))
-    if age_s <= source.locks.lease_s:
+    if age_s <= defaults.HOLDER_DEAD_AFTER_S:
         return False
     async with get_client() as client:
         await client.update_global_concurrency_limit(
@@ -214,8 +217,8 @@ async def _reclaim_if_holder_died(source: Source, name: str) -> bool:
     with contextlib.suppress(Exception):
         await Variable.aunset(variable)
     get_logger(__name__).warning(
-        "%s: holder %s gave no sign of life for %.0fs (lease %gs): its slot was taken back",
-        name, beat.get("holder"), age_s, source.locks.lease_s,
+        "%s: holder %s gave no sign of life for %.0fs (dead after %gs): its slot was taken back",
+        name, beat.get("holder"), age_s, defaults.HOLDER_DEAD_AFTER_S,
     )  # fmt: skip
     return True
 

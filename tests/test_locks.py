@@ -107,14 +107,15 @@ async def test_a_dead_holders_slot_is_taken_back_after_its_heartbeat_goes_stale(
     tmp_path: Path, prefect_api: str
 ) -> None:
     """A run killed with SIGKILL keeps its slot (no repossessor on local servers); its heartbeat
-    Variable stops. A waiter frees the slot once the heartbeat is older than the lease, and
-    never while it is fresh."""
+    Variable stops. A waiter frees the slot once the heartbeat is HOLDER_DEAD_AFTER_S old (well
+    before the lock's 60 s lease), and never while it is fresh."""
     import time
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
     from prefect.variables import Variable
 
+    from collector.defaults import HOLDER_DEAD_AFTER_S
     from collector.run.locks import SourceBusy
 
     name = "locks-dead-holder"
@@ -133,12 +134,14 @@ async def test_a_dead_holders_slot_is_taken_back_after_its_heartbeat_goes_stale(
                 lock, GlobalConcurrencyLimitUpdate(active_slots=1)
             )
 
-        await Variable.aset(heartbeat, {"holder": "alive", "at": time.time()}, overwrite=True)
+        alive = time.time() - HOLDER_DEAD_AFTER_S + 10
+        await Variable.aset(heartbeat, {"holder": "alive", "at": alive}, overwrite=True)
         with pytest.raises(SourceBusy):
             await collect(source=str(source))
         assert site.fetches() == [] and await _active_slots(lock) == 1
 
-        await Variable.aset(heartbeat, {"holder": "dead", "at": time.time() - 61}, overwrite=True)
+        dead = time.time() - HOLDER_DEAD_AFTER_S - 1  # silent, though its lease (60 s) runs on
+        await Variable.aset(heartbeat, {"holder": "dead", "at": dead}, overwrite=True)
         summary = summary_of(await collect(source=str(source)))
         assert summary["balanced"] and summary["stored"] == 5
     assert await _active_slots(lock) == 0
