@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.config import AdaptiveSettings, CircuitSettings
-from collector.fetch.adaptive import HostGate
+from collector.fetch.adaptive import HostGate, Signal
 from collector.fetch.engine import FetchEngine
 from collector.frontier.base import ClaimedItem
 from collector.policy.retry import RetryBudget, RetrySettings
@@ -75,7 +75,7 @@ def test_throttled_answers_start_pacing() -> None:
 def test_fixed_mode_never_moves() -> None:
     gate = HostGate(7, None)
     for signal in ("ok", "overload", "throttled"):
-        gate.observe(signal, sent_at=time.monotonic(), latency_s=5, paced=False)  # type: ignore[arg-type]
+        gate.observe(signal, sent_at=time.monotonic(), latency_s=5, paced=False)
     assert gate.limit == 7 and gate.rate is None
 
 
@@ -89,12 +89,12 @@ def test_fixed_mode_never_moves() -> None:
     ),
 )
 def test_window_stays_between_one_and_the_ceiling(
-    ceiling: int, start: int, events: list[tuple[str, float]]
+    ceiling: int, start: int, events: list[tuple[Signal, float]]
 ) -> None:
     gate = HostGate(ceiling, AdaptiveSettings(start=start))
     for signal, latency in events:
         gate.in_flight = gate.limit
-        gate.observe(signal, sent_at=time.monotonic(), latency_s=latency, paced=True)  # type: ignore[arg-type]
+        gate.observe(signal, sent_at=time.monotonic(), latency_s=latency, paced=True)
         assert 1 <= gate.limit <= ceiling
 
 

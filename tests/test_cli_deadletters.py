@@ -11,6 +11,7 @@ import pytest
 
 from collector.config import Source, load_source
 from collector.deadletter import DeadLetter, SqliteDeadLetterStore
+from collector.deadletter.base import Stage
 from collector.frontier import Completed, DeadLettered, Offer
 from collector.frontier.sqlite import SqliteFrontier
 from collector.run.ledger import LedgerBook
@@ -43,9 +44,11 @@ def entries(source: Source) -> dict[str, DeadLetter]:
         store.close()
 
 
-def letter(source: Source, url: str, error: str, age_s: float, stage: str = "fetch") -> DeadLetter:
+def letter(
+    source: Source, url: str, error: str, age_s: float, stage: Stage = "fetch"
+) -> DeadLetter:
     seen = time.time() - age_s
-    return DeadLetter(source.name, url, stage, error, error, 1, seen, seen)  # type: ignore[arg-type]
+    return DeadLetter(source.name, url, stage, error, error, 1, seen, seen)
 
 
 @pytest.mark.parametrize(

@@ -203,7 +203,8 @@ def test_ctrl_c_at_the_prompt_puts_the_entry_back(
         def isatty(self) -> bool:
             return True
 
-        def readline(self, *args: Any) -> str:
+        # ignore: typeshed's _IOBase types readline as bytes; its own StringIO ignores it too
+        def readline(self, *args: Any) -> str:  # type: ignore[override]
             raise KeyboardInterrupt
 
     monkeypatch.setattr("sys.stdin", Interrupted())

@@ -16,6 +16,7 @@ import pytest
 
 from collector.config import load_source
 from collector.demo.site import FaultSite
+from collector.fetch.engine import FetchResult
 from collector.frontier import Completed, Lease, StateCounts
 from collector.frontier.base import Holder
 from collector.run.collection import Collection
@@ -63,7 +64,7 @@ async def _run(
             run.plan()
         async with run.engine() as engine:
 
-            async def fetch(lease: Lease) -> list:  # type: ignore[type-arg]
+            async def fetch(lease: Lease) -> list[FetchResult]:
                 return await run.fetch(engine, lease)
 
             try:
@@ -149,7 +150,7 @@ def test_the_run_waits_for_a_live_helper_however_long_past_the_drain_wait(
                 helper = asyncio.create_task(helper_finishes_later())
                 async with run.engine() as engine:
 
-                    async def fetch(lease: Lease) -> list:  # type: ignore[type-arg]
+                    async def fetch(lease: Lease) -> list[FetchResult]:
                         return await run.fetch(engine, lease)
 
                     policy = DrainPolicy(batch_size=3, drain_wait_s=0.5, poll_s=0.2)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -34,8 +35,8 @@ def transport(request: pytest.FixtureRequest) -> Iterator[TransportKind]:
     _transport = "aiohttp"
 
 
-def engine(**options: object) -> FetchEngine:
-    defaults: dict[str, object] = {
+def engine(**options: Any) -> FetchEngine:
+    defaults: dict[str, Any] = {
         "transport": _transport,
         "retry": FAST_RETRY,
         "host_policy": HostPolicy(allow_private_networks=True),
@@ -44,7 +45,7 @@ def engine(**options: object) -> FetchEngine:
         "concurrency": 8,
         "per_domain_concurrency": 8,
     }
-    return FetchEngine(**{**defaults, **options})  # type: ignore[arg-type]
+    return FetchEngine(**{**defaults, **options})
 
 
 def items(*urls: str) -> list[ClaimedItem]:
@@ -55,9 +56,9 @@ def budget() -> RetryBudget:
     return RetryBudget(ratio=1.0, min_retries=100)
 
 
-async def fetch(e: FetchEngine, *urls: str, **kwargs: object) -> list[FetchResult]:
+async def fetch(e: FetchEngine, *urls: str, **kwargs: Any) -> list[FetchResult]:
     async with e:
-        return await e.fetch_batch(items(*urls), budget=budget(), **kwargs)  # type: ignore[arg-type]
+        return await e.fetch_batch(items(*urls), budget=budget(), **kwargs)
 
 
 async def test_ok_body_and_order_preserved(site: FaultSite) -> None:

@@ -17,7 +17,7 @@ from collector.policy.urls import HostPolicy
 from collector.run.locks import domain_lock_name, host_slots, source_lock_name
 from flows._locks import ensure_limit
 from flows.collect import collect
-from tests.helpers import sink_lines, write_source
+from tests.helpers import sink_lines, summary_of, write_source
 from tests.worker_site import WorkerSite
 
 COLLECTOR = [sys.executable, "-m", "flows.cli"]
@@ -142,10 +142,10 @@ async def test_a_dead_holders_slot_is_taken_back_after_its_heartbeat_goes_stale(
 
         dead = time.time() - HOLDER_DEAD_AFTER_S - 1  # silent, though its lease (60 s) runs on
         await Variable.aset(heartbeat, {"holder": "dead", "at": dead}, overwrite=True)
-        summary = await collect(source=str(source))
+        summary = summary_of(await collect(source=str(source)))
         assert summary["balanced"] and summary["stored"] == 5
     assert await _active_slots(lock) == 0
-    assert await Variable.aget(heartbeat, default=None) is None  # ended cleanly: no heartbeat
+    assert await Variable.aget(heartbeat) is None  # ended cleanly: no heartbeat
 
 
 async def test_shared_domain_slots_cap_every_batch_at_the_limits_size(
@@ -167,7 +167,7 @@ async def test_shared_domain_slots_cap_every_batch_at_the_limits_size(
             await client.create_global_concurrency_limit(
                 GlobalConcurrencyLimitCreate(name=domain_lock_name("127.0.0.1"), limit=3)
             )
-        summary = await collect(source=str(source), batch_size=30)
+        summary = summary_of(await collect(source=str(source), batch_size=30))
         assert summary["balanced"] and summary["stored"] == 60
         assert site.max_in_flight == 3
     assert await _active_slots(domain_lock_name("127.0.0.1")) == 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -35,6 +36,8 @@ def _url(n: int) -> str:
     return f"https://items.example.test/items/{n}.json"
 
 
+# One run: (seed list, seeds.on_removed, most items drained, clock step, keep the previous list).
+Run = tuple[frozenset[int], str, int, float, bool]
 runs = st.lists(
     st.tuples(
         st.frozensets(st.integers(0, POOL - 1), min_size=1, max_size=POOL),  # the seed list
@@ -81,7 +84,7 @@ _EXAMPLES = settings(
 @_EXAMPLES
 @given(runs)
 @example(_POLICY_SWITCH)
-def test_every_run_balances_whatever_the_seed_list_does(plan: list) -> None:
+def test_every_run_balances_whatever_the_seed_list_does(plan: list[Run]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         asyncio.run(_play(Path(folder), plan, {}))
 
@@ -89,14 +92,14 @@ def test_every_run_balances_whatever_the_seed_list_does(plan: list) -> None:
 @_EXAMPLES
 @given(runs)
 @example(plan=_POLICY_SWITCH)
-def test_every_run_balances_on_a_redis_frontier(redis_url: str, plan: list) -> None:
+def test_every_run_balances_on_a_redis_frontier(redis_url: str, plan: list[Run]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         # a source name of its own per example: the Redis database is shared by the examples
         section = {"frontier": {"type": "redis", "url": redis_url}, "name": Path(folder).name}
         asyncio.run(_play(Path(folder), plan, section))
 
 
-async def _play(folder: Path, plan: list, backend: dict) -> None:
+async def _play(folder: Path, plan: list[Run], backend: dict[str, Any]) -> None:
     clock = [1_700_000_000.0]
     listed: frozenset[int] = frozenset()
     ever: set[str] = set()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from collector.settle import validation_worker
+from collector.settle.rowsplit import BatchValidation
 from collector.settle.validation import SuiteValidator
 from collector.settle.validation_worker import ValidationWorker, prewarm
 
@@ -21,7 +23,7 @@ SUITE = {
         },
     ],
 }
-RECORDS = [
+RECORDS: list[dict[str, Any]] = [
     {"id": 1, "name": "a", "price": 5},
     {"id": 2, "name": None, "price": 5},
     {"id": 3, "name": "c", "price": -1},
@@ -36,9 +38,9 @@ def suite(tmp_path: Path) -> Path:
     return path
 
 
-def _shape(result: object) -> tuple[list[int], list[tuple[int, tuple[str, ...]]]]:
-    good = [r["id"] for r in result.good]  # type: ignore[attr-defined]
-    bad = [(b.index, tuple(f.expectation for f in b.failed)) for b in result.bad]  # type: ignore[attr-defined]
+def _shape(result: BatchValidation) -> tuple[list[int], list[tuple[int, tuple[str, ...]]]]:
+    good = [r["id"] for r in result.good]
+    bad = [(b.index, tuple(f.expectation for f in b.failed)) for b in result.bad]
     return good, bad
 
 
