@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from opentelemetry import trace
@@ -125,6 +125,28 @@ def test_without_an_sdk_span_nothing_is_traced() -> None:
         attempts=1, first_seen=0.0, last_seen=0.0,
     )  # fmt: skip
     tracing.dead_letter_event(letter)  # does nothing, raises nothing
+
+
+def test_the_fetch_span_counts_every_result_status() -> None:
+    """A deferred result (an open breaker) once raised KeyError here and failed the run."""
+    from collector.fetch.engine import FetchResult
+
+    span = TracerProvider().get_tracer("test").start_span("fetch")
+    Status = Literal["ok", "failed", "skipped", "deferred"]
+    statuses: list[Status] = ["ok", "ok", "failed", "skipped", "deferred", "deferred", "deferred"]
+    results = [
+        FetchResult(f"https://e.test/{n}", status, 1, 0.0, f"https://e.test/{n}", 200, b"{}")
+        for n, status in enumerate(statuses)
+    ]
+    tracing.fetched(span, results)
+    span.end()
+    assert isinstance(span, ReadableSpan)
+    assert {k: v for k, v in _attributes(span).items() if k.startswith("collector.results.")} == {
+        "collector.results.ok": 2,
+        "collector.results.failed": 1,
+        "collector.results.skipped": 1,
+        "collector.results.deferred": 3,
+    }
 
 
 _PROBE = """
