@@ -8,7 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from collector import defaults
 from collector.config import Source
@@ -23,6 +23,8 @@ from flows.cli._common import (
     add_source,
     load,
 )
+
+T = TypeVar("T")
 
 
 def _operator() -> str:
@@ -47,24 +49,30 @@ def _reason(args: argparse.Namespace, question: str) -> str:
     raise ConfigError(f"{args.command} needs a reason (--reason TEXT, or answer the prompt)")
 
 
-def under_source_lock(source: Source, what: str, work: Callable[[], int]) -> int:
+def hold_source_lock(source: Source, work: Callable[[], T]) -> T:
     """``work()`` (a command's change to the frontier) while holding ``source:<name>``.
 
     A ``collect`` run in progress counts the source's dead pages in its account; a command that
     turns them back into queued or done pages under it would make its ledger fail. So the
-    command waits for the run like another run would (``locks.wait_s``), then exits 3 with one
-    line, having changed nothing. The lock lives on the Prefect server the runs use.
+    command waits for the run like another run would (``locks.wait_s``), then raises SourceBusy
+    before ``work`` starts. The lock lives on the Prefect server the runs use.
     """
     if not source.locks.source_lock:
         return work()
     _prefect_environment()
     _prefect_server()
-    from collector.run.locks import SourceBusy
-    from collector.run.stop import StoppedWaiting
     from flows._locks import call_under_source_lock
 
+    return call_under_source_lock(source, work)
+
+
+def under_source_lock(source: Source, what: str, work: Callable[[], int]) -> int:
+    """:func:`hold_source_lock` for a command's exit code: busy is exit 3 and one line."""
+    from collector.run.locks import SourceBusy
+    from collector.run.stop import StoppedWaiting
+
     try:
-        return call_under_source_lock(source, work)
+        return hold_source_lock(source, work)
     except (SourceBusy, StoppedWaiting) as exc:
         print(f"collector: busy: {exc}; {what} changed nothing", file=sys.stderr)
         return EXIT_BUSY
