@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from collector.config import load_source
+from collector.frontier.sqlite import SqliteFrontier
 from collector.run.locks import source_lock_name
 from flows._locks import ensure_limit
 from flows.collect import collect
@@ -103,19 +105,21 @@ async def test_a_command_that_requeues_waits_for_the_run_in_progress_whose_ledge
         _wait_for_records(tmp_path / "out", 40, run)
         mending = _cli(prefect_api, *command, str(source))
         out, err = run.communicate(timeout=400)
-        ran_until = time.monotonic()
         assert run.returncode == 0, err[-3000:]
         summary = _summary(out)
         assert summary["balanced"], summary["problems"]
         assert summary["already_dead"] == GONE and summary["stored"] == ITEMS - 5, summary
 
         m_out, m_err = mending.communicate(timeout=300)
-        mended_at = time.monotonic()
         assert mending.returncode == 0, m_err[-3000:]
         assert "re-enqueued 3" in m_out or "reenqueued 3" in m_out, m_out + m_err
-        # it waited for the run: it ended after it (and changed nothing before, or the ledger
-        # above would not balance)
-        assert mended_at >= ran_until
+        # It waited for the run: the run ended with its 3 dead pages dead and nothing queued,
+        # and they were queued after it (before the fix they were re-enqueued under the run,
+        # which fetched them again and failed its ledger).
+        assert (summary["queued"], summary["dead_lettered"]) == (0, GONE), summary
+        with SqliteFrontier(load_source(source).frontier_path) as frontier:
+            counts = frontier.counts(name)
+        assert (counts.queued, counts.dead) == (GONE, 0)
 
     from prefect.client.orchestration import get_client
 
