@@ -6,6 +6,12 @@ lets a waiter recognise a holder that died and take its slot back (see ``_heartb
 rhythm as the frontier's holders (a beat every ``HEARTBEAT_S``, dead after ``HOLDER_DEAD_AFTER_S``
 of silence), so a rerun after a SIGKILL takes the source back as soon as it revokes the leases.
 
+``call_under_source_lock``: the same lock around an operator's change made outside a run (triage,
+``collector deadletters retry``, a review's accept): they turn dead pages back into queued or done
+ones, and a full plan counts a source's dead pages in its run's account, so changing them under a
+run in progress would make that run's ledger fail. They wait for the lock like a run (up to
+``locks.wait_s``), then give up with SourceBusy having changed nothing.
+
 ``domain_slots``: the ``domain:<host>`` slots of one batch, taken in host order (so two workers
 never hold part of each other's hosts while waiting), released when the batch's fetch ends.
 """
@@ -17,8 +23,9 @@ import concurrent.futures
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Literal
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Literal, TypeVar
 from uuid import UUID
 
 from prefect.client.orchestration import get_client
@@ -37,7 +44,15 @@ from collector.run.locks import SourceBusy, domain_lock_name, source_lock_name
 from collector.run.stop import StoppedWaiting, process_stop
 from flows._variables import variable_name
 
-__all__ = ["domain_slots", "ensure_limit", "source_lock"]
+__all__ = [
+    "call_under_source_lock",
+    "domain_slots",
+    "ensure_limit",
+    "quiet_busy_on_console",
+    "source_lock",
+]
+
+T = TypeVar("T")
 
 _limits_seen: dict[str, int] = {}  # limit name -> its size, read once per process
 
@@ -124,6 +139,24 @@ async def source_lock(
         yield busy is None
 
 
+def call_under_source_lock(source: Source, work: Callable[[], T]) -> T:
+    """``work()`` (blocking, run in a thread) while this process holds ``source:<name>``.
+
+    For commands outside a flow; waits up to ``locks.wait_s`` and raises SourceBusy after that,
+    before ``work`` starts. A source without the lock (``locks.source_lock: false``) runs
+    ``work`` at once: its runs do not take it either.
+    """
+    if not source.locks.source_lock:
+        return work()
+
+    async def locked() -> T:
+        holder = str(uuid.uuid4())  # a lease holder id of its own (our busy tries stay quiet)
+        async with source_lock(source, holder=holder, on_busy="wait", wait_s=source.locks.wait_s):
+            return await asyncio.to_thread(work)
+
+    return asyncio.run(locked())
+
+
 class _ExpectedLockFailures(logging.Filter):
     """Drop Prefect's ERROR record for a source-lock try that found the lock taken.
 
@@ -156,6 +189,32 @@ class _ExpectedLockFailures(logging.Filter):
 
 _expected_failures = _ExpectedLockFailures()
 logging.getLogger("prefect._internal.concurrency").addFilter(_expected_failures)
+
+
+class _BusyOnConsole(logging.Filter):
+    """Drop, from the console only, the flow engine's records of a flow that ended SourceBusy.
+
+    Prefect logs a failed flow's exception with its traceback and then its final state; for a
+    busy lock the command already says what happened in one line. The API handler is left
+    alone, so the flow run's logs in the UI keep the full record.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, SourceBusy):
+            return False
+        return not (record.name.startswith("prefect.flow_runs") and "SourceBusy" in str(record.msg))
+
+
+def quiet_busy_on_console() -> None:
+    """Install :class:`_BusyOnConsole` on Prefect's console handlers (for the CLI's process)."""
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, PrefectConsoleHandler) and not any(
+            isinstance(f, _BusyOnConsole) for f in handler.filters
+        ):
+            handler.addFilter(_BusyOnConsole())
 
 
 def _heartbeat_variable(source: Source) -> str:

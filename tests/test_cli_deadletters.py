@@ -112,6 +112,7 @@ def test_discard_asks_for_the_reason_on_a_terminal(
     assert "--all" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("prefect_api")  # retry takes the source lock
 def test_retry_puts_dead_urls_back_in_the_queue(
     source: Source, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -218,6 +219,7 @@ def test_triage_command_runs_the_flow(source: Source, capsys: pytest.CaptureFixt
     assert {e.status for e in entries(source).values()} == {"review"}
 
 
+@pytest.mark.usefixtures("prefect_api")  # retry takes the source lock
 def test_retry_works_on_a_resolved_entry_whose_page_is_dead(
     source: Source, capsys: pytest.CaptureFixture[str]
 ) -> None:
