@@ -24,7 +24,7 @@ from collector.frontier.sqlite import SqliteFrontier
 from collector.run.locks import source_lock_name
 from flows._locks import ensure_limit
 from flows.collect import collect
-from tests.helpers import sink_lines, write_source
+from tests.helpers import sink_lines, summary_of, write_source
 from tests.servers import free_port
 from tests.worker_site import WorkerSite
 
@@ -95,7 +95,8 @@ async def test_a_command_that_requeues_waits_for_the_run_in_progress_whose_ledge
     name = f"recovery-lock-{command[-1].strip('-')}"
     with WorkerSite() as site:
         source = _source(tmp_path, site, name, items=5, wait_s=300)
-        first = await collect(source=str(source))  # the gone pages end dead, in the dead letters
+        # the gone pages end dead, in the dead letters
+        first = summary_of(await collect(source=str(source)))
         assert first["balanced"] and first["dead_lettered"] == GONE, first
 
         # The seed list grows: a full plan, which takes the dead pages into the run's account.
@@ -136,7 +137,7 @@ async def test_a_command_gives_up_after_the_wait_with_one_line_and_changes_nothi
     name = "recovery-lock-busy"
     with WorkerSite() as site:
         source = _source(tmp_path, site, name, items=2, wait_s=1)
-        first = await collect(source=str(source))
+        first = summary_of(await collect(source=str(source)))
         assert first["dead_lettered"] == GONE
         await ensure_limit(source_lock_name(name), 1)
         async with concurrency(source_lock_name(name), occupy=1, strict=True, lease_duration=60):
