@@ -83,6 +83,9 @@ async def drain(
 ) -> DrainEnd:
     """Claim, fetch and settle until the source is done, the policy says enough, or a stop."""
     loop = _Loop(run, fetch, policy, stop or StopRequest(), listener)
+    # The loop's own time and this process's CPU over it (every thread): the run's throughput
+    # without start-up and wind-down, and a figure the load of a shared box hardly moves.
+    began, cpu = time.monotonic(), time.process_time()
     with (
         Heartbeat(run.frontier, run.source.name, run.run_id, every_s=policy.heartbeat_s),
         loop.stop.watch(loop.halt),
@@ -93,6 +96,8 @@ async def drain(
             # Our own leases are all acked or released by now; forget our heartbeat (a lease
             # left behind by a bug would be returned and counted here, not lost).
             run.ledger.released += run.frontier.revoke(run.source.name, run.run_id, now=run.clock())
+            run.drain_seconds += time.monotonic() - began
+            run.drain_cpu_seconds += time.process_time() - cpu
     held = sum(h.leased for h in run.frontier.holders(run.source.name))
     return DrainEnd(ending, loop.stop.reason, held)
 
