@@ -91,6 +91,9 @@ def test_a_whole_run_drains_and_balances_without_prefect(tmp_path: Path) -> None
     rows = sink_lines(tmp_path / "out")
     assert len(rows) == ITEMS and duplicate_keys(rows) == []
     assert ran.holders == []  # the run forgot its heartbeat at the end
+    # the loop's own time and CPU (what bench/throughput.py rates collector by), within the run's
+    timings = summary.timings_s
+    assert 0 < timings["drain"] <= summary.seconds and timings["drain_cpu"] > 0
 
 
 def test_a_stop_request_settles_what_was_fetched_and_returns_the_rest_unchanged(

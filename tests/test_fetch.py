@@ -15,7 +15,7 @@ import pytest
 
 from collector.demo.site import FaultSite
 from collector.fetch.engine import FetchEngine, FetchResult
-from collector.fetch.ratelimit import LimitsRateLimiter
+from collector.fetch.ratelimit import LimitsRateLimiter, LocalMovingWindow
 from collector.fetch.transport import TransportKind
 from collector.frontier.base import ClaimedItem
 from collector.policy.retry import RetryBudget, RetrySettings
@@ -189,10 +189,13 @@ async def test_per_domain_concurrency_is_bounded(site: FaultSite) -> None:
     assert elapsed >= 4 * 0.3 - 0.05
 
 
-async def test_per_domain_rate_is_enforced(site: FaultSite) -> None:
+@pytest.mark.parametrize("limiter", [LocalMovingWindow, LimitsRateLimiter])
+async def test_per_domain_rate_is_enforced(
+    site: FaultSite, limiter: type[LocalMovingWindow | LimitsRateLimiter]
+) -> None:
     urls = [site.url(f"/items/{i}.json") for i in range(25)]
     began = time.monotonic()
-    results = await fetch(engine(rate_limiter=LimitsRateLimiter("10/second")), *urls)
+    results = await fetch(engine(rate_limiter=limiter("10/second")), *urls)
     assert all(r.status == "ok" for r in results)
     assert time.monotonic() - began >= 2.0  # 10 now, 10 after 1 s, 5 after 2 s
     arrivals = sorted(r.at for r in site.requests)

@@ -75,3 +75,32 @@ async def test_a_dead_worker_falls_back_to_in_process_validation(suite: Path) ->
         await worker.aclose()
     assert worker._failed is True
     assert _shape(result)[0] == [1, 4]
+
+
+async def test_ready_waits_for_the_worker_and_is_not_a_gx_call(suite: Path) -> None:
+    worker = ValidationWorker(suite)
+    try:
+        await worker.ready()  # GX imported in the worker: its greeting has been read
+        assert worker._greeted is not None and worker._greeted is worker._process
+        assert worker.calls == 0
+        result = await worker.validate(RECORDS)  # the answer is not mistaken for the greeting
+        await worker.ready()  # once per process: nothing more to read
+    finally:
+        await worker.aclose()
+    assert worker._failed is False and worker.calls == 1
+    assert _shape(result)[0] == [1, 4]
+
+
+async def test_ready_gives_up_on_a_worker_that_died_during_start_up(suite: Path) -> None:
+    worker = ValidationWorker(suite)
+    try:
+        worker.start()
+        assert worker._process is not None
+        worker._process.kill()
+        worker._process.wait()
+        await worker.ready()  # returns, and batches will be validated in-process
+        result = await worker.validate(RECORDS)
+    finally:
+        await worker.aclose()
+    assert worker._failed is True
+    assert _shape(result)[0] == [1, 4]
