@@ -2,30 +2,57 @@
 
 One place decides how Collector talks to Redis, so the two backends cannot drift apart:
 
-* :func:`connect` builds a client with one set of timeouts and health checks, and no automatic
-  retries: a script whose reply was lost may have run, and replaying it (an ack, a put) would
-  report items stale or count them twice. Stale pooled connections are still re-opened, because
-  redis-py checks a pooled connection before handing it out.
+* :func:`connect` builds a client with one set of timeouts and health checks that rides out a
+  Redis restart (below) but never replays a command that may have run.
 * :func:`describe_url` / :func:`describe_client` say where a client points with the password
   masked, for messages and logs.
 * :func:`backend_error` turns any redis-py error into one :class:`BackendError` line.
 * :class:`Scripts` loads Lua scripts from ``.lua`` files shipped next to the backend (read once
   per process with :mod:`importlib.resources`) and registers them on a client once, so the first
   call of each is a single EVALSHA.
+
+**A Redis restart.** While a server the client has reached before is down or loading its data, a
+call waits for it, up to ``reconnect_s`` (:data:`RECONNECT_S`, env
+``COLLECTOR_REDIS_RECONNECT_S``), with redis-py's :class:`~redis.retry.Retry` and
+:class:`~redis.backoff.ExponentialWithJitterBackoff`; after that it fails with one line. A server
+never reached fails the first call at once (a wrong URL, a server not started). Only what cannot
+have changed anything is retried, so every call, Lua scripts included, runs at most once:
+
+* *making a connection* (TCP connect and redis-py's handshake: HELLO/AUTH/SELECT/CLIENT SETINFO,
+  all idempotent): nothing of the caller's has been sent yet. This covers a pooled connection the
+  server closed when it stopped (redis-py finds it readable before use and reconnects) and the
+  connection refused while it is down;
+* a failed *health-check PING* (sent before a command on a connection idle past
+  :data:`HEALTH_CHECK_INTERVAL_S`): the command was not sent; the connection is made again;
+* a command the server refused with ``LOADING`` (:class:`~redis.exceptions.BusyLoadingError`:
+  it is reading its append-only file or snapshot) was not run; it is sent again.
+
+What is *not* retried: a command that was sent and whose reply was lost (the server died while
+running it, a reply timeout). It may have run: replaying an ack would report its items stale, a
+claim would lease a second batch, a dead-letter put would be archived twice. That call fails
+with a BackendError and the run with it (its ledger says what it had settled); the rerun
+completes the source. A script the restarted server forgot (``NOSCRIPT``: scripts are not kept
+across restarts) did not run; redis-py's :class:`~redis.commands.core.Script` loads it again and
+sends it once.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
-from redis.backoff import NoBackoff
+from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import Script
-from redis.exceptions import RedisError
+from redis.exceptions import BusyLoadingError, RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from collector.errors import BackendError
@@ -34,6 +61,7 @@ from collector.ops.scrub import is_secret_name
 __all__ = [
     "CONNECT_TIMEOUT_S",
     "HEALTH_CHECK_INTERVAL_S",
+    "RECONNECT_S",
     "SOCKET_TIMEOUT_S",
     "Scripts",
     "backend_error",
@@ -52,6 +80,11 @@ SOCKET_TIMEOUT_S = 60.0
 # A pooled connection idle this long is PINGed before use, so a half-open one (a server that
 # went away without a FIN, a NAT that dropped the flow) is noticed before a script is sent on it.
 HEALTH_CHECK_INTERVAL_S = 30
+# How long a call waits for a server that is down or loading (a restart) before it fails; the
+# environment variable COLLECTOR_REDIS_RECONNECT_S overrides it (seconds, 0: fail at once).
+RECONNECT_S = 30.0
+# Waits between tries: full jitter below base * 2**n, at most the cap (redis-py's backoff).
+_BACKOFF_BASE_S, _BACKOFF_CAP_S = 0.05, 2.0
 
 
 def one_line(exc: BaseException) -> str:
@@ -98,22 +131,119 @@ def describe_client(client: redis.Redis) -> str:
     return f"redis://{host}:{port}/{kwargs.get('db', 0)}"
 
 
-def connect(url: str, *, what: str) -> redis.Redis:
+def reconnect_s() -> float:
+    """:data:`RECONNECT_S`, or ``COLLECTOR_REDIS_RECONNECT_S`` when set (a bad value: an error)."""
+    raw = os.environ.get("COLLECTOR_REDIS_RECONNECT_S", "").strip()
+    if not raw:
+        return RECONNECT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also NaN
+        raise BackendError(
+            f"COLLECTOR_REDIS_RECONNECT_S={raw!r}: give the seconds to wait for Redis (>= 0)"
+        )
+    return value
+
+
+@dataclass(slots=True)
+class _Patience:
+    """How long one client's connections wait for its server; shared by the pool's connections.
+
+    Only once a connection has been made: a server never reached is a wrong URL or a server
+    that is not running, said at once (the backends ping on open), not after the wait.
+    """
+
+    wait_s: float
+    reached: bool = False
+
+
+class _Reconnecting:
+    """Mixed into a redis-py connection class: (re)connect until the client's wait has passed.
+
+    See the module docstring for why only these steps are retried. ``self.retry`` (the client's
+    :class:`Retry`, which redis-py also applies to whole commands) retries ``LOADING`` only.
+    """
+
+    def __init__(self, *args: Any, patience: _Patience, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.patience = patience
+
+    def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        if self._sock:  # type: ignore[attr-defined]
+            return
+        patience = self.patience
+        deadline = time.monotonic() + (patience.wait_s if patience.reached else 0.0)
+        parent = super()
+
+        def until_deadline(error: Exception) -> None:
+            self.disconnect()  # type: ignore[attr-defined]  # a half-made connection goes
+            if time.monotonic() >= deadline:
+                raise error
+
+        Retry(
+            ExponentialWithJitterBackoff(cap=_BACKOFF_CAP_S, base=_BACKOFF_BASE_S),
+            -1,  # bounded by the deadline, not a count
+            (RedisConnectionError, RedisTimeoutError, OSError),
+        ).call_with_retry(
+            lambda: parent.connect_check_health(  # type: ignore[attr-defined]
+                check_health=check_health, retry_socket_connect=False
+            ),
+            until_deadline,
+        )
+        patience.reached = True
+
+    def check_health(self) -> None:
+        try:
+            super().check_health()  # type: ignore[misc]
+        except (RedisConnectionError, RedisTimeoutError):
+            # The PING before a command failed: the command was not sent. Connect again.
+            self.disconnect()  # type: ignore[attr-defined]
+            self.connect_check_health(check_health=False)
+
+
+@functools.cache
+def _reconnecting(base: type[Any]) -> type[Any]:
+    """``base`` (TCP, TLS or unix-socket connection) with :class:`_Reconnecting` mixed in."""
+    return type(f"Reconnecting{base.__name__}", (_Reconnecting, base), {})
+
+
+def connect(url: str, *, what: str, reconnect: float | None = None) -> redis.Redis:
     """A client for ``url`` with Collector's settings; a malformed URL is a BackendError.
 
     ``what`` starts the error message (e.g. ``"frontier redis://host:6379/0"``). No connection is
-    made here: the caller pings, so that it can say "cannot connect" in its own words.
+    made here: the caller pings, so that it can say "cannot connect" in its own words (at once:
+    the wait is for a server that went away). Once a connection was made, calls wait up to
+    ``reconnect`` seconds (default :func:`reconnect_s`) for a server that is down.
     """
+    wait_s = reconnect_s() if reconnect is None else reconnect
+    loading = Retry(
+        ExponentialWithJitterBackoff(cap=_BACKOFF_CAP_S, base=_BACKOFF_BASE_S),
+        _retries_within(wait_s),
+        (BusyLoadingError,),  # refused, not run: safe for every command
+    )
     try:
-        return redis.Redis.from_url(
+        client = redis.Redis.from_url(
             url,
             socket_connect_timeout=CONNECT_TIMEOUT_S,
             socket_timeout=SOCKET_TIMEOUT_S,
             health_check_interval=HEALTH_CHECK_INTERVAL_S,
-            retry=Retry(NoBackoff(), 0),
+            retry=loading,
         )
     except (ValueError, RedisError) as exc:
         raise backend_error(f"{what}: invalid Redis URL", exc) from exc
+    pool = client.connection_pool
+    pool.connection_class = _reconnecting(pool.connection_class)
+    pool.connection_kwargs["patience"] = _Patience(wait_s)
+    return client
+
+
+def _retries_within(wait_s: float) -> int:
+    """Tries of the backoff whose waits add up to about ``wait_s`` (each at most the cap)."""
+    return 0 if wait_s <= 0 else max(1, int(wait_s / (_BACKOFF_CAP_S / 2)))
 
 
 @functools.cache

@@ -422,8 +422,8 @@ class LocksSettings(_Section):
         defaults.LOCK_LEASE_S,
         ge=60,
         le=86400,
-        description="Lease of the lock, renewed by Prefect every 3/4 of it; a run that died "
-        "holds the lock until its lease expires (Prefect's minimum is 60 s).",
+        description="Lease of the lock, renewed by Prefect every 3/4 of it (Prefect's minimum "
+        "is 60 s); a run that died is found sooner, by its heartbeat silent for 30 s.",
     )
 
 

@@ -2,7 +2,15 @@
 
 ``source_lock``: ``source:<name>`` (limit 1, created when missing) held for a whole ``run``, with a
 lease Prefect renews every 3/4 of ``locks.lease_s`` from a thread, and a heartbeat Variable that
-lets a waiter recognise a holder that died and take its slot back (see ``_heartbeat``).
+lets a waiter recognise a holder that died and take its slot back (see ``_heartbeat``): the same
+rhythm as the frontier's holders (a beat every ``HEARTBEAT_S``, dead after ``HOLDER_DEAD_AFTER_S``
+of silence), so a rerun after a SIGKILL takes the source back as soon as it revokes the leases.
+
+``call_under_source_lock``: the same lock around an operator's change made outside a run (triage,
+``collector deadletters retry``, a review's accept): they turn dead pages back into queued or done
+ones, and a full plan counts a source's dead pages in its run's account, so changing them under a
+run in progress would make that run's ledger fail. They wait for the lock like a run (up to
+``locks.wait_s``), then give up with SourceBusy having changed nothing.
 
 ``domain_slots``: the ``domain:<host>`` slots of one batch, taken in host order (so two workers
 never hold part of each other's hosts while waiting), released when the batch's fetch ends.
@@ -15,8 +23,9 @@ import concurrent.futures
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Literal
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Literal, TypeVar
 from uuid import UUID
 
 from prefect.client.orchestration import get_client
@@ -35,7 +44,15 @@ from collector.run.locks import SourceBusy, domain_lock_name, source_lock_name
 from collector.run.stop import StoppedWaiting, process_stop
 from flows._variables import variable_name
 
-__all__ = ["domain_slots", "ensure_limit", "source_lock"]
+__all__ = [
+    "call_under_source_lock",
+    "domain_slots",
+    "ensure_limit",
+    "quiet_busy_on_console",
+    "source_lock",
+]
+
+T = TypeVar("T")
 
 _limits_seen: dict[str, int] = {}  # limit name -> its size, read once per process
 
@@ -113,13 +130,31 @@ async def source_lock(
         if busy is not None and on_busy == "wait":
             raise SourceBusy(
                 f"another run of {source.name!r} holds the Prefect concurrency limit {name!r} "
-                f"(waited {wait_s:g}s); a run that died is detected {source.locks.lease_s:g}s "
-                "after its last heartbeat and its slot taken back"
+                f"(waited {wait_s:g}s); a run that died is detected "
+                f"{defaults.HOLDER_DEAD_AFTER_S:g}s after its last heartbeat, its slot taken back"
             ) from busy
         if busy is None:
             beat = asyncio.create_task(_heartbeat(source, holder))
             stack.push_async_callback(_stop_heartbeat, beat, source, holder)
         yield busy is None
+
+
+def call_under_source_lock(source: Source, work: Callable[[], T]) -> T:
+    """``work()`` (blocking, run in a thread) while this process holds ``source:<name>``.
+
+    For commands outside a flow; waits up to ``locks.wait_s`` and raises SourceBusy after that,
+    before ``work`` starts. A source without the lock (``locks.source_lock: false``) runs
+    ``work`` at once: its runs do not take it either.
+    """
+    if not source.locks.source_lock:
+        return work()
+
+    async def locked() -> T:
+        holder = str(uuid.uuid4())  # a lease holder id of its own (our busy tries stay quiet)
+        async with source_lock(source, holder=holder, on_busy="wait", wait_s=source.locks.wait_s):
+            return await asyncio.to_thread(work)
+
+    return asyncio.run(locked())
 
 
 class _ExpectedLockFailures(logging.Filter):
@@ -156,12 +191,38 @@ _expected_failures = _ExpectedLockFailures()
 logging.getLogger("prefect._internal.concurrency").addFilter(_expected_failures)
 
 
+class _BusyOnConsole(logging.Filter):
+    """Drop, from the console only, the flow engine's records of a flow that ended SourceBusy.
+
+    Prefect logs a failed flow's exception with its traceback and then its final state; for a
+    busy lock the command already says what happened in one line. The API handler is left
+    alone, so the flow run's logs in the UI keep the full record.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, SourceBusy):
+            return False
+        return not (record.name.startswith("prefect.flow_runs") and "SourceBusy" in str(record.msg))
+
+
+def quiet_busy_on_console() -> None:
+    """Install :class:`_BusyOnConsole` on Prefect's console handlers (for the CLI's process)."""
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, PrefectConsoleHandler) and not any(
+            isinstance(f, _BusyOnConsole) for f in handler.filters
+        ):
+            handler.addFilter(_BusyOnConsole())
+
+
 def _heartbeat_variable(source: Source) -> str:
     return variable_name("collector-lock", source.name)
 
 
 async def _heartbeat(source: Source, holder: str) -> None:
-    """Tell waiters this holder is alive: a Prefect Variable rewritten every lease_s / 4.
+    """Tell waiters this holder is alive: a Prefect Variable rewritten every ``HEARTBEAT_S``.
 
     Prefect ends a dead holder's lease only through the server's repossessor service, which
     temporary local servers do not run, and offers no API to list a limit's holders; so the
@@ -173,7 +234,7 @@ async def _heartbeat(source: Source, holder: str) -> None:
     while True:
         with contextlib.suppress(Exception):  # a missed beat only shortens what others wait
             await Variable.aset(name, {"holder": holder, "at": time.time()}, overwrite=True)
-        await asyncio.sleep(source.locks.lease_s / 4)
+        await asyncio.sleep(defaults.HEARTBEAT_S)
 
 
 async def _stop_heartbeat(beat: asyncio.Task[None], source: Source, holder: str) -> None:
@@ -190,10 +251,11 @@ async def _stop_heartbeat(beat: asyncio.Task[None], source: Source, holder: str)
 
 
 async def _reclaim_if_holder_died(source: Source, name: str) -> bool:
-    """Free ``source:<name>`` when its holder's heartbeat is older than the lock's lease.
+    """Free ``source:<name>`` when its holder's heartbeat is ``HOLDER_DEAD_AFTER_S`` old.
 
     That is the repossessor's rule (an unrenewed lease is over) applied by the waiter, so a run
-    killed with SIGKILL does not block its source forever on a server without that service.
+    killed with SIGKILL does not block its source forever on a server without that service; and
+    sooner than the lease (Prefect's minimum is 60 s), on the frontier's rule for a dead holder.
     Two waiters may both free it; the limit still lets only one of them in, and the fencing
     tokens protect the data even if a holder that was merely paused comes back.
     """
@@ -205,7 +267,7 @@ async def _reclaim_if_holder_died(source: Source, name: str) -> bool:
     if not isinstance(beat, dict):
         return False  # no Collector holder on record (or it ended cleanly): nothing to judge
     age_s = time.time() - float(beat.get("at", 0.0))
-    if age_s <= source.locks.lease_s:
+    if age_s <= defaults.HOLDER_DEAD_AFTER_S:
         return False
     async with get_client() as client:
         await client.update_global_concurrency_limit(
@@ -214,8 +276,8 @@ async def _reclaim_if_holder_died(source: Source, name: str) -> bool:
     with contextlib.suppress(Exception):
         await Variable.aunset(variable)
     get_logger(__name__).warning(
-        "%s: holder %s gave no sign of life for %.0fs (lease %gs): its slot was taken back",
-        name, beat.get("holder"), age_s, source.locks.lease_s,
+        "%s: holder %s gave no sign of life for %.0fs (dead after %gs): its slot was taken back",
+        name, beat.get("holder"), age_s, defaults.HOLDER_DEAD_AFTER_S,
     )  # fmt: skip
     return True
 

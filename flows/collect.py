@@ -435,7 +435,7 @@ def run_collect(
     process_stop.reset()
     with process_stop.on_signals():
         state: Any = asyncio.run(
-            collect(  # type: ignore[arg-type]
+            collect(  # type: ignore[arg-type]  # typed Awaitable by Prefect; it is a coroutine
                 source=source,
                 batch_size=batch_size,
                 max_items=max_items,

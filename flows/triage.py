@@ -7,11 +7,17 @@ the UI with its parameters), a markdown report and a table per expectation as ar
 ``collector.triage.completed`` event with the outcome counts. Two triage runs may overlap (two
 quarantine events close together): each entry is claimed in the store first, so each is settled
 by one run only.
+
+A triage that changes things holds the source's lock ``source:<name>`` (``flows/_locks.py``), as
+a ``collect`` run does: it re-enqueues and revives dead pages, which a run in progress counts in
+its account (a full plan tags the source's dead pages with the run). It waits for a run up to
+``locks.wait_s`` and then fails with SourceBusy, having changed nothing; a dry run takes no lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from typing import Annotated, Any
 
@@ -23,8 +29,10 @@ from pydantic import Field
 
 from collector import defaults
 from collector.backends import open_archive, open_deadletters, open_frontier, open_sink
+from collector.config import Source
 from collector.recovery.triage import Triage, TriageReport
 from collector.run.stop import process_stop
+from flows._locks import source_lock
 from flows.sources import resolve_source
 
 __all__ = ["run_triage", "triage"]
@@ -35,10 +43,9 @@ def _artifact_key(source: str, what: str) -> str:
     return f"collector-{safe}-{what}"[:100]
 
 
-def _triage(source_path: str, run_id: str, limit: int, dry_run: bool) -> TriageReport:
+def _triage(source: Source, run_id: str, limit: int, dry_run: bool) -> TriageReport:
     """The triage engine over the source's stores (in a thread: a Ctrl-C reaches it as a stop
     request between entries, see collector.run.stop)."""
-    source = resolve_source(source_path)
     validator = None
     if source.suite_path is not None:
         from collector.settle.validation import SuiteValidator  # GX is imported only where it runs
@@ -72,8 +79,15 @@ async def triage(
     """Repair, replay, re-enqueue or escalate every open dead letter of a source, once."""
     logger = get_run_logger()
     run_id = str(flow_run.get_id() or uuid.uuid4())
+    loaded = await asyncio.to_thread(resolve_source, source)
+    lock: contextlib.AbstractAsyncContextManager[Any] = (
+        contextlib.nullcontext(True)
+        if dry_run  # changes nothing: no run's account can move
+        else source_lock(loaded, holder=run_id, on_busy="wait", wait_s=loaded.locks.wait_s)
+    )
     with process_stop.on_signals():
-        report = await asyncio.to_thread(_triage, source, run_id, limit, dry_run)
+        async with lock:
+            report = await asyncio.to_thread(_triage, loaded, run_id, limit, dry_run)
     counts = report.counts()
     logger.info("triage of %s: %s; balance %s", report.source, counts, report.balance.as_dict())
     if not report.balance.balanced:

@@ -235,7 +235,9 @@ class Cluster:
 
     def running(self, name: str) -> bool:
         pid = self.components.get(name, {}).get("pid")
-        return bool(pid) and _alive(int(pid))
+        if not pid:
+            return False
+        return _alive(int(pid))
 
     def start(self, name: str, *, wait: bool = True) -> None:
         if name not in self.components:

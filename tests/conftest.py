@@ -21,7 +21,11 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 # A `collector` subprocess without PREFECT_API_URL starts the local background server
 # (flows/local_server.py): keep it in a throwaway home, short-lived, and stopped at the end.
-os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="collector-tests-prefect-"))
+# Each pytest-xdist worker gets a home of its own (workers inherit the controller's environment,
+# and one worker stopping a shared server at its end would cut off the others' runs).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER or "PREFECT_HOME" not in os.environ:
+    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix=f"collector-tests-prefect-{_WORKER or ''}")
 os.environ.setdefault("COLLECTOR_SERVER_IDLE_S", "60")
 
 

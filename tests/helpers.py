@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from prefect.client.schemas.objects import State  # for the type only: Prefect imports slowly
 
 
 def write_source(folder: Path, **sections: Any) -> Path:
@@ -46,3 +49,15 @@ def sink_lines(folder: Path) -> list[dict[str, Any]]:
 def duplicate_keys(rows: list[dict[str, Any]]) -> list[str]:
     counts = Counter(str(row["_collector"]["key"]) for row in rows)
     return [key for key, n in counts.items() if n > 1]
+
+
+def summary_of(result: dict[str, Any] | State[Any]) -> dict[str, Any]:
+    """The summary dict a call of the ``collect`` flow returned, typed as such.
+
+    Prefect types a flow call as its function's return annotation, and ``collect`` is annotated
+    ``dict | State`` because an interrupted run returns a ``Cancelled`` state. But a call without
+    ``return_state=True`` never hands a State back (Prefect returns the state's data, or raises
+    for a cancelled or failed one), so this assertion only narrows the type.
+    """
+    assert isinstance(result, dict), f"collect returned {result!r}, not a summary"
+    return result

@@ -100,6 +100,7 @@ class HostileSite:
     @property
     def base_url(self) -> str:
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's host (bytes only for AF_UNIX)
         return f"http://{host}:{port}"
 
     def url(self, path: str) -> str:

@@ -27,9 +27,13 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """``with RedisServer() as redis: redis.url`` -> ``redis://127.0.0.1:PORT/0``."""
+    """``with RedisServer() as redis: redis.url`` -> ``redis://127.0.0.1:PORT/0``.
 
-    def __init__(self) -> None:
+    ``persistent=True``: an append-only file (fsync always), so the data survives ``restart``.
+    """
+
+    def __init__(self, *, persistent: bool = False) -> None:
+        self.persistent = persistent
         binary = shutil.which("redis-server") or "/usr/bin/redis-server"
         if not Path(binary).exists():
             raise RuntimeError("redis-server is not installed (./bootstrap test installs it)")
@@ -46,7 +50,9 @@ class RedisServer:
         self._process = subprocess.Popen(
             [
                 self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "no", "--dir", str(self.folder),
+                "--save", "", "--dir", str(self.folder),
+                *(["--appendonly", "yes", "--appendfsync", "always"] if self.persistent
+                  else ["--appendonly", "no"]),
                 "--protected-mode", "no",
             ],
             stdout=subprocess.DEVNULL,
@@ -70,7 +76,7 @@ class RedisServer:
             self._process = None
 
     def restart(self) -> None:
-        """Stop and start again on the same port (data is lost: no persistence)."""
+        """Stop and start again on the same port (data is lost unless ``persistent``)."""
         self.stop()
         self.start()
 

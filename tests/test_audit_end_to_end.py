@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from collector.demo.site import FaultSite, record
 from collector.run.ledger import LedgerBook
 from flows.cli import main
 from flows.collect import collect
-from tests.helpers import sink_lines, write_source
+from tests.helpers import sink_lines, summary_of, write_source
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow]
 
@@ -26,7 +27,7 @@ PRICE_MAX_30 = {
 }
 
 
-def write_suite(folder: Path, *expectations: dict) -> None:
+def write_suite(folder: Path, *expectations: dict[str, Any]) -> None:
     suite = {"name": "items", "expectations": list(expectations)}
     (folder / "suite.json").write_text(json.dumps(suite), encoding="utf-8")
 
@@ -41,7 +42,7 @@ async def test_audit_compensates_exactly_the_batch_the_new_suite_rejects(
         seeds={"template": site.url("/items/{i}.json"), "range": [0, 9]},
         validation={"suite": "suite.json"},
     )
-    summary = await collect(source=str(path), batch_size=3)
+    summary = summary_of(await collect(source=str(path), batch_size=3))
     assert summary["stored"] == 9 and summary["balanced"] is True
     before = {row["id"]: row for row in sink_lines(tmp_path / "out")}
     batch_of = {i: row["_collector"]["batch"] for i, row in before.items()}
@@ -81,7 +82,7 @@ async def test_audit_compensates_exactly_the_batch_the_new_suite_rejects(
     # The pages of the removed records lost their freshness: the next run fetches exactly them
     # again, and its suite (now with the new expectation) decides again before writing.
     site.reset()
-    rerun = await collect(source=str(path), batch_size=3)
+    rerun = summary_of(await collect(source=str(path), batch_size=3))
     # An incremental plan (the seed list is unchanged): only the 3 stale pages are due.
     assert {k: rerun[k] for k in TERMINAL} == {
         "discovered": 3, "stored": 0, "fresh_skipped": 0,

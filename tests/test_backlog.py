@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -155,7 +156,7 @@ def test_sparkline_and_markdown() -> None:
     assert text.index("65.0%") < text.index("10.0%")  # newest first
 
 
-def _source(backlog: object) -> dict:
+def _source(backlog: object) -> dict[str, Any]:
     return {
         "name": "x",
         "seeds": {"urls": ["http://a.example/"]},
@@ -182,7 +183,9 @@ def test_backlog_section_in_a_source() -> None:
         ({"capcity": 5}, "s.yaml: backlog.capcity: unknown key"),
     ],
 )
-def test_bad_backlog_section_is_one_line_naming_the_field(backlog: dict, problem: str) -> None:
+def test_bad_backlog_section_is_one_line_naming_the_field(
+    backlog: dict[str, Any], problem: str
+) -> None:
     with pytest.raises(SourceError) as caught:
         parse_source(_source(backlog), label="s.yaml", base_dir=Path("."))
     assert len(caught.value.problems) == 1

@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 import yaml
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+from prefect.client.schemas.objects import Artifact
 from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+from prefect.events.schemas.events import ReceivedEvent
 from prefect.variables import Variable
 
 from collector.backends import open_frontier
@@ -56,7 +59,12 @@ def _set_capacity(source_path: Path, capacity: int | None) -> None:
     source_path.write_text(yaml.safe_dump(data))
 
 
-async def _events(resource: str, expected: int) -> list:
+def _created(artifact: Artifact) -> datetime:
+    assert artifact.created is not None  # optional in the model, set on every stored artifact
+    return artifact.created
+
+
+async def _events(resource: str, expected: int) -> list[ReceivedEvent]:
     """The backlog events of ``resource`` once ``expected`` of them are stored (the event
     persister writes in batches, so they appear a little after emission)."""
     deadline = time.monotonic() + 90
@@ -110,6 +118,7 @@ async def test_events_only_on_transitions_and_trend_artifact(tmp_path: Path) -> 
     }
 
     state = await Variable.aget(state_variable(name))
+    assert isinstance(state, dict)
     assert state["level"] == "ok"
     assert [row[1:] for row in state["samples"]] == [
         [7, 10], [7, 10], [7, 8], [7, 9], [7, 100], [7, 100]
@@ -121,8 +130,8 @@ async def test_events_only_on_transitions_and_trend_artifact(tmp_path: Path) -> 
                 key=ArtifactFilterKey(any_=[f"collector-{name}-backlog"])
             )
         )
-    latest = max(artifacts, key=lambda a: a.created)
-    assert latest.type == "markdown"
+    latest = max(artifacts, key=_created)
+    assert latest.type == "markdown" and isinstance(latest.data, str)
     assert f"# Backlog of `{name}`: ok" in latest.data
     assert "| 7 | 100 | 7.0% |" in latest.data and "| 7 | 8 | 87.5% |" in latest.data
 
@@ -137,6 +146,7 @@ async def test_default_capacity_is_the_whole_source_and_bad_source_fails_after_o
     with pytest.raises(CollectorError, match=r"nope\.yaml: file not found"):
         await asyncio.to_thread(backlog_monitor, sources=[str(missing), str(good)])
     state = await Variable.aget(state_variable(name))  # the good one was still sampled
+    assert isinstance(state, dict)
     assert state["level"] == "ok" and [row[1:] for row in state["samples"]] == [[2, 10]]
 
 

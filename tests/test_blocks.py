@@ -72,9 +72,9 @@ def test_block_secrets_are_masked_on_the_server(prefect_api: str) -> None:
             "masked", "collector-backends", include_secrets=False
         )
     assert "hunter2" not in str(document.data)
-    assert CollectorBackends.load("masked").source_overrides()["deadletters"]["url"] == (
-        "redis://:hunter2@127.0.0.1:1/0"
-    )
+    backends = CollectorBackends.load("masked")
+    assert isinstance(backends, CollectorBackends)  # load is sync here (no event loop)
+    assert backends.source_overrides()["deadletters"]["url"] == "redis://:hunter2@127.0.0.1:1/0"
 
 
 def test_bad_block_or_definition_is_one_line_naming_it(prefect_api: str) -> None:

@@ -15,7 +15,7 @@ from prefect.client.orchestration import get_client
 from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFilter
 
 from flows.collect import collect, progress_listeners
-from tests.helpers import write_source
+from tests.helpers import summary_of, write_source
 from tests.politeness_site import PolitenessSite
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
@@ -67,7 +67,7 @@ async def test_a_host_down_at_start_is_waited_for_and_its_breaker_is_in_the_even
 
         progress_listeners.append(listener)
         try:
-            summary = await collect(source=str(path), batch_size=10, drain_wait_s=30)
+            summary = summary_of(await collect(source=str(path), batch_size=10, drain_wait_s=30))
         finally:
             progress_listeners.remove(listener)
     assert summary["balanced"], summary["problems"]

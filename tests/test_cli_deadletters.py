@@ -11,6 +11,7 @@ import pytest
 
 from collector.config import Source, load_source
 from collector.deadletter import DeadLetter, SqliteDeadLetterStore
+from collector.deadletter.base import Stage
 from collector.frontier import Completed, DeadLettered, Offer
 from collector.frontier.sqlite import SqliteFrontier
 from collector.run.ledger import LedgerBook
@@ -43,9 +44,11 @@ def entries(source: Source) -> dict[str, DeadLetter]:
         store.close()
 
 
-def letter(source: Source, url: str, error: str, age_s: float, stage: str = "fetch") -> DeadLetter:
+def letter(
+    source: Source, url: str, error: str, age_s: float, stage: Stage = "fetch"
+) -> DeadLetter:
     seen = time.time() - age_s
-    return DeadLetter(source.name, url, stage, error, error, 1, seen, seen)  # type: ignore[arg-type]
+    return DeadLetter(source.name, url, stage, error, error, 1, seen, seen)
 
 
 @pytest.mark.parametrize(
@@ -109,6 +112,7 @@ def test_discard_asks_for_the_reason_on_a_terminal(
     assert "--all" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("prefect_api")  # retry takes the source lock
 def test_retry_puts_dead_urls_back_in_the_queue(
     source: Source, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -215,6 +219,7 @@ def test_triage_command_runs_the_flow(source: Source, capsys: pytest.CaptureFixt
     assert {e.status for e in entries(source).values()} == {"review"}
 
 
+@pytest.mark.usefixtures("prefect_api")  # retry takes the source lock
 def test_retry_works_on_a_resolved_entry_whose_page_is_dead(
     source: Source, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -101,6 +101,7 @@ def test_list_shows_what_waits_in_review(
     assert "validate/schema" in out
 
 
+@pytest.mark.usefixtures("prefect_api")  # an accept takes the source lock
 def test_accepting_a_corrected_record_stores_it_and_revives_its_page(
     source: Source, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -121,6 +122,38 @@ def test_accepting_a_corrected_record_stores_it_and_revives_its_page(
     assert balance(source) == {"quarantined": 1, "escalated": 1}
     assert main(["review", path_of(source), "--accept-as-is"]) == 0
     assert "nothing to review" in capsys.readouterr().out
+
+
+async def test_an_accept_waits_for_the_source_lock_then_is_refused_and_put_back(
+    source: Source, prefect_api: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run in progress counts the dead page: the accept that would revive it waits for the
+    run's lock and, busy past locks.wait_s, changes nothing."""
+    import asyncio
+
+    from prefect.concurrency.asyncio import concurrency
+
+    from collector.run.locks import source_lock_name
+    from flows._locks import ensure_limit
+
+    (entry,) = escalated(source, {"id": 1, "name": "Lamp", "price": -12.5})
+    path = write_source(
+        source.base_dir, seeds={"urls": [f"{BASE}/seed"]}, locks={"wait_s": 1},
+        validation={"suite": "suite.json"},
+        **({"deadletters": {"type": "redis", "url": source.deadletters.url}}
+           if source.deadletters.type == "redis" else {}),
+    )  # fmt: skip
+    record = json.dumps({"id": 1, "name": "Lamp", "price": 12.5})
+    await ensure_limit(source_lock_name(source.name), 1)
+    async with concurrency(source_lock_name(source.name), occupy=1, strict=True,
+                           lease_duration=60):  # fmt: skip
+        code = await asyncio.to_thread(main, ["review", str(path), "--accept", record])
+    assert code == 1
+    out = capsys.readouterr().out
+    assert f"refused, put back: busy: another run of {source.name!r}" in out
+    assert out.rstrip().endswith("nothing changed")
+    assert state(source, entry)[0] == "review"  # put back, not resolved
+    assert sink_lines(source.sink_path) == [] and pages(source) == (0, 1)  # nothing changed
 
 
 def test_a_record_that_still_fails_is_refused_and_put_back(
@@ -170,6 +203,7 @@ def test_take_over_an_entry_held_by_a_reviewer_who_vanished(
     assert state(source, entry)[:2] == ("resolved", "discarded")
 
 
+@pytest.mark.usefixtures("prefect_api")  # an accept takes the source lock
 def test_on_a_terminal_the_reviewer_is_asked(
     source: Source, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -203,7 +237,8 @@ def test_ctrl_c_at_the_prompt_puts_the_entry_back(
         def isatty(self) -> bool:
             return True
 
-        def readline(self, *args: Any) -> str:
+        # ignore: typeshed's _IOBase types readline as bytes; its own StringIO ignores it too
+        def readline(self, *args: Any) -> str:  # type: ignore[override]
             raise KeyboardInterrupt
 
     monkeypatch.setattr("sys.stdin", Interrupted())

@@ -15,7 +15,7 @@ import pytest
 
 from collector.config import load_source
 from collector.deadletter import DeadLetter, SqliteDeadLetterStore
-from collector.deadletter.base import dead_letter_id
+from collector.deadletter.base import Stage, dead_letter_id
 from collector.demo.site import FaultSite
 from collector.sinks.base import SinkRecord
 from collector.sinks.jsonl import JsonlSink
@@ -45,13 +45,13 @@ def collector(*args: str, api: str | None = None, stdin: Any = subprocess.DEVNUL
     )  # fmt: skip
 
 
-def put_letters(path: Path, letters: list[tuple[str, str, str]], age_s: float = 60) -> list[str]:
+def put_letters(path: Path, letters: list[tuple[str, Stage, str]], age_s: float = 60) -> list[str]:
     """Dead letters (url, stage, error class) for the source at ``path``; their ids."""
     source = load_source(path)
     store = SqliteDeadLetterStore(source.deadletter_path, archive=source.deadletter_archive_path)
     seen = time.time() - age_s
     entries = [
-        DeadLetter(source.name, url, stage, error, f"{error} at {url}", 1, seen, seen)  # type: ignore[arg-type]
+        DeadLetter(source.name, url, stage, error, f"{error} at {url}", 1, seen, seen)
         for url, stage, error in letters
     ]
     try:
@@ -382,9 +382,7 @@ def test_console_quiet_but_the_ui_gets_the_logs(
 
     async def logs() -> list[str]:
         async with get_client() as client:
-            found = await client.read_logs(
-                LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id]))  # type: ignore[arg-type]
-            )
+            found = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))
         return [log.message for log in found]
 
     messages = asyncio.run(logs())

@@ -9,22 +9,24 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
+from prefect.client.schemas.objects import TaskRun
 
 from collector.config import load_source
 from collector.deadletter import SqliteDeadLetterStore
 from collector.demo.scenario import DEMO_ITEMS, EXPECTED, write_demo_source
 from collector.demo.site import FaultSite
 from flows.collect import collect
-from tests.helpers import duplicate_keys, sink_lines, write_source
+from tests.helpers import duplicate_keys, sink_lines, summary_of, write_source
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
 TERMINAL = ("discovered", "stored", "fresh_skipped", "expired", "dead_lettered", "queued")
 
 
-def _terminal(summary: dict) -> dict:
+def _terminal(summary: dict[str, Any]) -> dict[str, Any]:
     return {name: summary[name] for name in TERMINAL}
 
 
@@ -32,7 +34,7 @@ async def test_demo_source_ends_every_item_in_its_expected_state(
     tmp_path: Path, site: FaultSite
 ) -> None:
     source_path = write_demo_source(tmp_path, site.base_url)
-    summary = await collect(source=str(source_path), batch_size=50)
+    summary = summary_of(await collect(source=str(source_path), batch_size=50))
 
     assert _terminal(summary) == EXPECTED
     assert summary["balanced"] is True
@@ -82,11 +84,11 @@ async def test_rerun_skips_fresh_items_and_writes_nothing_twice(
     tmp_path: Path, site: FaultSite
 ) -> None:
     source_path = write_demo_source(tmp_path, site.base_url)
-    first = await collect(source=str(source_path), batch_size=64)
+    first = summary_of(await collect(source=str(source_path), batch_size=64))
     assert first["balanced"]
     site.reset()
 
-    second = await collect(source=str(source_path), batch_size=64)
+    second = summary_of(await collect(source=str(source_path), batch_size=64))
 
     # The seed list did not change: the plan offers nothing and nothing is due (all fresh or
     # dead), so the run's account is empty and balanced.
@@ -98,7 +100,7 @@ async def test_rerun_skips_fresh_items_and_writes_nothing_twice(
     # every item is where the first run left it.
     seeds = tmp_path / "seeds.txt"
     seeds.write_text(seeds.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
-    third = await collect(source=str(source_path), batch_size=64)
+    third = summary_of(await collect(source=str(source_path), batch_size=64))
 
     # Relative to the first run, not the demo's exact counts (asserted elsewhere): on a loaded
     # machine an item may exhaust its retries there, and this test is about the rerun.
@@ -131,7 +133,7 @@ async def test_stale_items_are_refetched_but_unchanged_records_not_rewritten(
     )
     await collect(source=str(source_path))
     site.reset()
-    again = await collect(source=str(source_path))
+    again = summary_of(await collect(source=str(source_path)))
 
     assert _terminal(again) == {
         "discovered": 30, "stored": 30, "fresh_skipped": 0,
@@ -149,11 +151,11 @@ async def test_batch_size_one_gives_one_task_run_per_url(tmp_path: Path, site: F
     source_path = write_source(
         tmp_path, seeds={"template": site.url("/items/{i}.json"), "range": [0, 7]}
     )
-    summary = await collect(source=str(source_path), batch_size=1)
+    summary = summary_of(await collect(source=str(source_path), batch_size=1))
     assert summary["stored"] == 7 and summary["batches"] == 7
 
     # Task runs reach the API through events, recorded asynchronously: poll briefly.
-    fetches: list = []
+    fetches: list[TaskRun] = []
     async with get_client() as client:
         for _ in range(100):
             task_runs = await client.read_task_runs(
@@ -175,12 +177,12 @@ async def test_max_items_leaves_the_rest_queued_and_the_next_run_finishes(
     source_path = write_source(
         tmp_path, seeds={"template": site.url("/items/{i}.json"), "range": [0, 50]}
     )
-    first = await collect(source=str(source_path), batch_size=8, max_items=20)
+    first = summary_of(await collect(source=str(source_path), batch_size=8, max_items=20))
     assert _terminal(first) == {
         "discovered": 50, "stored": 20, "fresh_skipped": 0,
         "expired": 0, "dead_lettered": 0, "queued": 30,
     }  # fmt: skip
-    second = await collect(source=str(source_path), batch_size=8)
+    second = summary_of(await collect(source=str(source_path), batch_size=8))
     # the seed list is unchanged: an incremental plan takes the 30 queued items, nothing else
     assert second["plan"] == "incremental"
     assert _terminal(second) == {
@@ -199,7 +201,7 @@ async def test_jobs_past_their_queue_ttl_are_expired_and_counted(
         seeds={"template": site.url("/items/{i}.json"), "range": [0, 12]},
         ttl={"queue_ttl_s": 0.000001},
     )
-    summary = await collect(source=str(source_path))
+    summary = summary_of(await collect(source=str(source_path)))
     assert _terminal(summary) == {
         "discovered": 12, "stored": 0, "fresh_skipped": 0,
         "expired": 12, "dead_lettered": 0, "queued": 0,
@@ -209,7 +211,7 @@ async def test_jobs_past_their_queue_ttl_are_expired_and_counted(
     source_path = write_source(
         tmp_path, seeds={"template": site.url("/items/{i}.json"), "range": [0, 12]}
     )
-    again = await collect(source=str(source_path))
+    again = summary_of(await collect(source=str(source_path)))
     assert again["stored"] == 12 and again["expired"] == 0
 
 
@@ -223,7 +225,7 @@ async def test_retry_later_items_are_waited_for_within_drain_wait(
         seeds={"urls": [site.url("/items/1.json?status=429&retry_after=3")]},
         retry={"max_inline_delay_s": 0.5, "base_s": 0.05},
     )
-    summary = await collect(source=str(source_path), drain_wait_s=10)
+    summary = summary_of(await collect(source=str(source_path), drain_wait_s=10))
     assert summary["stored"] == 1 and summary["retried"] == 1 and summary["balanced"]
     hits = [r for r in site.requests if r.path.startswith("/items/1.json")]
     assert len(hits) == 2 and hits[1].at - hits[0].at >= 2.9
@@ -239,7 +241,7 @@ async def test_refused_urls_are_dead_lettered_at_plan_without_a_request(
         seeds={"urls": ["http://127.0.0.1:9/x.json", "http://10.1.2.3/y.json"]},
         allow_private_networks=False,
     )
-    summary = await collect(source=str(source_path))
+    summary = summary_of(await collect(source=str(source_path)))
     assert _terminal(summary) == {
         "discovered": 2, "stored": 0, "fresh_skipped": 0,
         "expired": 0, "dead_lettered": 2, "queued": 0,
@@ -273,7 +275,8 @@ async def test_artifacts_are_published(tmp_path: Path, site: FaultSite) -> None:
     by_type = {a.type: a for a in artifacts}
     assert set(by_type) >= {"progress", "table", "markdown"}
     assert "fetch/http_404" in str(by_type["markdown"].data)
-    assert float(by_type["progress"].data) == 100.0
+    progress = by_type["progress"].data
+    assert isinstance(progress, (int, float)) and float(progress) == 100.0
 
 
 async def test_secrets_never_reach_the_dead_letters(
@@ -285,7 +288,7 @@ async def test_secrets_never_reach_the_dead_letters(
         seeds={"urls": [site.url("/missing/1.json?api_key=s3cr3t-value-123&page=2")]},
         limits={"headers": {"Authorization": "Bearer ${env:DEMO_API_TOKEN}"}},
     )
-    summary = await collect(source=str(source_path))
+    summary = summary_of(await collect(source=str(source_path)))
     assert summary["dead_lettered"] == 1
     source = load_source(source_path)
     # The dead-letter database (with its WAL) and archive; the frontier keeps the real URL,
@@ -312,7 +315,7 @@ async def test_dead_letters_can_live_in_redis(
         seeds={"urls": [site.url("/items/1.json"), site.url("/missing/2.json")]},
         deadletters={"type": "redis", "url": redis_url},
     )
-    summary = await collect(source=str(source_path))
+    summary = summary_of(await collect(source=str(source_path)))
     assert summary["stored"] == 1 and summary["dead_lettered"] == 1 and summary["balanced"]
     store = RedisDeadLetterStore(redis_url)
     try:
@@ -355,14 +358,14 @@ async def test_the_whole_run_on_redis_backends_balances_and_reruns(
         + f"deadletters: {{type: redis, url: '{redis_url}'}}\n",
         encoding="utf-8",
     )
-    first = await collect(source=str(source_path), batch_size=40)
+    first = summary_of(await collect(source=str(source_path), batch_size=40))
     assert _terminal(first) == EXPECTED and first["balanced"]
-    second = await collect(source=str(source_path), batch_size=40)
+    second = summary_of(await collect(source=str(source_path), batch_size=40))
     assert second["plan"] == "incremental" and second["balanced"]
     assert _terminal(second) == dict.fromkeys(TERMINAL, 0)
     seeds = tmp_path / "seeds.txt"
     seeds.write_text(seeds.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
-    third = await collect(source=str(source_path), batch_size=40)
+    third = summary_of(await collect(source=str(source_path), batch_size=40))
     assert third["plan"] == "full"
     assert third["fresh_skipped"] == EXPECTED["stored"] and third["stored"] == 0
     assert third["already_dead"] == EXPECTED["dead_lettered"] and third["balanced"]

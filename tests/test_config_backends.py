@@ -91,6 +91,7 @@ def test_env_reference_in_the_dsn_is_resolved_and_scrubbed(
     monkeypatch.setenv("COLLECTOR_TEST_PG_PW", "pg-pass-123")
     sink = {"type": "postgres", "dsn": "postgresql://app:${env:COLLECTOR_TEST_PG_PW}@db/w"}
     source = load_source(write(tmp_path, minimal(sink=sink)))
+    assert isinstance(source.sink, PostgresSinkSettings)
     assert source.resolve(source.sink.dsn, field="sink.dsn") == "postgresql://app:pg-pass-123@db/w"
     assert source.secret_values() == ["pg-pass-123"]
     monkeypatch.delenv("COLLECTOR_TEST_PG_PW")

@@ -22,7 +22,7 @@ from collector.run.ledger import LedgerBook
 from flows.cli import main
 from flows.collect import collect
 from flows.triage import triage
-from tests.helpers import duplicate_keys, sink_lines
+from tests.helpers import duplicate_keys, sink_lines, summary_of
 from tests.hostile_site import GIB, HOSTILE, PAGES, HostileSite
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow]
@@ -152,7 +152,7 @@ async def test_bad_inputs_end_as_dead_letters_or_repaired_records(
 ) -> None:
     with HostileSite() as site:
         path = write_hostile_source(tmp_path, site)
-        first = await collect(source=str(path), batch_size=50, drain_wait_s=5)
+        first = summary_of(await collect(source=str(path), batch_size=50, drain_wait_s=5))
 
         assert first["balanced"] is True
         assert (first["discovered"], first["stored"], first["dead_lettered"]) == (15, 6, 9)
@@ -208,7 +208,7 @@ async def test_bad_inputs_end_as_dead_letters_or_repaired_records(
         assert code == 0
 
         # --- the next collect run: the re-enqueued page fails again ---------------------------
-        second = await collect(source=str(path), batch_size=50, drain_wait_s=5)
+        second = summary_of(await collect(source=str(path), batch_size=50, drain_wait_s=5))
         assert second["balanced"] is True
         assert site.requests["/flaky.json"] == 6  # 3 attempts per run
         assert site.requests[HOSTILE] == 1  # dead stays dead
@@ -238,8 +238,8 @@ async def test_bad_inputs_end_as_dead_letters_or_repaired_records(
     # compensation removes exactly the replay batch's records, once, and records it
     capsys.readouterr()
     assert main(["compensate", str(path), "--batch", replay_batch, "--reason", "bad repair"]) == 0
-    rows = sink_lines(tmp_path / "out")
-    assert sorted(row["id"] for row in rows) == [0, 1, 2, 3, 4, 105]
-    assert duplicate_keys(rows) == []
+    stored = sink_lines(tmp_path / "out")
+    assert sorted(row["id"] for row in stored) == [0, 1, 2, 3, 4, 105]
+    assert duplicate_keys(stored) == []
     (record,) = LedgerBook(source.ledger_path).compensations(source.name)
     assert (record.batch_id, record.removed) == (replay_batch, 2)

@@ -307,7 +307,7 @@ def test_request_log_stats_and_reset(site: FaultSite, client: httpx.Client) -> N
 def test_request_record_is_frozen() -> None:
     rec = RequestRecord("GET", "/items/1.json", 200, 0.0, "127.0.0.1:1")
     with pytest.raises(AttributeError):
-        rec.status = 500  # type: ignore[misc]
+        rec.status = 500  # type: ignore[misc]  # frozen: the test
 
 
 # -- concurrency, lifecycle ----------------------------------------------------------------------

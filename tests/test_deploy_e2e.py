@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from prefect.client.schemas.objects import FlowRun
 
 from collector.demo.site import FaultSite
 from tests.servers import free_port
@@ -79,6 +80,7 @@ class World:
     webhook: Webhook
     http: httpx.Client
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    bootstrap_output: str = ""  # what infra/bootstrap printed when the world was set up
 
     @property
     def ui(self) -> str:
@@ -134,7 +136,7 @@ class World:
             for process in self.processes:
                 if process.poll() is not None:
                     raise AssertionError(
-                        f"{process.args} exited {process.returncode}: {self.logs()}"
+                        f"{process.args!r} exited {process.returncode}: {self.logs()}"
                     )
             time.sleep(0.5)
         raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
@@ -252,7 +254,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                     return False
 
             world.wait_for("the Prefect server", healthy, timeout=START_TIMEOUT_S)
-            world.bootstrap_output = world.cli(  # type: ignore[attr-defined]
+            world.bootstrap_output = world.cli(
                 str(ROOT / "infra" / "bootstrap"), "--notify-url", webhook.url,
                 "--pool-limit", "4",
             )  # fmt: skip
@@ -277,7 +279,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 # --- tests --------------------------------------------------------------------------------------
 def test_bootstrap_made_the_pool_and_running_it_again_changes_nothing(world: World) -> None:
-    first = world.bootstrap_output  # type: ignore[attr-defined]
+    first = world.bootstrap_output
     assert "created  work pool collector" in first
     bootstrap = str(ROOT / "infra" / "bootstrap")
     limited = str(world.source("limited"))
@@ -326,6 +328,7 @@ def test_runs_started_by_cli_rest_python_and_event_complete(world: World) -> Non
         python_run = run_deployment(
             "collect/collect-low", parameters={"source": str(by_python)}, timeout=0
         )
+    assert isinstance(python_run, FlowRun)  # run_deployment is sync here (no event loop)
     world.cli(
         PREFECT, "event", "emit", "collector.collect.requested",
         "--resource", json.dumps(

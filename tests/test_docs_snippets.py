@@ -28,7 +28,7 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import yaml
@@ -104,14 +104,14 @@ class _ParseError(Exception):
 def strict_parser() -> argparse.ArgumentParser:
     """``collector``'s parser, raising instead of exiting, on every subcommand too."""
 
-    def fail(message: str) -> None:
+    def fail(message: str) -> NoReturn:
         raise _ParseError(message)
 
     parser = build_parser()
     pending = [parser]
     while pending:
         current = pending.pop()
-        current.error = fail  # type: ignore[method-assign]
+        current.error = fail  # type: ignore[method-assign]  # raise, not exit
         for action in current._actions:
             if isinstance(action, argparse._SubParsersAction):
                 pending.extend(action.choices.values())

@@ -16,6 +16,7 @@ import pytest
 
 from collector.config import load_source
 from collector.demo.site import FaultSite
+from collector.fetch.engine import FetchResult
 from collector.frontier import Completed, Lease, StateCounts
 from collector.frontier.base import Holder
 from collector.run.collection import Collection
@@ -63,7 +64,7 @@ async def _run(
             run.plan()
         async with run.engine() as engine:
 
-            async def fetch(lease: Lease) -> list:  # type: ignore[type-arg]
+            async def fetch(lease: Lease) -> list[FetchResult]:
                 return await run.fetch(engine, lease)
 
             try:
@@ -90,6 +91,9 @@ def test_a_whole_run_drains_and_balances_without_prefect(tmp_path: Path) -> None
     rows = sink_lines(tmp_path / "out")
     assert len(rows) == ITEMS and duplicate_keys(rows) == []
     assert ran.holders == []  # the run forgot its heartbeat at the end
+    # the loop's own time and CPU (what bench/throughput.py rates collector by), within the run's
+    timings = summary.timings_s
+    assert 0 < timings["drain"] <= summary.seconds and timings["drain_cpu"] > 0
 
 
 def test_a_stop_request_settles_what_was_fetched_and_returns_the_rest_unchanged(
@@ -149,7 +153,7 @@ def test_the_run_waits_for_a_live_helper_however_long_past_the_drain_wait(
                 helper = asyncio.create_task(helper_finishes_later())
                 async with run.engine() as engine:
 
-                    async def fetch(lease: Lease) -> list:  # type: ignore[type-arg]
+                    async def fetch(lease: Lease) -> list[FetchResult]:
                         return await run.fetch(engine, lease)
 
                     policy = DrainPolicy(batch_size=3, drain_wait_s=0.5, poll_s=0.2)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from collector.demo.site import FaultSite
 from collector.fetch.engine import FetchEngine, FetchResult
-from collector.fetch.ratelimit import LimitsRateLimiter
+from collector.fetch.ratelimit import LimitsRateLimiter, LocalMovingWindow
 from collector.fetch.transport import TransportKind
 from collector.frontier.base import ClaimedItem
 from collector.policy.retry import RetryBudget, RetrySettings
@@ -34,8 +35,8 @@ def transport(request: pytest.FixtureRequest) -> Iterator[TransportKind]:
     _transport = "aiohttp"
 
 
-def engine(**options: object) -> FetchEngine:
-    defaults: dict[str, object] = {
+def engine(**options: Any) -> FetchEngine:
+    defaults: dict[str, Any] = {
         "transport": _transport,
         "retry": FAST_RETRY,
         "host_policy": HostPolicy(allow_private_networks=True),
@@ -44,7 +45,7 @@ def engine(**options: object) -> FetchEngine:
         "concurrency": 8,
         "per_domain_concurrency": 8,
     }
-    return FetchEngine(**{**defaults, **options})  # type: ignore[arg-type]
+    return FetchEngine(**{**defaults, **options})
 
 
 def items(*urls: str) -> list[ClaimedItem]:
@@ -55,9 +56,9 @@ def budget() -> RetryBudget:
     return RetryBudget(ratio=1.0, min_retries=100)
 
 
-async def fetch(e: FetchEngine, *urls: str, **kwargs: object) -> list[FetchResult]:
+async def fetch(e: FetchEngine, *urls: str, **kwargs: Any) -> list[FetchResult]:
     async with e:
-        return await e.fetch_batch(items(*urls), budget=budget(), **kwargs)  # type: ignore[arg-type]
+        return await e.fetch_batch(items(*urls), budget=budget(), **kwargs)
 
 
 async def test_ok_body_and_order_preserved(site: FaultSite) -> None:
@@ -188,10 +189,13 @@ async def test_per_domain_concurrency_is_bounded(site: FaultSite) -> None:
     assert elapsed >= 4 * 0.3 - 0.05
 
 
-async def test_per_domain_rate_is_enforced(site: FaultSite) -> None:
+@pytest.mark.parametrize("limiter", [LocalMovingWindow, LimitsRateLimiter])
+async def test_per_domain_rate_is_enforced(
+    site: FaultSite, limiter: type[LocalMovingWindow | LimitsRateLimiter]
+) -> None:
     urls = [site.url(f"/items/{i}.json") for i in range(25)]
     began = time.monotonic()
-    results = await fetch(engine(rate_limiter=LimitsRateLimiter("10/second")), *urls)
+    results = await fetch(engine(rate_limiter=limiter("10/second")), *urls)
     assert all(r.status == "ok" for r in results)
     assert time.monotonic() - began >= 2.0  # 10 now, 10 after 1 s, 5 after 2 s
     arrivals = sorted(r.at for r in site.requests)

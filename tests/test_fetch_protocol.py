@@ -73,7 +73,8 @@ async def raw_server() -> AsyncIterator[str]:
 
 @pytest.fixture(params=["aiohttp", "httpx"])
 def transport(request: pytest.FixtureRequest) -> TransportKind:
-    return request.param  # type: ignore[no-any-return]
+    kind: TransportKind = request.param
+    return kind
 
 
 def engine(transport: TransportKind) -> FetchEngine:

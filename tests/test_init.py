@@ -75,6 +75,7 @@ def test_the_deployment_entry_is_one_prefect_understands(tmp_path: Path) -> None
     model = PrefectYamlModel.model_validate(data)
     (entry,) = model.deployments
     assert entry.name == "collect-shop"
+    assert entry.entrypoint is not None and entry.work_pool is not None
     file, function = entry.entrypoint.split(":")
     assert (ROOT / file).is_file() and function == "collect"
     assert set(entry.parameters) <= set(inspect.signature(collect.fn).parameters)

@@ -66,7 +66,8 @@ def _wait_for_records(folder: Path, at_least: int, proc: subprocess.Popen[str]) 
 
 
 def _summary(stdout: str) -> dict[str, Any]:
-    return json.loads(stdout.strip().splitlines()[-1])
+    summary: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    return summary
 
 
 def _rerun_completes_the_source(source: Path, folder: Path, api_url: str) -> dict[str, Any]:

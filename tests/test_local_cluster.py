@@ -183,7 +183,9 @@ def _summary(world: World, source: str) -> dict[str, Any]:
     return {row["count"]: row["value"] for row in rows}
 
 
-def _assert_exact(world: World, name: str, dsn: str, first: int, total: int, site: WorkerSite):  # type: ignore[no-untyped-def]
+def _assert_exact(
+    world: World, name: str, dsn: str, first: int, total: int, site: WorkerSite
+) -> dict[str, Any]:
     """Every item stored once (one content write per key) and the run's ledger balanced."""
     summary = _summary(world, name)
     assert summary["balanced"] is True, summary
@@ -313,7 +315,9 @@ class Progress:
         return round(max((b - a for a, b in itertools.pairwise([start, *growth])), default=0.0), 1)
 
 
-def _slow_source(cluster: Cluster, name: str, site: WorkerSite, first: int, total: int):  # type: ignore[no-untyped-def]
+def _slow_source(
+    cluster: Cluster, name: str, site: WorkerSite, first: int, total: int
+) -> tuple[Path, str]:
     """~4 pages/s per slot: a run that lasts long enough to be hit mid-way."""
     return _source_file(
         cluster, name, site, first, total,

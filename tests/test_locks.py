@@ -17,7 +17,7 @@ from collector.policy.urls import HostPolicy
 from collector.run.locks import domain_lock_name, host_slots, source_lock_name
 from flows._locks import ensure_limit
 from flows.collect import collect
-from tests.helpers import sink_lines, write_source
+from tests.helpers import sink_lines, summary_of, write_source
 from tests.worker_site import WorkerSite
 
 COLLECTOR = [sys.executable, "-m", "flows.cli"]
@@ -94,6 +94,7 @@ async def test_a_run_holds_the_source_lock_and_a_second_one_waits_skips_or_exits
         out, err = waiting.communicate(timeout=300)
         assert runs["--lock-wait 1"].returncode == 3, busy[1][-2000:]
         assert "source:locks-busy" in busy[1] and "busy" in busy[1]
+        assert "Traceback" not in busy[1], busy[1][-2000:]  # one line, not Prefect's traceback
         assert runs["--on-busy skip"].returncode == 0, skipped[1][-2000:]
         assert json.loads(skipped[0].strip().splitlines()[-1])["skipped"] == "busy"
         assert waiting.returncode == 0, err[-2000:]
@@ -107,14 +108,15 @@ async def test_a_dead_holders_slot_is_taken_back_after_its_heartbeat_goes_stale(
     tmp_path: Path, prefect_api: str
 ) -> None:
     """A run killed with SIGKILL keeps its slot (no repossessor on local servers); its heartbeat
-    Variable stops. A waiter frees the slot once the heartbeat is older than the lease, and
-    never while it is fresh."""
+    Variable stops. A waiter frees the slot once the heartbeat is HOLDER_DEAD_AFTER_S old (well
+    before the lock's 60 s lease), and never while it is fresh."""
     import time
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
     from prefect.variables import Variable
 
+    from collector.defaults import HOLDER_DEAD_AFTER_S
     from collector.run.locks import SourceBusy
 
     name = "locks-dead-holder"
@@ -133,16 +135,18 @@ async def test_a_dead_holders_slot_is_taken_back_after_its_heartbeat_goes_stale(
                 lock, GlobalConcurrencyLimitUpdate(active_slots=1)
             )
 
-        await Variable.aset(heartbeat, {"holder": "alive", "at": time.time()}, overwrite=True)
+        alive = time.time() - HOLDER_DEAD_AFTER_S + 10
+        await Variable.aset(heartbeat, {"holder": "alive", "at": alive}, overwrite=True)
         with pytest.raises(SourceBusy):
             await collect(source=str(source))
         assert site.fetches() == [] and await _active_slots(lock) == 1
 
-        await Variable.aset(heartbeat, {"holder": "dead", "at": time.time() - 61}, overwrite=True)
-        summary = await collect(source=str(source))
+        dead = time.time() - HOLDER_DEAD_AFTER_S - 1  # silent, though its lease (60 s) runs on
+        await Variable.aset(heartbeat, {"holder": "dead", "at": dead}, overwrite=True)
+        summary = summary_of(await collect(source=str(source)))
         assert summary["balanced"] and summary["stored"] == 5
     assert await _active_slots(lock) == 0
-    assert await Variable.aget(heartbeat, default=None) is None  # ended cleanly: no heartbeat
+    assert await Variable.aget(heartbeat) is None  # ended cleanly: no heartbeat
 
 
 async def test_shared_domain_slots_cap_every_batch_at_the_limits_size(
@@ -164,7 +168,7 @@ async def test_shared_domain_slots_cap_every_batch_at_the_limits_size(
             await client.create_global_concurrency_limit(
                 GlobalConcurrencyLimitCreate(name=domain_lock_name("127.0.0.1"), limit=3)
             )
-        summary = await collect(source=str(source), batch_size=30)
+        summary = summary_of(await collect(source=str(source), batch_size=30))
         assert summary["balanced"] and summary["stored"] == 60
         assert site.max_in_flight == 3
     assert await _active_slots(domain_lock_name("127.0.0.1")) == 0

@@ -200,6 +200,7 @@ def test_multiprocess_mode_sums_the_flow_run_processes(tmp_path: Path) -> None:
                 break
             except OSError:
                 time.sleep(0.1)
+        assert server.stderr is not None  # started with stderr=PIPE
         assert text, server.stderr.read().decode() if server.poll() is not None else "no answer"
     finally:
         server.terminate()

@@ -156,7 +156,7 @@ class OtlpReceiver:
 
     def spans(self) -> list[tuple[dict[str, Any], Any]]:
         """(resource attributes, span) of everything received."""
-        found = []
+        found: list[tuple[dict[str, Any], Any]] = []
         for request in self.requests:
             for resource_spans in request.resource_spans:
                 resource = {a.key: a.value.string_value for a in resource_spans.resource.attributes}

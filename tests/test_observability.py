@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 from sentry_sdk.envelope import Envelope
@@ -23,7 +23,10 @@ from collector.deadletter import DeadLetter
 from collector.demo.site import FaultSite
 from collector.ops import observability
 from flows.collect import collect
-from tests.helpers import write_source
+from tests.helpers import summary_of, write_source
+
+if TYPE_CHECKING:
+    from sentry_sdk._types import Event  # a TypedDict that exists for type checkers only
 
 ROOT = Path(__file__).resolve().parents[1]
 DSN = "https://public@sentry.invalid/1"  # never contacted: the transport is in memory
@@ -41,7 +44,7 @@ class MemoryTransport(Transport):
         MemoryTransport.envelopes.append(envelope)
 
 
-def _events() -> list[dict[str, Any]]:
+def _events() -> list[Event]:
     events = []
     for envelope in MemoryTransport.envelopes:
         event = envelope.get_event()
@@ -144,7 +147,7 @@ async def test_flow_reports_permanent_errors_and_failed_runs_without_secrets(
         seeds={"template": site.url("/items/{i}.json"), "range": [0, 4], "urls": missing},
         limits={"headers": headers},
     )
-    summary = await collect(source=str(source), batch_size=50)
+    summary = summary_of(await collect(source=str(source), batch_size=50))
     assert summary["dead_lettered"] == 3 and summary["balanced"] is True
 
     # A run that fails: its sink folder cannot be created, and the OS error names the path,

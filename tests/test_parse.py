@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 import uuid
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -219,7 +220,7 @@ def test_dotted_get_returns_value_or_default(path):
     got = dotted_get(DOC, ".".join(path), sentinel)
     if got is not sentinel:
         # Walking by hand gives the same value.
-        current = DOC
+        current: Any = DOC  # a walk through JSON: a dict, a list or a leaf at each step
         for part in path:
             current = current[part] if isinstance(current, dict) else current[int(part)]
         assert got == current

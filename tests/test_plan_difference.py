@@ -48,7 +48,7 @@ def _plan(
         return ledger, collection.frontier.counts(source.name)
 
 
-def test_a_grown_range_offers_only_the_new_numbers(tmp_path: Path, backend: dict) -> None:
+def test_a_grown_range_offers_only_the_new_numbers(tmp_path: Path, backend: dict[str, Any]) -> None:
     first, counts = _plan(tmp_path, backend, "r1", 0, 100)
     assert (first.plan, first.discovered, counts.queued) == ("full", 100, 100)
     grown, counts = _plan(tmp_path, backend, "r2", 0, 150)
@@ -58,7 +58,9 @@ def test_a_grown_range_offers_only_the_new_numbers(tmp_path: Path, backend: dict
     )  # fmt: skip
 
 
-def test_a_shrunk_range_settles_only_the_numbers_it_lost(tmp_path: Path, backend: dict) -> None:
+def test_a_shrunk_range_settles_only_the_numbers_it_lost(
+    tmp_path: Path, backend: dict[str, Any]
+) -> None:
     _plan(tmp_path, backend, "r1", 0, 150)
     shrunk, counts = _plan(tmp_path, backend, "r2", 20, 150)
     assert (shrunk.plan, shrunk.unlisted, shrunk.retired, shrunk.discovered) == (

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -35,6 +36,8 @@ def _url(n: int) -> str:
     return f"https://items.example.test/items/{n}.json"
 
 
+# One run: (seed list, seeds.on_removed, most items drained, clock step, keep the previous list).
+Run = tuple[frozenset[int], str, int, float, bool]
 runs = st.lists(
     st.tuples(
         st.frozensets(st.integers(0, POOL - 1), min_size=1, max_size=POOL),  # the seed list
@@ -98,7 +101,7 @@ _EXAMPLES = settings(
 @_EXAMPLES
 @given(runs)
 @example(_POLICY_SWITCH)
-def test_every_run_balances_whatever_the_seed_list_does(plan: list) -> None:
+def test_every_run_balances_whatever_the_seed_list_does(plan: list[Run]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         asyncio.run(_play(Path(folder), plan, {}))
 
@@ -106,7 +109,7 @@ def test_every_run_balances_whatever_the_seed_list_does(plan: list) -> None:
 @_EXAMPLES
 @given(runs)
 @example(plan=_POLICY_SWITCH)
-def test_every_run_balances_on_a_redis_frontier(redis_url: str, plan: list) -> None:
+def test_every_run_balances_on_a_redis_frontier(redis_url: str, plan: list[Run]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         # a source name of its own per example: the Redis database is shared by the examples
         section = {"frontier": {"type": "redis", "url": redis_url}, "name": Path(folder).name}
@@ -115,7 +118,7 @@ def test_every_run_balances_on_a_redis_frontier(redis_url: str, plan: list) -> N
 
 @_EXAMPLES
 @given(ranged_runs)
-def test_every_run_balances_when_a_template_range_moves(plan: list) -> None:
+def test_every_run_balances_when_a_template_range_moves(plan: list[Run]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         asyncio.run(_play(Path(folder), plan, {}, template=True))
 
@@ -123,14 +126,14 @@ def test_every_run_balances_when_a_template_range_moves(plan: list) -> None:
 @_EXAMPLES
 @given(ranged_runs)
 def test_every_run_balances_when_a_template_range_moves_on_redis(
-    redis_url: str, plan: list
+    redis_url: str, plan: list[Run]
 ) -> None:
     with tempfile.TemporaryDirectory() as folder:
         section = {"frontier": {"type": "redis", "url": redis_url}, "name": Path(folder).name}
         asyncio.run(_play(Path(folder), plan, section, template=True))
 
 
-def _seeds(listed: frozenset[int], template: bool) -> dict:
+def _seeds(listed: frozenset[int], template: bool) -> dict[str, Any]:
     if template:  # listed is a window: range(min, max + 1)
         return {
             "template": _url(0).replace("/0.json", "/{i}.json"),
@@ -139,7 +142,9 @@ def _seeds(listed: frozenset[int], template: bool) -> dict:
     return {"urls": [_url(n) for n in sorted(listed)]}
 
 
-async def _play(folder: Path, plan: list, backend: dict, *, template: bool = False) -> None:
+async def _play(
+    folder: Path, plan: list[Run], backend: dict[str, Any], *, template: bool = False
+) -> None:
     clock = [1_700_000_000.0]
     listed: frozenset[int] = frozenset()
     ever: set[str] = set()

@@ -17,7 +17,7 @@ from collector.demo.site import FaultSite
 from collector.sinks.base import SinkRecord
 from collector.sinks.postgres import PostgresSink
 from flows.collect import collect
-from tests.helpers import write_source
+from tests.helpers import summary_of, write_source
 from tests.servers import PostgresServer, free_port
 
 TERMINAL = ("discovered", "stored", "fresh_skipped", "expired", "dead_lettered", "queued")
@@ -50,7 +50,7 @@ async def test_demo_into_postgres_balances_and_a_rerun_writes_nothing(
     document["sink"] = {"type": "postgres", "dsn": postgres_dsn}
     source_path.write_text(yaml.safe_dump(document), encoding="utf-8")
 
-    first = await collect(source=str(source_path), batch_size=50)
+    first = summary_of(await collect(source=str(source_path), batch_size=50))
     assert {name: first[name] for name in TERMINAL} == EXPECTED and first["balanced"]
     rows = _rows(postgres_dsn, document["name"])
     assert len(rows) == EXPECTED["stored"] == first["records_in_sink"] == first["records_written"]
@@ -59,7 +59,7 @@ async def test_demo_into_postgres_balances_and_a_rerun_writes_nothing(
     assert first["stale_writes"] == 0
     assert not (tmp_path / "out").exists()  # nothing went to files
 
-    second = await collect(source=str(source_path), batch_size=50)
+    second = summary_of(await collect(source=str(source_path), batch_size=50))
     # unchanged seed list, every page fresh: an incremental plan with nothing due
     assert second["plan"] == "incremental" and second["discovered"] == 0
     assert second["stored"] == 0
@@ -77,11 +77,11 @@ async def test_refetched_items_with_unchanged_records_write_nothing_but_move_the
         seeds={"template": site.url("/items/{i}.json"), "range": [0, 30]},
         ttl={"default_fresh_s": 0},
     )
-    first = await collect(source=str(source_path), batch_size=10)
+    first = summary_of(await collect(source=str(source_path), batch_size=10))
     assert first["records_written"] == 30 and first["balanced"]
     before = _rows(postgres_dsn, "test-items")
 
-    again = await collect(source=str(source_path), batch_size=10)
+    again = summary_of(await collect(source=str(source_path), batch_size=10))
     assert again["stored"] == 30 and again["requests"] == 30  # every item fetched again
     assert again["records_written"] == 0 and again["records_unchanged"] == 30
     after = _rows(postgres_dsn, "test-items")
@@ -105,7 +105,7 @@ async def test_writes_fenced_off_by_a_newer_worker_are_refused_and_counted(
     source_path = _postgres_source(
         tmp_path, postgres_dsn, seeds={"template": site.url("/items/{i}.json"), "range": [0, 12]}
     )
-    summary = await collect(source=str(source_path), batch_size=6)
+    summary = summary_of(await collect(source=str(source_path), batch_size=6))
     assert summary["stale_writes"] == 10  # the fence refused them, and the summary says so
     assert summary["records_written"] == 2  # keys 10 and 11 were nobody else's
     rows = _rows(postgres_dsn, "test-items")

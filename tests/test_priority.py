@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -225,7 +226,7 @@ def test_simulated_queue_serves_the_low_item_within_the_bound(
     seq = itertools.count()
     queue: list[tuple[float, int, str]] = []  # (-rank, seq, url): heapq is a min-heap
 
-    def push(url: str, settings_: PrioritySettings, now: float, **kw: float) -> None:
+    def push(url: str, settings_: PrioritySettings, now: float, **kw: Any) -> None:
         item_rank = settings_.rank_for(url, enqueued_at=now, fresh_s=60, **kw)
         heapq.heappush(queue, (-item_rank, next(seq), url))
 

@@ -9,17 +9,43 @@ from pathlib import Path
 import pytest
 
 from collector.config import SourceError, load_source
-from collector.fetch.ratelimit import LimitsRateLimiter
+from collector.fetch.ratelimit import (
+    LimitsRateLimiter,
+    LocalMovingWindow,
+    RateLimiter,
+    rate_limiter,
+)
 from tests.helpers import write_source
 
 
-async def _burst(limiter: LimitsRateLimiter, n: int) -> None:
+async def _burst(limiter: RateLimiter, n: int) -> None:
     for _ in range(n):
         await limiter.acquire("host")
 
 
-async def test_memory_limits_are_per_worker() -> None:
-    one, two = LimitsRateLimiter("10/second"), LimitsRateLimiter("10/second")
+def test_memory_storage_gets_the_local_window_and_redis_the_shared_one(redis_url: str) -> None:
+    assert isinstance(rate_limiter("10/second"), LocalMovingWindow)
+    assert isinstance(rate_limiter("10/second", storage_uri="async+memory://"), LocalMovingWindow)
+    assert isinstance(rate_limiter("10/second", storage_uri=redis_url), LimitsRateLimiter)
+
+
+async def test_the_local_window_never_holds_more_than_the_rate() -> None:
+    limiter = LocalMovingWindow("10/second")
+    stamps: list[float] = []
+
+    async def one() -> None:
+        await limiter.acquire("host")
+        stamps.append(time.monotonic())
+
+    await asyncio.gather(*(one() for _ in range(25)))  # all at once, as the engine asks
+    assert stamps[-1] - stamps[0] >= 2.0 - 0.01  # 10 now, 10 after 1 s, 5 after 2 s
+    for start in stamps:  # the moving window: no second holds more than 10
+        assert sum(1 for t in stamps if start <= t < start + 0.999) <= 10
+
+
+@pytest.mark.parametrize("kind", [LocalMovingWindow, LimitsRateLimiter])
+async def test_memory_limits_are_per_worker(kind: type[LocalMovingWindow]) -> None:
+    one, two = kind("10/second"), kind("10/second")
     began = time.monotonic()
     await asyncio.gather(_burst(one, 10), _burst(two, 10))
     assert time.monotonic() - began < 0.5  # each has its own window

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from collector.config import SourceError, load_source
-from collector.recovery.repair import RepairRules, coerce_value
+from collector.recovery.repair import CoerceType, RepairRules, coerce_value
 from tests.helpers import write_source
 
 
@@ -84,8 +85,8 @@ def test_values_that_do_not_convert_are_left_alone() -> None:
         (None, "int", (False, None)),
     ],
 )
-def test_coerce_value(value: object, kind: str, expected: tuple[bool, object]) -> None:
-    ok, got = coerce_value(value, kind)  # type: ignore[arg-type]
+def test_coerce_value(value: object, kind: CoerceType, expected: tuple[bool, object]) -> None:
+    ok, got = coerce_value(value, kind)
     assert (ok, got) == expected
     assert type(got) is type(expected[1])
 
@@ -117,7 +118,7 @@ def test_repair_section_loads(tmp_path: Path) -> None:
     ],
 )
 def test_bad_repair_rules_are_one_line_naming_the_field(
-    tmp_path: Path, repair: dict, expected: str
+    tmp_path: Path, repair: dict[str, Any], expected: str
 ) -> None:
     path = write_source(tmp_path, seeds={"urls": ["http://127.0.0.1:1/a"]}, repair=repair)
     with pytest.raises(SourceError) as caught:

@@ -25,7 +25,7 @@ from collector.frontier.sqlite import SqliteFrontier
 from collector.recovery.triage import tally
 from flows.collect import collect
 from flows.triage import triage
-from tests.helpers import duplicate_keys, sink_lines, write_source
+from tests.helpers import duplicate_keys, sink_lines, summary_of, write_source
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.slow]
 
@@ -103,7 +103,7 @@ def frontier_states(path: Path) -> dict[str, int]:
 
 
 async def run(path: Path) -> dict[str, Any]:
-    summary = await collect(source=str(path), batch_size=10, drain_wait_s=2)
+    summary = summary_of(await collect(source=str(path), batch_size=10, drain_wait_s=2))
     assert summary["balanced"] is True, summary["problems"]
     return summary
 

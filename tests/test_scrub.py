@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
@@ -21,7 +22,7 @@ filler = st.text(alphabet="lmnopqrstuvwxyz ,.:;-_/", max_size=30)
 # --- known values --------------------------------------------------------------------------------
 def test_known_value_redacted_in_strings_dicts_and_lists():
     scrub = Scrubber(["s3cr3t-T0KEN"])
-    data = {
+    data: dict[str, Any] = {
         "message": "request failed with header Bearer s3cr3t-T0KEN",
         "nested": {"list": ["a", "xs3cr3t-T0KENx", 3, None], "tuple": ("s3cr3t-T0KEN",)},
         "number": 12,

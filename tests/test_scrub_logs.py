@@ -6,6 +6,8 @@ import io
 import logging
 import uuid
 
+import pytest
+
 from collector.ops.scrub import REDACTED, remember_secrets
 
 SECRET = "hunter2-" + uuid.uuid4().hex[:12]
@@ -37,7 +39,7 @@ def test_every_handler_scrubs_message_args_and_traceback() -> None:
 
 
 def test_prefect_failed_state_line_is_scrubbed_in_the_api_and_console(
-    prefect_api: str, capfd: object
+    prefect_api: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     from prefect import flow
     from prefect.client.orchestration import get_client
@@ -67,5 +69,5 @@ def test_prefect_failed_state_line_is_scrubbed_in_the_api_and_console(
     messages = "\n".join(log.message for log in logs)
     assert "Finished in state Failed" in messages
     assert SECRET not in messages and REDACTED in messages
-    console = capfd.readouterr()  # type: ignore[attr-defined]
+    console = capfd.readouterr()
     assert SECRET not in console.out + console.err

@@ -19,7 +19,7 @@ from collector.config import load_source
 from collector.demo.site import FaultSite
 from collector.frontier.base import StateCounts
 from flows.collect import collect
-from tests.helpers import duplicate_keys, sink_lines, write_source
+from tests.helpers import duplicate_keys, sink_lines, summary_of, write_source
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -58,13 +58,13 @@ async def _cut_short_then_edit(
     """Run 1 stops after 20 items; the template changes; run 2. Returns the ids run 1 stored,
     how many requests the site had seen before run 2, and run 2's summary."""
     path = _source(tmp_path, site, frontier, "/items/{i}.json", 0, **seeds)
-    first = await collect(source=str(path), batch_size=10, max_items=20)
+    first = summary_of(await collect(source=str(path), batch_size=10, max_items=20))
     assert first["balanced"] and first["stored"] == 20 and first["queued"] == OLD - 20
     stored_first = _ids(tmp_path)
     assert len(stored_first) == 20
     _source(tmp_path, site, frontier, "/items/{i}.json?v=2", 100, **seeds)  # template edited
     before = len(site.requests)
-    return stored_first, before, await collect(source=str(path), batch_size=10)
+    return stored_first, before, summary_of(await collect(source=str(path), batch_size=10))
 
 
 async def test_removed_items_are_retired_by_default(
@@ -90,7 +90,7 @@ async def test_removed_items_are_retired_by_default(
         store.close()
 
     # an unchanged rerun has nothing due, and the retired items stay retired
-    third = await collect(source=str(tmp_path / "source.yaml"), batch_size=10)
+    third = summary_of(await collect(source=str(tmp_path / "source.yaml"), batch_size=10))
     assert third["balanced"] and third["plan"] == "incremental"
     assert (third["discovered"], third["stored"], third["retired"]) == (0, 0, 0)
 
@@ -105,7 +105,7 @@ async def test_removed_items_are_collected_with_on_removed_collect(
     assert _ids(tmp_path) == list(range(OLD)) + list(range(100, 100 + NEW))
     assert duplicate_keys(sink_lines(tmp_path / "out")) == []
     # once collected, an unlisted item is not planned again when its freshness runs out
-    third = await collect(source=str(tmp_path / "source.yaml"), batch_size=10)
+    third = summary_of(await collect(source=str(tmp_path / "source.yaml"), batch_size=10))
     assert third["balanced"] and third["discovered"] == 0
 
 
@@ -114,7 +114,7 @@ async def test_listing_a_retired_url_again_queues_it(
 ) -> None:
     await _cut_short_then_edit(tmp_path, site, frontier)
     path = _source(tmp_path, site, frontier, "/items/{i}.json", 0)  # back to the old template
-    third = await collect(source=str(path), batch_size=10)
+    third = summary_of(await collect(source=str(path), batch_size=10))
     assert third["balanced"], third["problems"]
     assert third["plan"] == "full" and third["discovered"] == OLD
     assert third["fresh_skipped"] == 20 and third["stored"] == OLD - 20

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+from prefect.client.schemas.objects import FlowRun
 from prefect.variables import Variable
 
 from collector.config import SourceError, load_source
@@ -47,7 +48,7 @@ def _source(folder: Path, name: str, weight: int) -> Path:
     )
 
 
-async def _runs_of(deployment_id: uuid.UUID) -> list:
+async def _runs_of(deployment_id: uuid.UUID) -> list[FlowRun]:
     async with get_client() as client:
         return await client.read_flow_runs(
             deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
@@ -58,7 +59,7 @@ async def test_changed_source_starts_one_collect_run_unchanged_none(tmp_path: Pa
     suffix = uuid.uuid4().hex[:8]
     deployment_name = f"collect-low-{suffix}"
     deployment = await collect.ato_deployment(name=deployment_name)
-    deployment_id = await deployment.apply()
+    deployment_id = await deployment.aapply()  # what apply() dispatches to under a loop
     target = f"collect/{deployment_name}"
     template = target.replace("collect-low", "collect-{priority_class}")
     name = f"changed-{suffix}"
@@ -95,7 +96,7 @@ async def test_missing_collect_deployment_fails_and_keeps_the_old_fingerprint(
     with pytest.raises(ConfigError, match=r"deployment 'collect/no-such-deployment' not found"):
         await source_changed(source=str(path), deployment="collect/no-such-deployment")
     # Nothing was started, so nothing is remembered: the next event tries again.
-    assert await Variable.aget(fingerprint_variable(name), default=None) is None
+    assert await Variable.aget(fingerprint_variable(name)) is None
 
 
 async def test_invalid_source_fails_with_the_problem_and_starts_nothing(tmp_path: Path) -> None:

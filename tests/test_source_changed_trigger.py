@@ -28,7 +28,8 @@ def _documented_deployment() -> dict[str, Any]:
     """The on-source-changed deployment as the README shows it."""
     blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
     [block] = [b for b in blocks if "name: on-source-changed" in b]
-    [deployment] = yaml.safe_load(block)["deployments"]
+    deployments: list[dict[str, Any]] = yaml.safe_load(block)["deployments"]
+    [deployment] = deployments
     return deployment
 
 
@@ -48,13 +49,15 @@ def test_documented_trigger_is_valid_prefect_configuration() -> None:
 @pytest.mark.slow
 @pytest.mark.usefixtures("prefect_api")
 async def test_event_creates_a_run_of_the_triggered_deployment(tmp_path: Path) -> None:
-    from prefect.events import DeploymentTriggerTypes
+    from prefect.events import DeploymentTriggerTypes, TriggerTypes
 
     spec = _documented_deployment()
-    triggers = [TypeAdapter(DeploymentTriggerTypes).validate_python(t) for t in spec["triggers"]]
+    triggers: list[DeploymentTriggerTypes | TriggerTypes] = [
+        TypeAdapter(DeploymentTriggerTypes).validate_python(t) for t in spec["triggers"]
+    ]
     name = f"on-source-changed-{uuid.uuid4().hex[:8]}"
     deployment = await source_changed.ato_deployment(name=name, triggers=triggers)
-    deployment_id = await deployment.apply()
+    deployment_id = await deployment.aapply()  # what apply() dispatches to under a loop
 
     path = str(tmp_path / f"{name}.yaml")
     # The trigger service learns of a new automation asynchronously: an event that arrives

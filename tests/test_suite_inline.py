@@ -12,7 +12,7 @@ from collector.config import SourceError, load_source
 from collector.demo.scenario import SUITE
 from collector.demo.site import FaultSite
 from flows.collect import collect
-from tests.helpers import write_source
+from tests.helpers import summary_of, write_source
 
 SEEDS = {"urls": ["http://127.0.0.1:9/items/1.json"]}
 
@@ -47,7 +47,7 @@ async def test_a_block_source_validates_with_its_inline_suite(
     await CollectorSource(definition=definition, base_dir=str(tmp_path)).save(
         "inline-suite", overwrite=True
     )
-    summary = await collect(source="block:inline-suite")
+    summary = summary_of(await collect(source="block:inline-suite"))
     assert summary["balanced"]
     assert summary["stored"] == 1 and summary["dead_lettered"] == 1
     assert summary["deadletter_reasons"] == {"validate/schema": 1}

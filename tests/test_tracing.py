@@ -12,12 +12,13 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -27,6 +28,7 @@ from collector.demo.scenario import write_demo_source
 from collector.demo.site import FaultSite
 from collector.ops import tracing
 from flows.collect import collect
+from tests.helpers import summary_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,6 +46,12 @@ def spans() -> Iterator[InMemorySpanExporter]:
     exporter.shutdown()
 
 
+def _attributes(item: ReadableSpan | Event) -> Mapping[str, Any]:
+    """A span's or an event's attributes: optional in the SDK's types, set on all of these."""
+    assert item.attributes is not None
+    return item.attributes
+
+
 def _by_id(finished: tuple[ReadableSpan, ...]) -> dict[int, ReadableSpan]:
     return {span.context.span_id: span for span in finished}
 
@@ -54,7 +62,7 @@ async def test_batch_spans_hang_under_prefect_task_runs_and_carry_dead_letters(
 ) -> None:
     spans.clear()
     source_path = write_demo_source(tmp_path, site.base_url)
-    summary = await collect(source=str(source_path), batch_size=50)
+    summary = summary_of(await collect(source=str(source_path), batch_size=50))
     assert summary["balanced"] and summary["dead_lettered"] == 5
 
     finished = spans.get_finished_spans()
@@ -62,15 +70,17 @@ async def test_batch_spans_hang_under_prefect_task_runs_and_carry_dead_letters(
     batches = [s for s in finished if s.name == "collector.batch"]
     assert len(batches) == summary["batches"] >= 3  # 129 items in batches of 50
 
-    flow_runs = [s for s in finished if s.attributes.get("prefect.run.type") == "flow"]
+    flow_runs = [s for s in finished if _attributes(s).get("prefect.run.type") == "flow"]
     assert len(flow_runs) == 1
     trace_id = flow_runs[0].context.trace_id
     for batch in batches:
         assert batch.context.trace_id == trace_id  # one trace from the flow run down
+        assert batch.parent is not None  # a batch span always has its task run's as parent
         parent = by_id[batch.parent.span_id]
-        assert parent.attributes["prefect.run.type"] == "task"
+        assert _attributes(parent)["prefect.run.type"] == "task"
         assert parent.name.startswith("fetch-batch[demo-items]")
         assert batch.events[0].name == "claim"
+        assert batch.start_time is not None and batch.end_time is not None  # ended spans
         assert batch.start_time <= batch.events[0].timestamp <= batch.end_time
         children = Counter(
             s.name for s in finished if s.parent and s.parent.span_id == batch.context.span_id
@@ -89,7 +99,7 @@ async def test_batch_spans_hang_under_prefect_task_runs_and_carry_dead_letters(
     ]
     assert len(archived) == 5 and all(row["event"] == "quarantined" for row in archived)
     events = {
-        event.attributes["messaging.message.id"]: (batch, event)
+        _attributes(event)["messaging.message.id"]: (batch, event)
         for batch in batches
         for event in batch.events
         if event.name == "dead_letter"
@@ -98,13 +108,13 @@ async def test_batch_spans_hang_under_prefect_task_runs_and_carry_dead_letters(
     for entry in archived:
         batch, event = events[entry["id"]]
         assert entry["trace_id"] == format(batch.context.trace_id, "032x") != "0" * 32
-        assert event.attributes["collector.dead_letter.stage"] == entry["stage"]
-        assert event.attributes["error.type"] == entry["error_class"]
-        assert event.attributes["collector.dead_letter.attempts"] == entry["attempts"]
-        assert event.attributes["collector.dead_letter.retry_count"] == entry["attempts"] - 1
-        assert event.attributes["messaging.operation.type"] == "send"
+        assert _attributes(event)["collector.dead_letter.stage"] == entry["stage"]
+        assert _attributes(event)["error.type"] == entry["error_class"]
+        assert _attributes(event)["collector.dead_letter.attempts"] == entry["attempts"]
+        assert _attributes(event)["collector.dead_letter.retry_count"] == entry["attempts"] - 1
+        assert _attributes(event)["messaging.operation.type"] == "send"
     timeout = next(e for e in archived if "timeout" in e["error_class"])  # 3 attempts
-    assert events[timeout["id"]][1].attributes["collector.dead_letter.retry_count"] == 2
+    assert _attributes(events[timeout["id"]][1])["collector.dead_letter.retry_count"] == 2
 
 
 def test_without_an_sdk_span_nothing_is_traced() -> None:
@@ -115,6 +125,28 @@ def test_without_an_sdk_span_nothing_is_traced() -> None:
         attempts=1, first_seen=0.0, last_seen=0.0,
     )  # fmt: skip
     tracing.dead_letter_event(letter)  # does nothing, raises nothing
+
+
+def test_the_fetch_span_counts_every_result_status() -> None:
+    """A deferred result (an open breaker) once raised KeyError here and failed the run."""
+    from collector.fetch.engine import FetchResult
+
+    span = TracerProvider().get_tracer("test").start_span("fetch")
+    Status = Literal["ok", "failed", "skipped", "deferred"]
+    statuses: list[Status] = ["ok", "ok", "failed", "skipped", "deferred", "deferred", "deferred"]
+    results = [
+        FetchResult(f"https://e.test/{n}", status, 1, 0.0, f"https://e.test/{n}", 200, b"{}")
+        for n, status in enumerate(statuses)
+    ]
+    tracing.fetched(span, results)
+    span.end()
+    assert isinstance(span, ReadableSpan)
+    assert {k: v for k, v in _attributes(span).items() if k.startswith("collector.results.")} == {
+        "collector.results.ok": 2,
+        "collector.results.failed": 1,
+        "collector.results.skipped": 1,
+        "collector.results.deferred": 3,
+    }
 
 
 _PROBE = """

@@ -17,7 +17,7 @@ import pytest
 
 from collector.config import Source, load_source
 from collector.deadletter.archive import JsonlArchive
-from collector.deadletter.base import DeadLetter, DeadLetterStore
+from collector.deadletter.base import DeadLetter, DeadLetters, ResolutionKind
 from collector.deadletter.sqlite import SqliteDeadLetterStore
 from collector.frontier import DeadLettered, Offer
 from collector.frontier.sqlite import SqliteFrontier
@@ -71,9 +71,9 @@ def source(tmp_path: Path) -> Source:
 
 
 @pytest.fixture(params=["sqlite", "redis"])
-def store(request: pytest.FixtureRequest, source: Source) -> Iterator[DeadLetterStore]:
+def store(request: pytest.FixtureRequest, source: Source) -> Iterator[DeadLetters]:
     if request.param == "sqlite":
-        s: DeadLetterStore = SqliteDeadLetterStore(
+        s: DeadLetters = SqliteDeadLetterStore(
             source.deadletter_path, archive=source.deadletter_archive_path
         )
     else:
@@ -157,7 +157,7 @@ KEYS = ("quarantined", "repaired", "reenqueued", "escalated", "discarded", "open
 
 def triage(
     source: Source,
-    store: DeadLetterStore,
+    store: DeadLetters,
     frontier: SqliteFrontier,
     validator: SuiteValidator,
     run_id: str = "t1",
@@ -167,7 +167,7 @@ def triage(
     try:
         engine = Triage(
             source,
-            store=store,  # type: ignore[arg-type]  # the fixture gives every part
+            store=store,
             archive=archive(source),
             frontier=frontier,
             sink=sink,
@@ -181,7 +181,7 @@ def triage(
 
 
 def test_every_kind_of_entry_ends_where_the_rules_say(
-    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+    source: Source, store: DeadLetters, frontier: SqliteFrontier, validator: SuiteValidator
 ) -> None:
     fixable = record_letter(source, 1, {"id": 1, "Name": "  Lamp ", "price": "12.5"}, ["x"])
     valid_now = record_letter(source, 2, {"id": 2, "name": "Desk", "price": 80.0})
@@ -273,7 +273,7 @@ def test_every_kind_of_entry_ends_where_the_rules_say(
 
 
 def test_replaying_twice_writes_nothing_the_second_time(
-    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+    source: Source, store: DeadLetters, frontier: SqliteFrontier, validator: SuiteValidator
 ) -> None:
     letters = [
         record_letter(source, n, {"id": n, "name": f" n{n} ", "price": str(n)}) for n in range(5)
@@ -309,7 +309,7 @@ def test_replaying_twice_writes_nothing_the_second_time(
 
 
 def test_dry_run_changes_nothing(
-    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+    source: Source, store: DeadLetters, frontier: SqliteFrontier, validator: SuiteValidator
 ) -> None:
     letters = [
         record_letter(source, 1, {"id": 1, "name": "a", "price": "1"}),
@@ -326,7 +326,7 @@ def test_dry_run_changes_nothing(
 
 
 def test_a_recoverable_failure_is_requeued_a_bounded_number_of_times(
-    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+    source: Source, store: DeadLetters, frontier: SqliteFrontier, validator: SuiteValidator
 ) -> None:
     entry = fetch_letter(source, "/flaky", "http_500")
     clock = NOW
@@ -349,7 +349,7 @@ def test_a_recoverable_failure_is_requeued_a_bounded_number_of_times(
 
 
 def test_two_overlapping_triage_runs_settle_each_entry_exactly_once(
-    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+    source: Source, store: DeadLetters, frontier: SqliteFrontier, validator: SuiteValidator
 ) -> None:
     records = [
         record_letter(source, n, {"id": n, "name": f"n{n}", "price": str(n)}) for n in range(40)
@@ -361,21 +361,22 @@ def test_two_overlapping_triage_runs_settle_each_entry_exactly_once(
     make_dead(frontier, source, [e.url for e in letters])
     # a second connection to the same store and frontier, as a second worker would have
     if isinstance(store, SqliteDeadLetterStore):
-        other_store: DeadLetterStore = SqliteDeadLetterStore(
+        other_store: DeadLetters = SqliteDeadLetterStore(
             source.deadletter_path, archive=source.deadletter_archive_path
         )
     else:
         from collector.deadletter.redis import RedisDeadLetterStore
 
+        assert isinstance(store, RedisDeadLetterStore)  # the fixture's other backend
         other_store = RedisDeadLetterStore(
-            store.url,  # type: ignore[attr-defined]
+            store.url,
             archive=source.deadletter_archive_path,
         )
     other_frontier = SqliteFrontier(source.frontier_path)
     barrier = threading.Barrier(2)
     reports: dict[str, Any] = {}
 
-    def run(name: str, s: DeadLetterStore, f: SqliteFrontier) -> None:
+    def run(name: str, s: DeadLetters, f: SqliteFrontier) -> None:
         barrier.wait()
         reports[name] = triage(source, s, f, validator, run_id=name)
 
@@ -428,18 +429,20 @@ def test_recoverable_classes() -> None:
 
 
 def test_kind_of_reads_the_resolution() -> None:
-    base = dict(source="s", url="u", stage="fetch", error_class="x", message="m", attempts=1,
-                first_seen=1.0, last_seen=1.0)  # fmt: skip
-    assert kind_of(DeadLetter(**base)) == "open"  # type: ignore[arg-type]
-    assert kind_of(DeadLetter(**base, status="review")) == "escalated"  # type: ignore[arg-type]
-    for stored, kind in (("repaired", "repaired"), ("reviewed", "escalated"),
-                         ("discarded", "discarded"), (None, "other")):  # fmt: skip
-        entry = DeadLetter(**base, status="resolved", resolution="x", resolution_kind=stored)  # type: ignore[arg-type]
+    base: dict[str, Any] = dict(source="s", url="u", stage="fetch", error_class="x", message="m",
+                                attempts=1, first_seen=1.0, last_seen=1.0)  # fmt: skip
+    assert kind_of(DeadLetter(**base)) == "open"
+    assert kind_of(DeadLetter(**base, status="review")) == "escalated"
+    cases: tuple[tuple[ResolutionKind | None, str], ...]
+    cases = (("repaired", "repaired"), ("reviewed", "escalated"), ("discarded", "discarded"),
+             (None, "other"))  # fmt: skip
+    for stored, kind in cases:
+        entry = DeadLetter(**base, status="resolved", resolution="x", resolution_kind=stored)
         assert kind_of(entry) == kind
 
 
 def test_an_entry_held_by_another_run_is_skipped_until_its_claim_expires(
-    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+    source: Source, store: DeadLetters, frontier: SqliteFrontier, validator: SuiteValidator
 ) -> None:
     held = record_letter(source, 1, {"id": 1, "name": "a", "price": 1.0})
     free = record_letter(source, 2, {"id": 2, "name": "b", "price": 2.0})
@@ -503,9 +506,10 @@ def test_tally_from_counts_equals_kind_of_entry_by_entry(tmp_path: Path) -> None
         for url in urls
     ]  # fmt: skip
     store.put(entries)
+    kinds: list[ResolutionKind]
     kinds = ["repaired", "reenqueued", "discarded", "reviewed", "repaired", "discarded"]
     for entry, kind in zip(entries, kinds, strict=False):
-        store.resolve(entry.id, kind, "why")  # type: ignore[arg-type]
+        store.resolve(entry.id, kind, "why")
     store.escalate(entries[6].id, "look")
     by_entry: dict[str, int] = {}
     for entry in store.list(source="s", status=None, limit=100):
@@ -518,7 +522,7 @@ def test_tally_from_counts_equals_kind_of_entry_by_entry(tmp_path: Path) -> None
 
 
 def test_a_stop_request_ends_triage_between_entries_and_leaves_the_rest_open(
-    source: Source, store: DeadLetterStore, frontier: SqliteFrontier, validator: SuiteValidator
+    source: Source, store: DeadLetters, frontier: SqliteFrontier, validator: SuiteValidator
 ) -> None:
     """Ctrl-C during `collector triage` (collector.run.stop): entries claimed before the stop
     are settled, the others stay open and unclaimed for the next triage; the balance holds."""
@@ -537,7 +541,7 @@ def test_a_stop_request_ends_triage_between_entries_and_leaves_the_rest_open(
             stop.request("SIGINT")  # arrives while the second entry is being settled
         return original(entry_id, *args, **kwargs)
 
-    store.claim_for_triage = claim_then_stop  # type: ignore[method-assign]
+    store.claim_for_triage = claim_then_stop  # type: ignore[method-assign]  # a stop mid-run
     report = triage(source, store, frontier, validator, stop=stop)
     assert report.interrupted == "SIGINT"
     assert (report.seen, report.escalated) == (2, 2)

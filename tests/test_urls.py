@@ -44,7 +44,7 @@ def test_bad_urls_refused_with_reason(url, reason):
 
 
 def test_non_string_is_refused():
-    assert check_url_syntax(None) == "empty URL"  # type: ignore[arg-type]
+    assert check_url_syntax(None) == "empty URL"  # type: ignore[arg-type]  # the test
 
 
 @pytest.mark.parametrize(

@@ -247,13 +247,13 @@ def test_empty_batch(main_validator: SuiteValidator) -> None:
 
 def test_records_must_be_dicts(main_validator: SuiteValidator) -> None:
     with pytest.raises(TypeError, match="record 1 is a list"):
-        main_validator.validate([_base(0), [1, 2]])  # type: ignore[list-item]
+        main_validator.validate([_base(0), [1, 2]])  # type: ignore[list-item]  # the test
 
 
 def test_dataclasses_are_frozen(main_result: BatchValidation) -> None:
     failure = main_result.bad[0]
     with pytest.raises(AttributeError):
-        failure.index = 5  # type: ignore[misc]
+        failure.index = 5  # type: ignore[misc]  # frozen: the test
     assert not hasattr(failure, "__dict__")  # slotted
 
 

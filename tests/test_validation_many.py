@@ -73,6 +73,7 @@ def test_cross_row_and_table_level_suites_stay_per_batch(tmp_path: Path) -> None
         "unique",
         [{"type": "expect_column_values_to_be_unique", "kwargs": {"column": "x"}}],
     )
+    batches: list[list[dict[str, Any]]]
     batches = [[{"id": 1, "x": 1}, {"id": 2, "x": 2}], [{"id": 3, "x": 1}]]  # 1 twice, apart
     expected = _per_batch(unique, batches)
     before = unique.gx_calls

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from collector.settle import validation_worker
+from collector.settle.rowsplit import BatchValidation
 from collector.settle.validation import SuiteValidator
 from collector.settle.validation_worker import ValidationWorker, prewarm
 
@@ -21,7 +23,7 @@ SUITE = {
         },
     ],
 }
-RECORDS = [
+RECORDS: list[dict[str, Any]] = [
     {"id": 1, "name": "a", "price": 5},
     {"id": 2, "name": None, "price": 5},
     {"id": 3, "name": "c", "price": -1},
@@ -36,9 +38,9 @@ def suite(tmp_path: Path) -> Path:
     return path
 
 
-def _shape(result: object) -> tuple[list[int], list[tuple[int, tuple[str, ...]]]]:
-    good = [r["id"] for r in result.good]  # type: ignore[attr-defined]
-    bad = [(b.index, tuple(f.expectation for f in b.failed)) for b in result.bad]  # type: ignore[attr-defined]
+def _shape(result: BatchValidation) -> tuple[list[int], list[tuple[int, tuple[str, ...]]]]:
+    good = [r["id"] for r in result.good]
+    bad = [(b.index, tuple(f.expectation for f in b.failed)) for b in result.bad]
     return good, bad
 
 
@@ -68,6 +70,35 @@ async def test_a_dead_worker_falls_back_to_in_process_validation(suite: Path) ->
         assert worker._process is not None
         worker._process.kill()
         worker._process.wait()
+        result = await worker.validate(RECORDS)
+    finally:
+        await worker.aclose()
+    assert worker._failed is True
+    assert _shape(result)[0] == [1, 4]
+
+
+async def test_ready_waits_for_the_worker_and_is_not_a_gx_call(suite: Path) -> None:
+    worker = ValidationWorker(suite)
+    try:
+        await worker.ready()  # GX imported in the worker: its greeting has been read
+        assert worker._greeted is not None and worker._greeted is worker._process
+        assert worker.calls == 0
+        result = await worker.validate(RECORDS)  # the answer is not mistaken for the greeting
+        await worker.ready()  # once per process: nothing more to read
+    finally:
+        await worker.aclose()
+    assert worker._failed is False and worker.calls == 1
+    assert _shape(result)[0] == [1, 4]
+
+
+async def test_ready_gives_up_on_a_worker_that_died_during_start_up(suite: Path) -> None:
+    worker = ValidationWorker(suite)
+    try:
+        worker.start()
+        assert worker._process is not None
+        worker._process.kill()
+        worker._process.wait()
+        await worker.ready()  # returns, and batches will be validated in-process
         result = await worker.validate(RECORDS)
     finally:
         await worker.aclose()

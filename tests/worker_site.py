@@ -18,6 +18,7 @@ import sys
 import urllib.request
 from collections import Counter
 from types import TracebackType
+from typing import Any
 
 WORKER_HEADER = "X-Collector-Worker"
 
@@ -100,7 +101,7 @@ class WorkerSite:
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
-    def _get(self, path: str) -> object:
+    def _get(self, path: str) -> Any:  # the answer's JSON
         with urllib.request.urlopen(self.url(path), timeout=60) as answer:
             return json.loads(answer.read())
 
@@ -109,14 +110,14 @@ class WorkerSite:
 
     def fetches(self) -> list[tuple[int, str]]:
         """Every logged fetch as (item, worker), in order."""
-        return [(int(item), str(worker)) for item, worker in self._get("/__log")]  # type: ignore[attr-defined]
+        return [(int(item), str(worker)) for item, worker in self._get("/__log")]
 
     def fetch_counts(self) -> Counter[int]:
         return Counter(item for item, _ in self.fetches())
 
     @property
     def max_in_flight(self) -> int:
-        return int(self._get("/__stats")["max_in_flight"])  # type: ignore[index]
+        return int(self._get("/__stats")["max_in_flight"])
 
     def __enter__(self) -> WorkerSite:
         self._process = subprocess.Popen(

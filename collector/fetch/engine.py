@@ -40,7 +40,7 @@ from collector import defaults
 from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
 from collector.fetch.adaptive import HostGate, Signal
 from collector.fetch.circuit import GO, CircuitBoard, CircuitListener, RedisCircuitStore
-from collector.fetch.ratelimit import LimitsRateLimiter, RateLimiter
+from collector.fetch.ratelimit import RateLimiter, rate_limiter
 from collector.fetch.transport import POOL_ERROR as _POOL_ERROR
 from collector.fetch.transport import TransportKind, make_clients, pool_failure
 from collector.frontier.base import ClaimedItem
@@ -208,7 +208,7 @@ class FetchEngine:
             concurrency=limits.concurrency,
             per_domain_concurrency=limits.per_domain_concurrency,
             rate_limiter=(
-                LimitsRateLimiter(limits.per_domain_rate, storage_uri=rate_storage_uri)
+                rate_limiter(limits.per_domain_rate, storage_uri=rate_storage_uri)
                 if limits.per_domain_rate
                 else None
             ),

@@ -86,8 +86,9 @@ yes`` for a frontier you care about.
 The scripts are the files in ``collector/frontier/lua/``. The client, its timeouts and the error
 translation are :mod:`collector._redis`'s: errors from redis-py become
 :class:`~collector.errors.BackendError` with one line naming the frontier (password removed) and
-the step. Clients this class creates do not retry by themselves: a script whose reply was lost
-may have run, and replaying an ack would report its items stale.
+the step. A call waits for a restarted server (up to ``COLLECTOR_REDIS_RECONNECT_S``), but no
+script is sent twice: one whose reply was lost may have run, and replaying an ack would report
+its items stale (see :mod:`collector._redis`).
 """
 
 from __future__ import annotations

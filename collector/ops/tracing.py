@@ -39,6 +39,7 @@ import contextlib
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -185,10 +186,14 @@ def fetched(span: trace.Span, results: Sequence[FetchResult]) -> None:
     """Results per status as attributes of the fetch span (skipped when it does not record)."""
     if not span.is_recording():
         return
-    counts = {"ok": 0, "failed": 0, "skipped": 0}
-    for result in results:
-        counts[result.status] += 1
+    # Every status gets an attribute (0 when none), whatever FetchResult.status grows into:
+    # a status missing here once failed whole runs (the breaker's "deferred").
+    counts = Counter({status: 0 for status in _STATUSES})
+    counts.update(result.status for result in results)
     span.set_attributes({f"collector.results.{k}": v for k, v in counts.items()})
+
+
+_STATUSES = ("ok", "failed", "skipped", "deferred")
 
 
 class BatchTraces:

@@ -14,6 +14,10 @@ or :meth:`~collector.deadletter.base.ReviewQueue.claim_stale_reviews`, by its me
 
 Ctrl-C or a crash between the sink write and the resolution leaves the entry in review with the
 record written: accepting it again writes nothing new ("unchanged") and resolves it.
+
+The change itself (write, revive, resolve) runs inside ``guard``, which the command uses to hold
+the source's lock: a ``collect`` run in progress counts the dead page in its account, so reviving
+it under the run would make its ledger fail. The checks before it need no lock.
 """
 
 from __future__ import annotations
@@ -55,8 +59,11 @@ def accept(
     sink: Sink,
     validator: RecordValidator | None,
     clock: Callable[[], float] = time.time,
+    guard: Callable[[Callable[[], Decision]], Decision] = lambda change: change(),
 ) -> Decision:
-    """Store ``record`` as the corrected version of ``entry``'s record and resolve the entry."""
+    """Store ``record`` as the corrected version of ``entry``'s record and resolve the entry.
+
+    ``guard(change)`` runs the change (after the record's checks) and returns its Decision."""
     if not isinstance(record, dict):
         return Decision(False, f"a record is a JSON object, not {type(record).__name__}")
     key_path = source.record.key
@@ -70,18 +77,24 @@ def accept(
             failed += expectation_names(row.failed)
         if failed:
             return Decision(False, "the record fails " + ", ".join(failed), failed=failed)
-    now = clock()
-    token = frontier.claim(source.name, 0, now=now, lease_s=source.ttl.lease_s).token
-    batch_id = f"review:{reviewer}:{message_id}"
-    written = sink.write([SinkRecord(str(key), record, entry.url)], token=token, batch_id=batch_id)
-    if written.stale_keys:
-        return Decision(False, "a newer write of this key holds the sink: not stored")
-    fresh_until = now + source.ttl.fresh_for(entry.url)
-    frontier.revive(source.name, [Completed(entry.url, fresh_until, entry.last_seen)])
-    detail = f"accepted a corrected record from {reviewer} (batch {batch_id})"
-    if not queue.finish_review(message_id, entry.id, "reviewed", detail):
-        return Decision(False, "the entry is no longer in this review (resolved meanwhile)")
-    return Decision(True, detail, batch_id=batch_id)
+
+    def change() -> Decision:
+        now = clock()
+        token = frontier.claim(source.name, 0, now=now, lease_s=source.ttl.lease_s).token
+        batch_id = f"review:{reviewer}:{message_id}"
+        written = sink.write(
+            [SinkRecord(str(key), record, entry.url)], token=token, batch_id=batch_id
+        )
+        if written.stale_keys:
+            return Decision(False, "a newer write of this key holds the sink: not stored")
+        fresh_until = now + source.ttl.fresh_for(entry.url)
+        frontier.revive(source.name, [Completed(entry.url, fresh_until, entry.last_seen)])
+        detail = f"accepted a corrected record from {reviewer} (batch {batch_id})"
+        if not queue.finish_review(message_id, entry.id, "reviewed", detail):
+            return Decision(False, "the entry is no longer in this review (resolved meanwhile)")
+        return Decision(True, detail, batch_id=batch_id)
+
+    return guard(change)
 
 
 def discard(

@@ -125,6 +125,8 @@ class Collection:
         self.fetch_seconds = 0.0
         self.settle_seconds = 0.0
         self.validation_seconds = 0.0
+        self.drain_seconds = 0.0  # the run loop's (collector.run.drain), and its process CPU
+        self.drain_cpu_seconds = 0.0
         self.records_validated = 0
         self.pages_ok = 0
         self.replanned = 0  # open plan refusals closed because the policy allows them now
@@ -761,6 +763,8 @@ class Collection:
                 "fetch": round(self.fetch_seconds, 3),
                 "settle": round(self.settle_seconds, 3),
                 "validation": round(self.validation_seconds, 3),
+                "drain": round(self.drain_seconds, 3),
+                "drain_cpu": round(self.drain_cpu_seconds, 3),
             },
             validation=self._validation_summary(),
             sink=self.sink.location(),

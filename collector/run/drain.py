@@ -83,16 +83,23 @@ async def drain(
 ) -> DrainEnd:
     """Claim, fetch and settle until the source is done, the policy says enough, or a stop."""
     loop = _Loop(run, fetch, policy, stop or StopRequest(), listener)
+    began, cpu = time.monotonic(), time.process_time()
     with (
         Heartbeat(run.frontier, run.source.name, run.run_id, every_s=policy.heartbeat_s),
         loop.stop.watch(loop.halt),
     ):
         try:
+            await loop.warm_up()
+            # The loop's own time and this process's CPU over it (every thread): the run's
+            # throughput without start-up and wind-down, a figure the load hardly moves.
+            began, cpu = time.monotonic(), time.process_time()
             ending = await loop.go()
         finally:
             # Our own leases are all acked or released by now; forget our heartbeat (a lease
             # left behind by a bug would be returned and counted here, not lost).
             run.ledger.released += run.frontier.revoke(run.source.name, run.run_id, now=run.clock())
+            run.drain_seconds += time.monotonic() - began
+            run.drain_cpu_seconds += time.process_time() - cpu
     held = sum(h.leased for h in run.frontier.holders(run.source.name))
     return DrainEnd(ending, loop.stop.reason, held)
 
@@ -126,6 +133,26 @@ class _Loop:
             outcome = self.listener(event, data)
             if inspect.isawaitable(outcome):
                 await outcome
+
+    async def warm_up(self) -> None:
+        """Wait for the run's GX worker to be ready (or a stop) before the first claim.
+
+        GX's import is start-up (~7 s of CPU): batches fetched meanwhile could only wait for
+        it, holding their leases, while the import took CPU from the fetching on a small box.
+        """
+        validator = self.run.validator
+        if validator is None:
+            return
+        ready = asyncio.ensure_future(validator.ready())
+        stopped = asyncio.ensure_future(self.stopped.wait())
+        try:
+            await asyncio.wait({ready, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if not ready.done():  # stopped: the loop ends at once; the worker is closed with the run
+            ready.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ready
 
     async def go(self) -> Ending:
         try:

@@ -84,10 +84,11 @@ class Ledger:
     stale_acks: int = 0  # outcomes refused because our lease had passed to someone else
     stale_writes: int = 0  # sink writes refused by the fencing token
     leases_reclaimed: int = 0
-    claimed: int = 0  # items leased by this run's claims
+    claimed: int = 0  # items leased by this run's claims (an item claimed twice counts twice)
     returned: int = 0  # claimed items acked back to the queue (retry later, batch time)
     released: int = 0  # claimed items of batches whose task failed, given back unchanged
-    deferred_by_circuit: int = 0  # claimed items acked back unsent: their host's breaker was open
+    deferred_by_circuit: int = 0  # deferrals: claims acked back unsent (host breaker open); an
+    #                               item deferred in three claims counts three, as in `claimed`
     stored_by_others: int = 0  # this run's items stored by other workers (`collector work`)
     dead_by_others: int = 0  # this run's items dead-lettered by other workers
     requests: int = 0

@@ -35,7 +35,8 @@ class RunSummary:
     dead_lettered: int = 0
     queued: int = 0
     held_by_others: int = 0
-    deferred_by_circuit: int = 0  # sent back while their host's breaker was open (not attempts)
+    deferred_by_circuit: int = 0  # deferrals, not distinct items: claims sent back unsent while
+    #                               their host's breaker was open (not attempts)
     stored_by_others: int = 0
     dead_by_others: int = 0
     balanced: bool = True

@@ -33,6 +33,7 @@ import pickle
 import struct
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -48,6 +49,7 @@ from collector.settle.validation import (
 __all__ = ["ValidationWorker", "prewarm"]
 
 _HEADER = struct.Struct("!I")
+_READY = "ready"  # the worker's first frame: GX is imported and the suite built
 
 
 _prewarmed: dict[str, subprocess.Popen[bytes]] = {}
@@ -123,6 +125,8 @@ class ValidationWorker:
         self.max_batches = max(1, max_batches)
         self.calls = 0  # round trips (or in-process calls) made, for benchmarks and tests
         self._process: subprocess.Popen[bytes] | None = None
+        self._greeted: subprocess.Popen[bytes] | None = None  # its ready frame was read
+        self._greeting = threading.Lock()
         self._failed = False
         self._local: SuiteValidator | None = None
         self._pending: list[_Request] = []
@@ -139,6 +143,35 @@ class ValidationWorker:
                     self._process = _spawn(self.suite_path)
                 except OSError:
                     self._failed = True
+
+    async def ready(self) -> None:
+        """Wait until the worker has imported GX and built the suite (start it if needed).
+
+        The run loop waits for this before its first claim: GX's import (~7 s of CPU) is
+        start-up, and batches fetched meanwhile could only wait for it, holding their leases,
+        while the import took CPU from the fetching on a small box. A worker that cannot start
+        is given up on here, as on a failed call (batches are then validated in-process).
+        """
+        if self._failed:
+            return
+        self.start()
+        try:
+            await asyncio.to_thread(self._greet)
+        except (OSError, EOFError, ValueError, pickle.PickleError):
+            self._failed = True
+            await asyncio.to_thread(self._stop)
+
+    def _greet(self) -> None:
+        """Read the worker's ready frame, once per process (before its first answer)."""
+        with self._greeting:
+            process = self._process
+            if process is None or process is self._greeted:
+                return
+            if process.stdout is None:
+                raise OSError("validation worker is not running")
+            if pickle.loads(_read_frame(process.stdout)) != _READY:
+                raise ValueError("validation worker did not say it was ready")
+            self._greeted = process
 
     async def validate(self, records: list[dict[str, Any]]) -> BatchValidation:
         """Validate one batch (it may travel with others waiting at the same time)."""
@@ -212,6 +245,7 @@ class ValidationWorker:
     def _round_trip(
         self, batches: list[list[dict[str, Any]]]
     ) -> list[BatchValidation | BaseException]:
+        self._greet()
         process = self._process
         if process is None or process.stdin is None or process.stdout is None:
             raise OSError("validation worker is not running")
@@ -259,6 +293,9 @@ def _read_frame(stream: IO[bytes]) -> bytes:
 def _serve(suite_path: str, inbox: BinaryIO, outbox: BinaryIO) -> int:
     validator = SuiteValidator(suite_path)
     validator.validate([{}])  # import GX and build the context before the first batch
+    ready = pickle.dumps(_READY, protocol=pickle.HIGHEST_PROTOCOL)
+    outbox.write(_HEADER.pack(len(ready)) + ready)
+    outbox.flush()
     while True:
         try:
             records = pickle.loads(_read_frame(inbox))  # a list of batches
@@ -277,4 +314,8 @@ def _serve(suite_path: str, inbox: BinaryIO, outbox: BinaryIO) -> int:
 if __name__ == "__main__":
     out = sys.stdout.buffer
     sys.stdout = sys.stderr  # anything printed by GX must not corrupt the frames
-    raise SystemExit(_serve(sys.argv[1], sys.stdin.buffer, out))
+    code = _serve(sys.argv[1], sys.stdin.buffer, out)
+    # Every answer is written and flushed, and the worker keeps nothing: skip the interpreter's
+    # teardown, which with GX loaded takes ~1.5-2.5 s that the run would wait for when it closes.
+    sys.stderr.flush()
+    os._exit(code)

@@ -89,6 +89,15 @@ def print_warnings(source: Source, reference: str) -> list[str]:
     return found
 
 
+def seed_count(source: Source) -> int:
+    """How many seed URLs the source lists, repeats included, in constant memory.
+
+    Streamed (`Source.seed_urls`), so `validate` and `init` stay small on a 10 M URL catalogue;
+    the plan drops repeats and counts them as ``duplicates`` in the run's ledger.
+    """
+    return sum(1 for _ in source.seed_urls())
+
+
 SOURCE_HELP = "a source file (YAML or JSON), or block:NAME for a CollectorSource block"
 
 

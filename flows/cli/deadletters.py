@@ -103,7 +103,12 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.action == "discard":
             return _discard(source, store, args)
-        return _retry(source, store, args)
+        from flows.cli.recovery import under_source_lock
+
+        entries = _selected(source, store, args)  # a bad selection: one line before any wait
+        return under_source_lock(
+            source, "deadletters retry", lambda: _retry(source, store, entries)
+        )
     finally:
         store.close()
 
@@ -194,15 +199,16 @@ def _discard(source: Any, store: Any, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _retry(source: Any, store: Any, args: argparse.Namespace) -> int:
+def _retry(source: Any, store: Any, entries: list[Any]) -> int:
     """Fetch the entries' pages again: back to the frontier's queue if dead (or expired),
     whatever the entry's status (a repaired entry's page may still be dead); each entry not
     resolved yet is resolved once, through the same engine code as triage's re-enqueue
-    (:mod:`collector.recovery.requeue`). Exit 1 when a page was not dead, so nothing was done."""
+    (:mod:`collector.recovery.requeue`). Exit 1 when a page was not dead, so nothing was done.
+    Called under the source's lock (``under_source_lock``): a run in progress counts dead
+    pages in its account."""
     from collector.backends import open_frontier
     from collector.recovery.requeue import reenqueue
 
-    entries = _selected(source, store, args)
     requeued = refused = 0
     queued_urls: set[str] = set()
     with open_frontier(source) as frontier:

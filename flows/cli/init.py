@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from flows.cli._common import EXIT_INVALID, EXIT_OK
+from flows.cli._common import EXIT_INVALID, EXIT_OK, seed_count
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 # A path segment that is an id: digits, alone or before an extension (42, 42.json).
@@ -252,7 +252,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return EXIT_INVALID
-    urls = sum(1 for _ in source.iter_seed_urls())
+    urls = seed_count(source)
     for path in files:
         print(f"wrote {path}")
     print(f"{source_path}: ok ({name}: {urls} seed URLs, sink {source.sink_label})")

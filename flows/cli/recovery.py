@@ -7,11 +7,14 @@ import getpass
 import json
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from collector import defaults
+from collector.config import Source
 from collector.errors import CollectorError, ConfigError
 from flows.cli._common import (
+    EXIT_BUSY,
     EXIT_FAILED,
     EXIT_OK,
     _prefect_environment,
@@ -20,6 +23,8 @@ from flows.cli._common import (
     add_source,
     load,
 )
+
+T = TypeVar("T")
 
 
 def _operator() -> str:
@@ -44,14 +49,49 @@ def _reason(args: argparse.Namespace, question: str) -> str:
     raise ConfigError(f"{args.command} needs a reason (--reason TEXT, or answer the prompt)")
 
 
+def hold_source_lock(source: Source, work: Callable[[], T]) -> T:
+    """``work()`` (a command's change to the frontier) while holding ``source:<name>``.
+
+    A ``collect`` run in progress counts the source's dead pages in its account; a command that
+    turns them back into queued or done pages under it would make its ledger fail. So the
+    command waits for the run like another run would (``locks.wait_s``), then raises SourceBusy
+    before ``work`` starts. The lock lives on the Prefect server the runs use.
+    """
+    if not source.locks.source_lock:
+        return work()
+    _prefect_environment()
+    _prefect_server()
+    from flows._locks import call_under_source_lock
+
+    return call_under_source_lock(source, work)
+
+
+def under_source_lock(source: Source, what: str, work: Callable[[], int]) -> int:
+    """:func:`hold_source_lock` for a command's exit code: busy is exit 3 and one line."""
+    from collector.run.locks import SourceBusy
+    from collector.run.stop import StoppedWaiting
+
+    try:
+        return hold_source_lock(source, work)
+    except (SourceBusy, StoppedWaiting) as exc:
+        print(f"collector: busy: {exc}; {what} changed nothing", file=sys.stderr)
+        return EXIT_BUSY
+
+
 def cmd_triage(args: argparse.Namespace) -> int:
     _prefect_environment()
     load(args.source)  # an invalid source: exit 2 before Prefect starts (main)
     _prefect_server()
+    from collector.run.locks import SourceBusy
+    from flows._locks import quiet_busy_on_console
     from flows.triage import run_triage
 
+    quiet_busy_on_console()  # a busy lock is said in one line below, not with a traceback
     try:
         report = run_triage(args.source, limit=args.limit, dry_run=args.dry_run)
+    except SourceBusy as exc:
+        print(f"collector: busy: {exc}; triage changed nothing", file=sys.stderr)
+        return EXIT_BUSY
     except CollectorError as exc:
         print(f"collector: {exc}", file=sys.stderr)
         return EXIT_FAILED

@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,19 @@ class _Review:
             self._validator = SuiteValidator(self.source.suite_path)
         return self._validator
 
+    def locked(self, change: Callable[[], Any]) -> Any:
+        """An accept's change under ``source:<name>`` (it revives a page a run may count);
+        busy past ``locks.wait_s``: refused, nothing changed, the entry put back."""
+        from collector.recovery.review import Decision
+        from collector.run.locks import SourceBusy
+        from collector.run.stop import StoppedWaiting
+        from flows.cli.recovery import hold_source_lock
+
+        try:
+            return hold_source_lock(self.source, change)
+        except (SourceBusy, StoppedWaiting) as exc:
+            return Decision(False, f"busy: {exc}; nothing changed")
+
     def take(self, args: argparse.Namespace) -> tuple[str, Any] | None:
         if args.take_over:
             got = self.store.claim_stale_reviews(
@@ -101,7 +115,7 @@ class _Review:
             return review.accept(
                 self.source, entry, value, message_id=message, reviewer=self.reviewer,
                 queue=self.store, frontier=self.frontier, sink=self.sink,
-                validator=self.validator(),
+                validator=self.validator(), guard=self.locked,
             )  # fmt: skip
         return review.discard(
             entry, value, message_id=message, reviewer=self.reviewer, queue=self.store

@@ -28,6 +28,8 @@ from flows.cli._common import (
 
 if TYPE_CHECKING:
     from collector.config import Source
+    from collector.run.ledger import Ledger
+    from collector.run.summary import RunSummary
 
 
 class _Progress:
@@ -98,35 +100,26 @@ class _Progress:
         elif event == "waiting":
             self._progress.update(self._task, detail=f"waiting {data['seconds']:.1f}s for retries")
 
-    def finish(self, summary: dict[str, Any] | None) -> None:
+    def finish(self, summary: RunSummary | None) -> None:
         """Stop the bar; with a summary, its last state shows what was settled."""
         if self._progress is None:
             return
-        if summary is not None and not summary.get("skipped") and "stored" in summary:
+        if summary is not None and not summary.skipped:
             task = self._progress.tasks[0]
             total = task.total if task.total is not None else 0
             self._progress.update(
                 self._task,
                 total=total,
-                completed=min(total, max(task.completed, _settled_of(summary))),
-                description="stopped" if summary.get("interrupted") else "collected",
+                completed=min(total, max(task.completed, _settled(summary))),
+                description="stopped" if summary.interrupted else "collected",
             )
         self._progress.stop()
         self._progress = None
 
 
-def _settled(ledger: Any) -> int:
+def _settled(ledger: Ledger | RunSummary) -> int:
     """Items of this run that reached stored or dead (those dead before it not counted)."""
-    return int(ledger.stored + ledger.dead_lettered - ledger.already_dead - ledger.refused_at_plan)
-
-
-def _settled_of(summary: dict[str, Any]) -> int:
-    return int(
-        summary["stored"]
-        + summary["dead_lettered"]
-        - summary.get("already_dead", 0)
-        - summary.get("refused_at_plan", 0)
-    )
+    return ledger.stored + ledger.dead_lettered - ledger.already_dead - ledger.refused_at_plan
 
 
 def _preflight(loaded: Source) -> None:
@@ -152,26 +145,30 @@ def _hosts_detail(windows: dict[str, int], ledger: Any) -> str:
     return text
 
 
-def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | None]:
-    """Run the collect flow; returns (exit code, summary or None)."""
+def _run(source: str, args: argparse.Namespace) -> tuple[int, RunSummary | None, str | None]:
+    """Run the collect flow; returns (exit code, summary or None, why seeds were refused).
+
+    The last is looked up only after a run that ended normally and refused seeds at plan
+    (:func:`_refusal_looked_up`): the message of one open ``plan/refused_url`` dead letter.
+    """
     problem = _metrics_environment(getattr(args, "metrics_port", None))
     if problem:
         print(f"collector: {problem}", file=sys.stderr)
-        return EXIT_INVALID, None
+        return EXIT_INVALID, None, None
     _prefect_environment()
     loaded = load(source)  # an invalid source: its problems, exit 2 (main)
     try:
         _preflight(loaded)
     except ConfigError as exc:  # a missing variable or Secret / RedisDatabase block
         print(f"{source}: {exc}", file=sys.stderr)
-        return EXIT_INVALID, None
+        return EXIT_INVALID, None, None
     except CollectorError as exc:
         print(f"collector: {exc}", file=sys.stderr)
-        return EXIT_FAILED, None
+        return EXIT_FAILED, None, None
     print_warnings(loaded, source)  # e.g. every seed refused: said before, not discovered after
     progress = _Progress(enabled=not args.json and sys.stderr.isatty())
     progress.start("starting Prefect ...")  # the imports and server start take seconds
-    summary: dict[str, Any] | None = None
+    summary: RunSummary | None = None
     try:
         from collector.ops.observability import init_sentry, register_secrets
 
@@ -187,8 +184,10 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
         _prefect_server()  # after the checks above: a source that cannot run starts nothing
         from collector.run.locks import SourceBusy
         from collector.run.stop import EXIT_CODES, StoppedWaiting
+        from flows._locks import quiet_busy_on_console
         from flows.collect import progress_listeners, run_collect
 
+        quiet_busy_on_console()  # a busy lock is said in one line below, not with a traceback
         progress_listeners.append(progress)
         try:
             result = run_collect(
@@ -204,34 +203,48 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, dict[str, Any] | N
         except SourceBusy as exc:
             progress.finish(None)
             print(f"collector: busy: {exc}", file=sys.stderr)
-            return EXIT_BUSY, None
+            return EXIT_BUSY, None, None
         except StoppedWaiting as exc:
             progress.finish(None)
             print(f"collector: {exc}; nothing was claimed", file=sys.stderr)
-            return EXIT_CODES.get(exc.reason, EXIT_FAILED), None
+            return EXIT_CODES.get(exc.reason, EXIT_FAILED), None, None
         except ConfigError as exc:
             progress.finish(None)
             print(f"{source}: {exc}", file=sys.stderr)
-            return EXIT_INVALID, None
+            return EXIT_INVALID, None, None
         except CollectorError as exc:
             progress.finish(None)
             print(f"collector: {exc}", file=sys.stderr)
-            return EXIT_FAILED, None
+            return EXIT_FAILED, None, None
         finally:
             progress_listeners.remove(progress)
-        summary = result.as_dict()
+        summary = result
     finally:
         progress.finish(summary)
         if getattr(args, "metrics_port", None) and getattr(args, "metrics_hold", 0):
             time.sleep(args.metrics_hold)  # let a scraper see the final values
     if result.interrupted:
         print(f"collector: {result.interruption}", file=sys.stderr)
-        return EXIT_CODES.get(result.interrupted, EXIT_FAILED), summary
+        return EXIT_CODES.get(result.interrupted, EXIT_FAILED), result, None
+    refusal = _first_refusal(loaded) if _refusal_looked_up(result) else None
     if result.skipped:
-        return EXIT_OK, summary
-    if result.refused_at_plan:
-        summary["refusal"] = _first_refusal(loaded)
-    return (EXIT_OK if result.balanced else EXIT_FAILED), summary
+        return EXIT_OK, result, refusal
+    return (EXIT_OK if result.balanced else EXIT_FAILED), result, refusal
+
+
+def _refusal_looked_up(summary: RunSummary) -> bool:
+    """Whether :func:`_run` looked up why seeds were refused: after a run that ended normally
+    (not interrupted, not skipped) and refused seeds at plan."""
+    return bool(summary.refused_at_plan) and not summary.interrupted and not summary.skipped
+
+
+def _json_line(summary: RunSummary, refusal: str | None, **extra: Any) -> str:
+    """``--json``'s line: the summary's fields, then ``refusal`` when it was looked up (null
+    when no open entry says why), then ``extra`` (the demo's request count)."""
+    data = summary.as_dict()
+    if _refusal_looked_up(summary):
+        data["refusal"] = refusal
+    return json.dumps({**data, **extra}, default=str)
 
 
 def _first_refusal(loaded: Source) -> str | None:
@@ -269,30 +282,32 @@ def _metrics_environment(port: int | None) -> str | None:
     return None
 
 
-def _print_summary(summary: dict[str, Any]) -> None:
+def _print_summary(summary: RunSummary, refusal: str | None = None) -> None:
+    """The run's ledger as a table and what to know about it; ``refusal`` says why seeds were
+    refused at plan (see :func:`_run`)."""
     from rich.table import Table
 
     console = _console(stderr=False)
-    if summary.get("skipped"):
-        console.print(f"skipped: another run of {summary['source']} holds its source lock")
+    if summary.skipped:
+        console.print(f"skipped: another run of {summary.source} holds its source lock")
         return
-    if summary.get("role") == "work":
-        verdict = "[green]balanced" if summary["balanced"] else "[red]NOT balanced"
+    if summary.role == "work":
+        verdict = "[green]balanced" if summary.balanced else "[red]NOT balanced"
         console.print(
-            f"worker of {summary['source']}: claimed {summary['claimed']} = stored "
-            f"{summary['stored']} + dead {summary['dead_lettered']} + returned "
-            f"{summary['returned']} + stale {summary['stale_acks']} + released "
-            f"{summary['released']}: {verdict}"
+            f"worker of {summary.source}: claimed {summary.claimed} = stored "
+            f"{summary.stored} + dead {summary.dead_lettered} + returned "
+            f"{summary.returned} + stale {summary.stale_acks} + released "
+            f"{summary.released}: {verdict}"
         )
-        for problem in summary["problems"]:
+        for problem in summary.problems:
             console.print(f"[red]  {problem}")
         return
-    table = Table(title=f"Ledger of {summary['source']}", show_header=True)
+    table = Table(title=f"Ledger of {summary.source}", show_header=True)
     table.add_column("terminal state")
     table.add_column("items", justify="right")
     table.add_column("of which")
-    earlier = summary.get("already_dead", 0)
-    refused = summary.get("refused_at_plan", 0)
+    earlier = summary.already_dead
+    refused = summary.refused_at_plan
     notes = {
         "dead_lettered": ", ".join(
             part
@@ -304,15 +319,23 @@ def _print_summary(summary: dict[str, Any]) -> None:
         ),
         "fresh_skipped": "still fresh from earlier runs (not fetched)",
     }
-    for name in ("stored", "fresh_skipped", "expired", "dead_lettered", "queued", "held_by_others"):
-        table.add_row(name, str(summary[name]), notes.get(name, "") if summary[name] else "")
-    table.add_row("[bold]discovered", f"[bold]{summary['discovered']}", "")
+    rows = (
+        ("stored", summary.stored),
+        ("fresh_skipped", summary.fresh_skipped),
+        ("expired", summary.expired),
+        ("dead_lettered", summary.dead_lettered),
+        ("queued", summary.queued),
+        ("held_by_others", summary.held_by_others),
+    )
+    for name, count in rows:
+        table.add_row(name, str(count), notes.get(name, "") if count else "")
+    table.add_row("[bold]discovered", f"[bold]{summary.discovered}", "")
     console.print(table)
-    if summary["requests"] == 0 and summary["discovered"]:
+    if summary.requests == 0 and summary.discovered:
         why = [
             f"{count} {what}"
             for count, what in (
-                (summary["fresh_skipped"], "still fresh"),
+                (summary.fresh_skipped, "still fresh"),
                 (earlier, "already dead from earlier runs"),
                 (refused, "refused at plan"),
             )
@@ -322,54 +345,52 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f"nothing fetched: {', '.join(why)}"
             + ("" if refused else " (a no-op run, not a failure)")
         )
-    if summary["held_by_others"]:
+    if summary.held_by_others:
         console.print(
-            f"held by helpers: {summary['held_by_others']} items were still leased by live "
+            f"held by helpers: {summary.held_by_others} items were still leased by live "
             "`collector work` helpers when this run ended; they settle them"
         )
-    if summary["requests"] == 0 and not summary["discovered"] and summary["plan"] == "incremental":
+    if summary.requests == 0 and not summary.discovered and summary.plan == "incremental":
         console.print(
             "nothing was due: the seed list is unchanged since the last plan, and no page is "
             "queued or past its freshness (a no-op run, not a failure; dead pages wait for "
             "`collector triage`)"
         )
-    verdict = "[green]balanced" if summary["balanced"] else "[red]NOT balanced"
+    verdict = "[green]balanced" if summary.balanced else "[red]NOT balanced"
     console.print(
-        f"conservation: {verdict}   records written {summary['records_written']}, "
-        f"unchanged {summary['records_unchanged']}, quarantined "
-        f"{summary['records_quarantined']}   {summary['pages_per_second']} pages/s   "
-        f"{summary['requests']} requests, {summary['retries']} retries"
+        f"conservation: {verdict}   records written {summary.records_written}, "
+        f"unchanged {summary.records_unchanged}, quarantined "
+        f"{summary.records_quarantined}   {summary.pages_per_second} pages/s   "
+        f"{summary.requests} requests, {summary.retries} retries"
     )
-    if summary.get("stale_writes"):
+    if summary.stale_writes:
         console.print(
-            f"fencing:      {summary['stale_writes']} record writes refused (a newer lease "
+            f"fencing:      {summary.stale_writes} record writes refused (a newer lease "
             "holder had written them)"
         )
-    for problem in summary["problems"]:
+    for problem in summary.problems:
         console.print(f"[red]  {problem}")
-    if summary.get("replanned"):
+    if summary.replanned:
         console.print(
-            f"re-planned:   {summary['replanned']} seeds refused by earlier runs are allowed "
+            f"re-planned:   {summary.replanned} seeds refused by earlier runs are allowed "
             "now; their dead letters were closed and the URLs queued"
         )
     if refused:
         console.print(
             f"[yellow]refused:      {refused} seed URLs before fetching: "
-            f"{summary.get('refusal') or 'see the dead letters at stage plan'}"
+            f"{refusal or 'see the dead letters at stage plan'}"
         )
-    console.print(f"records:      {summary['sink']}")
-    console.print(
-        f"dead letters: {summary['deadletters']} (archive {summary['deadletter_archive']})"
-    )
+    console.print(f"records:      {summary.sink}")
+    console.print(f"dead letters: {summary.deadletters} (archive {summary.deadletter_archive})")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    code, summary = _run(args.source, args)
+    code, summary, refusal = _run(args.source, args)
     if summary is not None:
         if args.json:
-            print(json.dumps(summary, default=str))
+            print(_json_line(summary, refusal))
         else:
-            _print_summary(summary)
+            _print_summary(summary, refusal)
     return code
 
 
@@ -395,15 +416,15 @@ def _demo(folder: Path, args: argparse.Namespace) -> int:
             console.print("Deliberate faults in the seeds:")
             for path, expected in FAULT_PATHS.items():
                 console.print(f"  {path:48} -> {expected}")
-        code, summary = _run(str(source), args)
+        code, summary, refusal = _run(str(source), args)
         if summary is None:
             return code
-        summary["demo_site_requests"] = site.request_count()
+        site_requests = site.request_count()
     if args.json:
-        print(json.dumps(summary, default=str))
+        print(_json_line(summary, refusal, demo_site_requests=site_requests))
         return code
-    _print_summary(summary)
-    _show_records(Path(summary["sink"]), console)
+    _print_summary(summary, refusal)
+    _show_records(Path(summary.sink), console)
     _show_dead_letters(source, console)
     if not args.workdir:
         console.print("\n(the demo's folder is removed now; keep it with --workdir DIR)")

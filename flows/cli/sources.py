@@ -8,7 +8,14 @@ import sys
 from typing import Any
 
 from collector.config import SourceError
-from flows.cli._common import EXIT_INVALID, EXIT_OK, add_source, load, print_warnings
+from flows.cli._common import (
+    EXIT_INVALID,
+    EXIT_OK,
+    add_source,
+    load,
+    print_warnings,
+    seed_count,
+)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -30,7 +37,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 print(problem, file=sys.stderr)
             status = EXIT_INVALID
             continue
-        urls = sum(1 for _ in source.iter_seed_urls())
+        urls = seed_count(source)
         warned = print_warnings(source, path)
         note = f", {len(warned)} warning{'s' if len(warned) != 1 else ''}" if warned else ""
         print(f"{path}: ok ({source.name}: {urls} seed URLs, sink {source.sink_label}{note})")

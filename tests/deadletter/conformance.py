@@ -19,6 +19,7 @@ from collector.deadletter.base import (
     DeadLetter,
     DeadLetters,
     DeadLetterStore,
+    ResolutionKind,
     ReviewQueue,
     TriageClaims,
     dead_letter_id,
@@ -234,9 +235,10 @@ class StoreConformance:
         store.put([letter(url) for url in urls])
         other = letter("https://example.test/x", source="other")
         store.put([other])
+        kinds: list[ResolutionKind]
         kinds = ["repaired", "repaired", "discarded", "reviewed", "reenqueued"]
         for url, kind in zip(urls, kinds, strict=False):
-            assert store.resolve(letter(url).id, kind, "why")  # type: ignore[arg-type]
+            assert store.resolve(letter(url).id, kind, "why")
         assert store.escalate(letter(urls[6]).id, "needs a human")
         census = store.census("src")
         assert census.counts == {
@@ -257,7 +259,7 @@ class StoreConformance:
         entry = letter()
         store.put([entry])
         with pytest.raises(ValueError, match="resolution kind"):
-            store.resolve(entry.id, "fixed", "by hand")  # type: ignore[arg-type]
+            store.resolve(entry.id, "fixed", "by hand")  # type: ignore[arg-type]  # the test
         assert store.resolve(entry.id, "discarded", "repaired: not really")
         got = store.get(entry.id)
         assert got is not None
@@ -399,7 +401,7 @@ class TriageClaimsConformance:
     def test_implements_claims_protocol(self, store: DeadLetters) -> None:
         assert isinstance(store, TriageClaims)
 
-    def test_triage_claim_is_exclusive_until_it_expires(self, store: DeadLetterStore) -> None:
+    def test_triage_claim_is_exclusive_until_it_expires(self, store: DeadLetters) -> None:
         entry = letter()
         store.put([entry])
         assert store.claim_for_triage(entry.id, "run-a", now=T0, lease_s=60)
@@ -412,7 +414,7 @@ class TriageClaimsConformance:
         assert store.claim_for_triage(entry.id, "run-a", now=T0 + 63, lease_s=60)
         assert store.counts() == {"open": 1, "review": 0, "resolved": 0}  # claims are no status
 
-    def test_only_open_entries_can_be_claimed(self, store: DeadLetterStore) -> None:
+    def test_only_open_entries_can_be_claimed(self, store: DeadLetters) -> None:
         done, escalated = letter("https://example.test/d"), letter("https://example.test/e")
         store.put([done, escalated])
         store.resolve(done.id, "discarded", "ok")
@@ -421,7 +423,7 @@ class TriageClaimsConformance:
             assert store.claim_for_triage(entry.id, "run-a", now=T0, lease_s=60) is False
         assert store.claim_for_triage("no-such-id", "run-a", now=T0, lease_s=60) is False
 
-    def test_resolving_or_reopening_drops_the_claim(self, store: DeadLetterStore) -> None:
+    def test_resolving_or_reopening_drops_the_claim(self, store: DeadLetters) -> None:
         entry = letter()
         store.put([entry])
         assert store.claim_for_triage(entry.id, "run-a", now=T0, lease_s=600)
@@ -429,7 +431,7 @@ class TriageClaimsConformance:
         store.put([letter(seen=T0 + 5)])  # failed again: open and unclaimed
         assert store.claim_for_triage(entry.id, "run-b", now=T0 + 6, lease_s=600)
 
-    def test_concurrent_claims_have_one_winner(self, store: DeadLetterStore) -> None:
+    def test_concurrent_claims_have_one_winner(self, store: DeadLetters) -> None:
         entries = [letter(f"https://example.test/{n}") for n in range(30)]
         store.put(entries)
         won: dict[str, list[str]] = {"a": [], "b": [], "c": []}
@@ -455,7 +457,7 @@ class ReviewQueueConformance:
     def test_implements_review_protocol(self, store: DeadLetters) -> None:
         assert isinstance(store, ReviewQueue)
 
-    def test_escalate_happens_once_and_only_for_open_entries(self, store: DeadLetterStore) -> None:
+    def test_escalate_happens_once_and_only_for_open_entries(self, store: DeadLetters) -> None:
         a, b = letter("https://example.test/a"), letter("https://example.test/b")
         store.put([a, b])
         assert store.escalate(a.id, "needs a human") is True
@@ -468,9 +470,7 @@ class ReviewQueueConformance:
         store.put([letter("https://example.test/a", seen=T0 + 5)])  # stays in review
         assert store.counts()["review"] == 1
 
-    def test_vanished_reviewer_is_taken_over_and_resolved_once(
-        self, store: DeadLetterStore
-    ) -> None:
+    def test_vanished_reviewer_is_taken_over_and_resolved_once(self, store: DeadLetters) -> None:
         entry = letter(payload={"x": 1})
         store.put([entry])
         assert store.escalate(entry.id, "unknown error")
@@ -489,7 +489,7 @@ class ReviewQueueConformance:
         assert store.take_for_review("src", "carol") == []
         assert store.claim_stale_reviews("src", "carol", idle_ms=0) == []
 
-    def test_reviewers_never_get_the_same_entry(self, store: DeadLetterStore) -> None:
+    def test_reviewers_never_get_the_same_entry(self, store: DeadLetters) -> None:
         entries = [letter(f"https://example.test/{n}") for n in range(30)]
         store.put(entries)
         for e in entries:
@@ -508,7 +508,7 @@ class ReviewQueueConformance:
         taken = [eid for ids in got.values() for eid in ids]
         assert sorted(taken) == sorted(e.id for e in entries)
 
-    def test_resolving_an_entry_in_review_drops_its_review(self, store: DeadLetterStore) -> None:
+    def test_resolving_an_entry_in_review_drops_its_review(self, store: DeadLetters) -> None:
         waiting, held = letter("https://example.test/w"), letter("https://example.test/h")
         store.put([waiting, held])
         store.escalate(held.id, "x")
@@ -520,7 +520,7 @@ class ReviewQueueConformance:
         assert store.claim_stale_reviews("src", "bob", idle_ms=0) == []
         assert store.finish_review(message_id, held.id, "reviewed", "late") is False
 
-    def test_a_reopened_entry_is_reviewed_anew(self, store: DeadLetterStore) -> None:
+    def test_a_reopened_entry_is_reviewed_anew(self, store: DeadLetters) -> None:
         entry = letter()
         store.put([entry])
         store.escalate(entry.id, "first")
@@ -533,9 +533,7 @@ class ReviewQueueConformance:
         assert store.finish_review(first, entry.id, "reviewed", "stale review") is False
         assert store.finish_review(second, entry.id, "reviewed", "fixed for real") is True
 
-    def test_finish_review_refuses_a_message_about_another_entry(
-        self, store: DeadLetterStore
-    ) -> None:
+    def test_finish_review_refuses_a_message_about_another_entry(self, store: DeadLetters) -> None:
         a, b = letter("https://example.test/a"), letter("https://example.test/b")
         store.put([a, b])
         store.escalate(a.id, "x")
@@ -546,7 +544,7 @@ class ReviewQueueConformance:
         assert store.counts()["review"] == 2
         assert store.finish_review(message_b, b.id, "reviewed", "right") is True
 
-    def test_take_for_review_waits_for_work(self, store: DeadLetterStore) -> None:
+    def test_take_for_review_waits_for_work(self, store: DeadLetters) -> None:
         entry = letter()
         store.put([entry])
         assert store.take_for_review("src", "alice", block_ms=100) == []

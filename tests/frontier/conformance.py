@@ -885,7 +885,8 @@ def _frontier_machine(frontier: Frontier) -> type[RuleBasedStateMachine]:
             any lease ever taken; never one whose expiry makes backends differ."""
             usable = [lease for lease in self.leases if not self._ambiguous(lease)]
             live = [lease for lease in usable if any(self._held(lease, i.url) for i in lease.items)]
-            pool = live if live and data.draw(st.integers(0, 3), label="live?") else usable
+            prefer_live = bool(live) and data.draw(st.integers(0, 3), label="live?") != 0
+            pool = live if prefer_live else usable
             return data.draw(st.sampled_from(pool), label="lease") if pool else None
 
         def _held(self, lease: Lease, u: str) -> bool:

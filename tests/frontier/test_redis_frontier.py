@@ -302,7 +302,7 @@ def test_offer_decides_again_when_a_record_changes_after_it_was_read(
             interfered.append(claim(other, now=T0 + 21))
         return reply
 
-    frontier._run = run  # type: ignore[method-assign]
+    frontier._run = run  # type: ignore[method-assign]  # a race at a chosen step
     try:
         result = offer(frontier, [url(1)], now=T0 + 22, run_id="late")
     finally:
@@ -324,7 +324,7 @@ def _count_commands(f: RedisFrontier) -> list[str]:
         sent.append(str(args[0]).upper())
         return real(*args, **options)
 
-    client.execute_command = execute_command  # type: ignore[method-assign]
+    client.execute_command = execute_command  # type: ignore[method-assign]  # records commands
     return sent
 
 

@@ -14,7 +14,18 @@ from collector.frontier.base import Completed, Frontier, Offer, StateCounts
 from collector.frontier.sqlite import SCHEMA_VERSION, SqliteFrontier, url_key
 
 from . import _claim_worker
-from .conformance import FRESH, SRC, T0, FrontierConformance, claim, done, offer, ranked, url
+from .conformance import (
+    FRESH,
+    SRC,
+    T0,
+    FrontierConformance,
+    claim,
+    done,
+    offer,
+    ranked,
+    url,
+    urls_of,
+)
 
 
 class TestSqliteFrontier(FrontierConformance):
@@ -316,5 +327,25 @@ def test_urls_sharing_a_key_are_told_apart(tmp_path: Path) -> None:
         assert f.counts(SRC) == StateCounts(leased=1, done=1)
         result = offer(f, [a, b], now=T0 + 2, run_id="r2")
         assert (result.fresh_skipped, result.already_queued) == (1, 1)
+    finally:
+        f.close()
+
+
+def test_ack_finds_each_item_through_the_url_index(tmp_path: Path) -> None:
+    # Through items_lease (src, lease_token) every item's update would scan the whole batch's
+    # leased rows: O(batch^2) per ack, ~25 us a page at batch 500 (bench/throughput.py).
+    f = SqliteFrontier(tmp_path / "f.db")
+    try:
+        offer(f, [url(i) for i in range(3)])
+        lease = claim(f, 3)
+        statements: list[str] = []
+        f._db.set_trace_callback(statements.append)
+        f.ack(lease, [done(u) for u in urls_of(lease)], now=T0)
+        f._db.set_trace_callback(None)
+        updates = {s for s in statements if s.lstrip().upper().startswith("UPDATE ITEMS")}
+        assert updates
+        for sql in updates:  # the traced text has the values inlined
+            plan = f._db.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall()
+            assert any("items_url" in row[-1] for row in plan), plan
     finally:
         f.close()

@@ -58,7 +58,7 @@ def segment_files(folder: Path, source: str = SOURCE) -> list[Path]:
 
 def lines(folder: Path, source: str = SOURCE) -> list[dict[str, Any]]:
     """Every line of every segment of ``source``, parsed (fails on a line that is not JSON)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for path in segment_files(folder, source):
         data = path.read_bytes()
         assert data == b"" or data.endswith(b"\n"), f"{path.name}: torn last line"

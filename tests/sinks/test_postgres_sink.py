@@ -63,7 +63,7 @@ def test_table_layout_and_row_metadata(postgres_dsn: str) -> None:
         sink.write([rec("a", v=1), rec("b", v=2)], token=7, batch_id="run:7")
         sink.write([rec("a", v=1)], token=9, batch_id="run:9")  # unchanged: only the fence moves
         with psycopg.connect(postgres_dsn) as conn:
-            columns = dict(
+            columns: dict[str, str] = dict(
                 conn.execute(
                     "SELECT column_name, data_type FROM information_schema.columns "
                     "WHERE table_name = 'my_records'"

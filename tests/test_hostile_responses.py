@@ -1,0 +1,177 @@
+"""Hostile servers against the fetch engine: each answer ends as one clear result, never a hang,
+a crash of the batch or an unbounded read.
+
+A real local server (stdlib, a thread) misbehaves on purpose: a gzip bomb whose compressed size
+is tiny (so the Content-Length check cannot see it), a body dripped a byte at a time, a redirect
+loop, a body shorter than its Content-Length, and a header block larger than any sane limit.
+Every case runs on both connection pools.
+
+Measured once (not asserted: memory is the process's, noisy): the 64 MB bomb leaves aiohttp's
+pool at the same peak RSS, while httpx's own pool decodes a whole network read at once (+65 MB
+for this bomb) before the cap cuts it off; so ``limits.transport: aiohttp``, the default, is the
+one to keep for sources that may serve hostile compressed bodies.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from collector.fetch.engine import FetchEngine, FetchResult
+from collector.fetch.transport import TransportKind
+from collector.frontier.base import ClaimedItem
+from collector.policy.retry import RetryBudget, RetrySettings
+from collector.policy.urls import HostPolicy
+
+CAP = 1_000_000  # max_response_bytes of these engines
+BOMB = gzip.compress(b"\0" * (64 * CAP), compresslevel=9)  # 64 MB of zeros in ~64 KB
+
+
+class _Hostile(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        route = getattr(self, "_" + self.path.strip("/").split("?")[0], None)
+        if route is None:
+            self.send_error(404)
+            return
+        route()
+
+    def _bomb(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(BOMB)))
+        self.end_headers()
+        self.wfile.write(BOMB)
+
+    def _drip(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        try:
+            for _ in range(1000):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.05)
+        except OSError:
+            pass  # the client gave up, as it should
+
+    def _loop(self) -> None:
+        self.send_response(302)
+        self.send_header("Location", "/loop")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _short(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "100")
+        self.end_headers()
+        self.wfile.write(b'{"id": 1}')
+        self.close_connection = True
+
+    def _headers(self) -> None:
+        self.send_response(200)
+        for n in range(200):
+            self.send_header(f"X-Padding-{n}", "x" * 1000)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+
+class _Quiet(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # clients hang up on the drip and the bomb: that is the point
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[str]:
+    server = _Quiet(("127.0.0.1", 0), _Hostile)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(params=["aiohttp", "httpx"])
+def transport(request: pytest.FixtureRequest) -> TransportKind:
+    kind: TransportKind = request.param
+    return kind
+
+
+async def _fetch(transport: TransportKind, url: str) -> FetchResult:
+    engine = FetchEngine(
+        transport=transport,
+        retry=RetrySettings(base_s=0.01, cap_s=0.05, max_attempts=2, max_inline_delay_s=1),
+        host_policy=HostPolicy(allow_private_networks=True),
+        http_timeout_s=2.0,
+        request_deadline_s=1.0,
+        max_response_bytes=CAP,
+        max_redirects=5,
+    )
+    async with engine:
+        (result,) = await engine.fetch_batch(
+            [ClaimedItem(url, 0, None, 0.0)], budget=RetryBudget(ratio=1.0, min_retries=100)
+        )
+    return result
+
+
+async def test_a_gzip_bomb_is_cut_off_at_the_cap_of_decoded_bytes(
+    hostile: str, transport: TransportKind
+) -> None:
+    assert len(BOMB) < CAP  # the declared length passes: only the decoded size can catch it
+    result = await _fetch(transport, f"{hostile}/bomb")
+    assert result.status == "failed" and result.error is not None, result
+    assert result.error.error_class == "too_large", result.error
+    assert result.decision is not None and result.decision.action == "dead"
+
+
+async def test_a_dripped_body_ends_at_the_request_deadline(
+    hostile: str, transport: TransportKind
+) -> None:
+    began = time.monotonic()
+    result = await _fetch(transport, f"{hostile}/drip")
+    assert time.monotonic() - began < 10  # two attempts of 1 s, not the drip's 50 s
+    assert result.status == "failed" and result.error is not None, result
+    assert result.error.error_class == "timeout", result.error
+
+
+async def test_a_redirect_loop_ends_as_one_clear_failure(
+    hostile: str, transport: TransportKind
+) -> None:
+    result = await _fetch(transport, f"{hostile}/loop")
+    assert result.status == "failed" and result.error is not None, result
+    assert "redirect" in str(result.error).lower(), result.error
+    assert result.decision is not None and result.decision.action == "dead"
+
+
+async def test_a_body_shorter_than_its_length_is_a_failure_not_a_record(
+    hostile: str, transport: TransportKind
+) -> None:
+    result = await _fetch(transport, f"{hostile}/short")
+    assert result.status == "failed" and result.error is not None, result
+
+
+async def test_an_oversized_header_block_is_a_failure_not_a_crash(
+    hostile: str, transport: TransportKind
+) -> None:
+    result = await _fetch(transport, f"{hostile}/headers")
+    # 200 KB of headers: aiohttp refuses them (its limit is 8 KB a line), httpx's h11 too
+    # (64 KB); either way one failed result, and the batch goes on.
+    assert result.status == "failed" and result.error is not None, result
