@@ -329,6 +329,12 @@ class FetchEngine:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        # A task that raised (not one URL's failure: a backend such as the rate limiter's Redis
+        # gave up) fails the batch; every such exception is retrieved, so none is logged later
+        # as "Task exception was never retrieved" with a traceback.
+        raised = [e for t in tasks if t not in pending and (e := t.exception()) is not None]
+        if raised:
+            raise raised[0]
         cut_off = self._stopped if self.halted else self._cut_off
         return [
             cut_off(p) if task in pending else task.result()
