@@ -8,7 +8,8 @@ What it guarantees for each URL of a batch:
   httpx timeout, ``http_timeout_s``, applies to each read inside it); the whole batch stops
   starting new work before the batch task's own timeout, so results are returned, not lost;
 * **safety**: scheme and host are checked before the first byte and at every redirect hop
-  (:mod:`collector.policy.urls`), and bodies larger than ``max_response_bytes`` are cut off;
+  (:mod:`collector.policy.urls`), and bodies larger than ``max_response_bytes`` are cut off,
+  counted in decoded bytes and decoded no further than that (:mod:`collector.fetch.decoding`);
 * **retries**: recoverable failures are retried under the source's retry policy
   (:mod:`collector.policy.retry`); waits short enough are done here, longer ones are returned as
   ``later`` for the frontier to schedule;
@@ -40,6 +41,7 @@ from collector import defaults
 from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
 from collector.fetch.adaptive import HostGate, Signal
 from collector.fetch.circuit import GO, CircuitBoard, CircuitListener, RedisCircuitStore
+from collector.fetch.decoding import ACCEPT_ENCODING, BodyTooLarge, bounded_decoder
 from collector.fetch.ratelimit import RateLimiter, rate_limiter
 from collector.fetch.transport import POOL_ERROR as _POOL_ERROR
 from collector.fetch.transport import TransportKind, make_clients, pool_failure
@@ -144,6 +146,9 @@ class FetchEngine:
         self.follow_redirects = follow_redirects
         self.max_redirects = max_redirects
         self.headers = {"User-Agent": defaults.USER_AGENT, **(headers or {})}
+        if not any(name.lower() == "accept-encoding" for name in self.headers):
+            # Ask only for the encodings decoded within the cap (collector.fetch.decoding).
+            self.headers["Accept-Encoding"] = ACCEPT_ENCODING
         self.transport: TransportKind = transport
         self.rng = rng or random.Random()
         self.requests_sent = 0
@@ -534,7 +539,13 @@ class FetchEngine:
                     raise _too_large(url, self.max_response_bytes, declared=int(declared))
                 chunks: list[bytes] = []
                 size = 0
-                async for chunk in response.aiter_bytes():
+                # Raw bytes, decoded within the cap (collector.fetch.decoding): httpx's own
+                # decoding inflates a whole network read at once, a gzip bomb included.
+                decoder = bounded_decoder(
+                    response.headers.get("content-encoding"), self.max_response_bytes
+                )
+                async for raw in response.aiter_raw():
+                    chunk = raw if decoder is None else decoder.decode(raw)
                     size += len(chunk)
                     if size > self.max_response_bytes:
                         raise _too_large(url, self.max_response_bytes)
@@ -547,6 +558,8 @@ class FetchEngine:
                 )
         except FetchError:
             raise
+        except BodyTooLarge:
+            raise _too_large(url, self.max_response_bytes) from None
         except (httpx.HTTPError, OSError, _POOL_ERROR) as exc:
             raise self._failure(exc) from exc
 
