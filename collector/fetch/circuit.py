@@ -245,7 +245,7 @@ class RedisCircuitStore:
             self._failed(exc)
             return _UNANSWERED
         if self._down_since is not None:
-            _log.warning(
+            _log.info(
                 "circuit breakers of %s: Redis %s answers again after %.1f s; shared again",
                 self.source, self.where, time.monotonic() - self._down_since,
             )  # fmt: skip

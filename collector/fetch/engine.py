@@ -294,7 +294,9 @@ class FetchEngine:
         batch_timeout_s: float | None = None,
         host_slots: Mapping[str, int] | None = None,
     ) -> list[FetchResult]:
-        """Fetch every item; results are in the order of ``items``. Never raises for one URL.
+        """Fetch every item; results are in the order of ``items``. Never raises for one URL;
+        raises a :class:`~collector.errors.BackendError` when a shared rate limit's Redis stays
+        away past its wait (collector.fetch.ratelimit), and the caller gives the batch back.
 
         With ``batch_timeout_s``, the batch returns before it: no attempt starts later than
         ``_START_BY`` of it minus a request deadline (the first wave always starts), and at
