@@ -25,17 +25,12 @@ from __future__ import annotations
 from typing import Any
 
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 # One backoff for every Redis client of Collector (the numbers are collector._redis's).
-from collector._redis import (
-    _BACKOFF_BASE_S,
-    _BACKOFF_CAP_S,
-    CONNECT_TIMEOUT_S,
-    HEALTH_CHECK_INTERVAL_S,
-)
+from collector._redis import CONNECT_TIMEOUT_S, HEALTH_CHECK_INTERVAL_S, backoff
 
 __all__ = ["REDIS_DOWN", "SOCKET_TIMEOUT_S", "backoff", "client_options"]
 
@@ -53,8 +48,3 @@ def client_options() -> dict[str, Any]:
         "health_check_interval": HEALTH_CHECK_INTERVAL_S,
         "retry": Retry(NoBackoff(), 0),  # the caller decides; nothing is sent twice here
     }
-
-
-def backoff() -> ExponentialWithJitterBackoff:
-    """Waits between tries: full jitter below 0.05 s * 2**n, at most 2 s (as collector._redis)."""
-    return ExponentialWithJitterBackoff(cap=_BACKOFF_CAP_S, base=_BACKOFF_BASE_S)
