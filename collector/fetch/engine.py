@@ -279,6 +279,8 @@ class FetchEngine:
         self._lendable = None
         if self.circuit is not None:
             await self.circuit.aclose()
+        if self.rate_limiter is not None:
+            await self.rate_limiter.aclose()
 
     async def _check_request(self, request: httpx.Request) -> None:
         # Runs before the first request and before every redirect hop.

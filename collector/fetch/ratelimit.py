@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
 from typing import Any, Protocol
 
@@ -25,6 +26,10 @@ __all__ = ["LimitsRateLimiter", "LocalMovingWindow", "RateLimiter", "rate_limite
 class RateLimiter(Protocol):
     async def acquire(self, key: str) -> None:
         """Wait until one more request to ``key`` is allowed, and count it."""
+        ...
+
+    async def aclose(self) -> None:
+        """Let go of connections (the engine calls it when it closes)."""
         ...
 
 
@@ -64,6 +69,9 @@ class LocalMovingWindow:
                 sent.append(now)
                 return
             await asyncio.sleep(max(0.001, sent[0] + self.window_s - now))
+
+    async def aclose(self) -> None:
+        """Nothing to let go of: the window is memory."""
 
 
 class LimitsRateLimiter:
@@ -127,6 +135,20 @@ class LimitsRateLimiter:
             self._reached = True
             deadline, tries = None, 0
             await asyncio.sleep(max(0.001, stats.reset_time - time.time()))
+
+    async def aclose(self) -> None:
+        """Close the Redis client ``limits`` made for the storage (its pool's sockets).
+
+        ``limits`` has no close of its own; its redis-py bridge keeps the client as
+        ``storage.bridge.storage``. Looked up defensively: another storage (or another version
+        of ``limits``) without it is left to the garbage collector, as before.
+        """
+        storage = getattr(self._limiter, "storage", None)
+        client = getattr(getattr(storage, "bridge", None), "storage", None)
+        close = getattr(client, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):  # a client that never connected, a gone server
+                await close()
 
     def _gave_up(self, exc: BaseException) -> Exception:
         from collector._redis import backend_error
