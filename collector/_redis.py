@@ -65,6 +65,7 @@ __all__ = [
     "SOCKET_TIMEOUT_S",
     "Scripts",
     "backend_error",
+    "backoff",
     "connect",
     "describe_client",
     "describe_url",
@@ -85,6 +86,12 @@ HEALTH_CHECK_INTERVAL_S = 30
 RECONNECT_S = 30.0
 # Waits between tries: full jitter below base * 2**n, at most the cap (redis-py's backoff).
 _BACKOFF_BASE_S, _BACKOFF_CAP_S = 0.05, 2.0
+
+
+def backoff() -> ExponentialWithJitterBackoff:
+    """The wait between tries of every Redis client of Collector (frontier, dead letters,
+    breaker, limiter): full jitter below ``_BACKOFF_BASE_S * 2**n``, at most ``_BACKOFF_CAP_S``."""
+    return ExponentialWithJitterBackoff(cap=_BACKOFF_CAP_S, base=_BACKOFF_BASE_S)
 
 
 def one_line(exc: BaseException) -> str:
@@ -185,7 +192,7 @@ class _Reconnecting:
                 raise error
 
         Retry(
-            ExponentialWithJitterBackoff(cap=_BACKOFF_CAP_S, base=_BACKOFF_BASE_S),
+            backoff(),
             -1,  # bounded by the deadline, not a count
             (RedisConnectionError, RedisTimeoutError, OSError),
         ).call_with_retry(
@@ -221,7 +228,7 @@ def connect(url: str, *, what: str, reconnect: float | None = None) -> redis.Red
     """
     wait_s = reconnect_s() if reconnect is None else reconnect
     loading = Retry(
-        ExponentialWithJitterBackoff(cap=_BACKOFF_CAP_S, base=_BACKOFF_BASE_S),
+        backoff(),
         _retries_within(wait_s),
         (BusyLoadingError,),  # refused, not run: safe for every command
     )

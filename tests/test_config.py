@@ -204,6 +204,10 @@ def test_seed_urls_stream_every_listed_url_repeats_included(full_source: Path):
 def test_template_fast_path_expands_like_format(tmp_path: Path, template: str):
     path = write(tmp_path, minimal(seeds={"template": template, "range": [7, 12]}))
     assert list(load_source(path).seed_urls()) == [template.format(i=i) for i in range(7, 12)]
+    # validate/init count a template by its range: the same as counting its distinct URLs
+    from flows.cli._common import seed_count
+
+    assert seed_count(load_source(path)) == len(set(load_source(path).seed_urls())) == 5
 
 
 def test_seed_mark_follows_what_decides_the_seed_list(full_source: Path):

@@ -66,6 +66,23 @@ async def test_keys_are_independent(redis_url: str) -> None:
     assert time.monotonic() - began < 0.5
 
 
+async def test_closing_a_shared_limiter_closes_its_redis_connections(redis_url: str) -> None:
+    """A helper runs many runs in one process: each run's limiter lets go of its sockets."""
+    import redis
+
+    def clients() -> int:
+        with redis.Redis.from_url(redis_url) as admin:
+            return len(admin.client_list()) - 1  # not counting this one
+
+    before = clients()
+    limiter = LimitsRateLimiter("100/second", storage_uri=redis_url)
+    await asyncio.gather(*(limiter.acquire(f"host-{n}") for n in range(4)))
+    assert clients() > before
+    await limiter.aclose()
+    assert clients() == before
+    await LocalMovingWindow("1/second").aclose()  # nothing to close, and no error
+
+
 def test_rate_storage_must_be_memory_or_redis(tmp_path: Path) -> None:
     path = write_source(
         tmp_path, seeds={"urls": ["http://a/x"]}, limits={"rate_storage": "mongodb://x"}

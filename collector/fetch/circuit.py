@@ -31,13 +31,15 @@ time, and a Redis breaker's key expires on its own an hour after its cool-down.
 from __future__ import annotations
 
 import asyncio
+import enum
+import logging
 import math
 import random
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from collector import defaults
 
@@ -58,6 +60,17 @@ CircuitListener = Callable[[str, dict[str, Any]], None]
 """``(kind, data)`` with kind ``opened`` or ``closed``: how the flow learns of transitions."""
 
 _KEY_TTL_S = 3600.0  # a shared breaker's key outlives its cool-down by this much
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+
+class _Unanswered(enum.Enum):
+    """Redis did not answer (down, restarting): the store answers from the worker's state."""
+
+    UNANSWERED = enum.auto()
+
+
+_UNANSWERED: Final = _Unanswered.UNANSWERED
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +131,17 @@ class CircuitStore(Protocol):
 
 
 class MemoryCircuitStore:
-    """Breakers of one worker (one process)."""
+    """Breakers of one worker (one process).
 
-    def __init__(self, settings: CircuitSettings) -> None:
+    ``state`` (host -> snapshot) may be a dict the caller keeps: :class:`RedisCircuitStore`
+    answers from its last snapshots this way while Redis is away.
+    """
+
+    def __init__(
+        self, settings: CircuitSettings, *, state: dict[str, Snapshot] | None = None
+    ) -> None:
         self.settings = settings
-        self._state: dict[str, Snapshot] = {}
+        self._state: dict[str, Snapshot] = {} if state is None else state
         self._probes: dict[str, tuple[int, int, int]] = {}  # host -> (epoch, round, taken)
 
     async def read(self, host: str) -> Snapshot:
@@ -168,52 +187,147 @@ class RedisCircuitStore:
     One hash per host (epoch, opens, until) changed by Lua scripts (``collector/fetch/lua/``,
     asyncio client, so not collector._redis.Scripts, which is synchronous), so two workers tripping
     at once open it once; half-open probe slots are a counter per (epoch, round).
+
+    **While Redis is away** (a restart, a network blip) the breakers do not stop the fetch loop
+    and do not fail items: a breaker is advice about a host, not a record. A call that fails
+    answers from this worker's own state instead, kept in a :class:`MemoryCircuitStore` that
+    starts from the last snapshot seen of each host (so an open breaker stays open), and Redis
+    is tried again after a backoff (:func:`collector.fetch.shared_redis.backoff`), not on every
+    call. Nothing is replayed on Redis: a call whose reply was lost may have run there, and the
+    next read shows what it did. When Redis answers again, its state is read and wins, except
+    that a host this worker opened during the outage and that is still open here is opened in
+    Redis too (a trip from the epoch read), so the other workers learn of it. The outage and
+    the recovery are logged once each, as one line.
     """
 
     def __init__(self, url: str, source: str, settings: CircuitSettings) -> None:
         import redis.asyncio as aioredis
 
-        from collector._redis import lua_source
+        from collector._redis import describe_url, lua_source
+        from collector.fetch.shared_redis import REDIS_DOWN, backoff, client_options
 
         self.settings = settings
+        self.source = source
+        self._down_errors = REDIS_DOWN
         self.prefix = f"collector:circuit:{source}:"
-        self._client = aioredis.Redis.from_url(url)
+        self.where = describe_url(url)
+        self._client = aioredis.Redis.from_url(url, **client_options())
         self._trip = self._client.register_script(
             lua_source("collector.fetch", None, "circuit_trip")
         )
         self._close = self._client.register_script(
             lua_source("collector.fetch", None, "circuit_close")
         )
+        self._known: dict[str, Snapshot] = {}  # last snapshot seen per host, shared or local
+        self._local = MemoryCircuitStore(settings, state=self._known)
+        self._opened_locally: set[str] = set()  # hosts to open in Redis when it answers again
+        self._backoff = backoff()
+        self._down_since: float | None = None  # monotonic; None: Redis answered last time
+        self._failures = 0
+        self._retry_at = 0.0  # monotonic: Redis is not tried again before this while down
+
+    @property
+    def down(self) -> bool:
+        """Whether Redis failed the last call (answers come from this worker's state)."""
+        return self._down_since is not None
+
+    async def _shared(self, call: Callable[[], Awaitable[_T]]) -> _T | _Unanswered:
+        """``call()`` on Redis, or :data:`_UNANSWERED` when it is down (tried again later)."""
+        now = time.monotonic()
+        if self._down_since is not None:
+            if now < self._retry_at:
+                return _UNANSWERED
+            # One call tries Redis; the others keep answering locally meanwhile.
+            self._retry_at = now + self._backoff.compute(self._failures + 1)
+        try:
+            result = await call()
+        except self._down_errors as exc:
+            self._failed(exc)
+            return _UNANSWERED
+        if self._down_since is not None:
+            _log.info(
+                "circuit breakers of %s: Redis %s answers again after %.1f s; shared again",
+                self.source, self.where, time.monotonic() - self._down_since,
+            )  # fmt: skip
+            self._down_since, self._failures = None, 0
+        return result
+
+    def _failed(self, exc: BaseException) -> None:
+        from collector._redis import one_line
+
+        now = time.monotonic()
+        if self._down_since is None:
+            self._down_since = now
+            _log.warning(
+                "circuit breakers of %s: Redis %s unreachable (%s); each worker keeps its own "
+                "until it answers",
+                self.source, self.where, one_line(exc),
+            )  # fmt: skip
+        self._failures += 1
+        self._retry_at = now + self._backoff.compute(self._failures)
 
     async def read(self, host: str) -> Snapshot:
-        raw = await self._client.hmget(self.prefix + host, ["epoch", "opens", "until"])
-        if raw[0] is None:
-            return _CLOSED
-        return Snapshot(int(raw[0]), int(raw[1] or 0), float(raw[2] or 0))
+        key = self.prefix + host
+        raw = await self._shared(lambda: self._client.hmget(key, ["epoch", "opens", "until"]))
+        if raw is _UNANSWERED:
+            return await self._local.read(host)
+        shared = _CLOSED
+        if raw[0] is not None:
+            shared = Snapshot(int(raw[0]), int(raw[1] or 0), float(raw[2] or 0))
+        if host in self._opened_locally:
+            self._opened_locally.discard(host)
+            mine = self._known.get(host, _CLOSED)
+            if shared.closed and not mine.closed and time.time() < mine.until:
+                # Opened here while Redis was away: tell the other workers now.
+                shared, _ = await self.trip(host, shared.epoch, time.time(), random.random())
+                return shared
+        self._known[host] = shared
+        return shared
 
     async def trip(
         self, host: str, seen_epoch: int, now: float, draw: float
     ) -> tuple[Snapshot, bool]:
         s = self.settings
-        epoch, opens, until, opened = await self._trip(
-            keys=[self.prefix + host],
-            args=[
-                seen_epoch, repr(now), repr(draw), s.cooldown_s, s.cooldown_factor,
-                s.cooldown_max_s, s.jitter, _KEY_TTL_S,
-            ],
-        )  # fmt: skip
-        return Snapshot(int(epoch), int(opens), float(until)), bool(opened)
+        args: list[str | int | float] = [
+            seen_epoch, repr(now), repr(draw), s.cooldown_s, s.cooldown_factor,
+            s.cooldown_max_s, s.jitter, _KEY_TTL_S,
+        ]  # fmt: skip
+        reply = await self._shared(lambda: self._trip(keys=[self.prefix + host], args=args))
+        if reply is _UNANSWERED:
+            tripped, opened = await self._local.trip(host, seen_epoch, now, draw)
+            if opened:
+                self._opened_locally.add(host)
+            return tripped, opened
+        epoch, opens, until, opened = reply
+        snapshot = Snapshot(int(epoch), int(opens), float(until))
+        self._known[host] = snapshot
+        return snapshot, bool(opened)
 
     async def take_probe(self, host: str, epoch: int, round_: int) -> bool:
         key = f"{self.prefix}{host}:probes:{epoch}:{round_}"
-        async with self._client.pipeline(transaction=True) as pipe:
-            pipe.incr(key)
-            pipe.expire(key, int(_KEY_TTL_S))
-            taken, _ = await pipe.execute()
+
+        async def incr() -> Any:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.incr(key)
+                pipe.expire(key, int(_KEY_TTL_S))
+                taken, _ = await pipe.execute()
+            return taken
+
+        taken = await self._shared(incr)
+        if taken is _UNANSWERED:
+            return await self._local.take_probe(host, epoch, round_)
         return int(taken) <= self.settings.probes
 
     async def close(self, host: str, epoch: int) -> bool:
-        return bool(await self._close(keys=[self.prefix + host], args=[epoch]))
+        reply = await self._shared(lambda: self._close(keys=[self.prefix + host], args=[epoch]))
+        if reply is _UNANSWERED:
+            closed = await self._local.close(host, epoch)
+            if closed:
+                self._opened_locally.discard(host)
+            return closed
+        if reply:
+            self._known[host] = Snapshot(epoch, 0, 0.0)
+        return bool(reply)
 
     async def aclose(self) -> None:
         await self._client.aclose()

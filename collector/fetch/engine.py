@@ -8,7 +8,8 @@ What it guarantees for each URL of a batch:
   httpx timeout, ``http_timeout_s``, applies to each read inside it); the whole batch stops
   starting new work before the batch task's own timeout, so results are returned, not lost;
 * **safety**: scheme and host are checked before the first byte and at every redirect hop
-  (:mod:`collector.policy.urls`), and bodies larger than ``max_response_bytes`` are cut off;
+  (:mod:`collector.policy.urls`), and bodies larger than ``max_response_bytes`` are cut off,
+  counted in decoded bytes and decoded no further than that (:mod:`collector.fetch.decoding`);
 * **retries**: recoverable failures are retried under the source's retry policy
   (:mod:`collector.policy.retry`); waits short enough are done here, longer ones are returned as
   ``later`` for the frontier to schedule;
@@ -40,6 +41,7 @@ from collector import defaults
 from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
 from collector.fetch.adaptive import HostGate, Signal
 from collector.fetch.circuit import GO, CircuitBoard, CircuitListener, RedisCircuitStore
+from collector.fetch.decoding import ACCEPT_ENCODING, BodyTooLarge, bounded_decoder
 from collector.fetch.ratelimit import RateLimiter, rate_limiter
 from collector.fetch.transport import POOL_ERROR as _POOL_ERROR
 from collector.fetch.transport import TransportKind, make_clients, pool_failure
@@ -144,6 +146,9 @@ class FetchEngine:
         self.follow_redirects = follow_redirects
         self.max_redirects = max_redirects
         self.headers = {"User-Agent": defaults.USER_AGENT, **(headers or {})}
+        if not any(name.lower() == "accept-encoding" for name in self.headers):
+            # Ask only for the encodings decoded within the cap (collector.fetch.decoding).
+            self.headers["Accept-Encoding"] = ACCEPT_ENCODING
         self.transport: TransportKind = transport
         self.rng = rng or random.Random()
         self.requests_sent = 0
@@ -274,6 +279,8 @@ class FetchEngine:
         self._lendable = None
         if self.circuit is not None:
             await self.circuit.aclose()
+        if self.rate_limiter is not None:
+            await self.rate_limiter.aclose()
 
     async def _check_request(self, request: httpx.Request) -> None:
         # Runs before the first request and before every redirect hop.
@@ -289,7 +296,9 @@ class FetchEngine:
         batch_timeout_s: float | None = None,
         host_slots: Mapping[str, int] | None = None,
     ) -> list[FetchResult]:
-        """Fetch every item; results are in the order of ``items``. Never raises for one URL.
+        """Fetch every item; results are in the order of ``items``. Never raises for one URL;
+        raises a :class:`~collector.errors.BackendError` when a shared rate limit's Redis stays
+        away past its wait (collector.fetch.ratelimit), and the caller gives the batch back.
 
         With ``batch_timeout_s``, the batch returns before it: no attempt starts later than
         ``_START_BY`` of it minus a request deadline (the first wave always starts), and at
@@ -329,6 +338,12 @@ class FetchEngine:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        # A task that raised (not one URL's failure: a backend such as the rate limiter's Redis
+        # gave up) fails the batch; every such exception is retrieved, so none is logged later
+        # as "Task exception was never retrieved" with a traceback.
+        raised = [e for t in tasks if t not in pending and (e := t.exception()) is not None]
+        if raised:
+            raise raised[0]
         cut_off = self._stopped if self.halted else self._cut_off
         return [
             cut_off(p) if task in pending else task.result()
@@ -528,7 +543,13 @@ class FetchEngine:
                     raise _too_large(url, self.max_response_bytes, declared=int(declared))
                 chunks: list[bytes] = []
                 size = 0
-                async for chunk in response.aiter_bytes():
+                # Raw bytes, decoded within the cap (collector.fetch.decoding): httpx's own
+                # decoding inflates a whole network read at once, a gzip bomb included.
+                decoder = bounded_decoder(
+                    response.headers.get("content-encoding"), self.max_response_bytes
+                )
+                async for raw in response.aiter_raw():
+                    chunk = raw if decoder is None else decoder.decode(raw)
                     size += len(chunk)
                     if size > self.max_response_bytes:
                         raise _too_large(url, self.max_response_bytes)
@@ -541,6 +562,8 @@ class FetchEngine:
                 )
         except FetchError:
             raise
+        except BodyTooLarge:
+            raise _too_large(url, self.max_response_bytes) from None
         except (httpx.HTTPError, OSError, _POOL_ERROR) as exc:
             raise self._failure(exc) from exc
 

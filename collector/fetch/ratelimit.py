@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = ["LimitsRateLimiter", "LocalMovingWindow", "RateLimiter", "rate_limiter"]
 
@@ -25,6 +26,10 @@ __all__ = ["LimitsRateLimiter", "LocalMovingWindow", "RateLimiter", "rate_limite
 class RateLimiter(Protocol):
     async def acquire(self, key: str) -> None:
         """Wait until one more request to ``key`` is allowed, and count it."""
+        ...
+
+    async def aclose(self) -> None:
+        """Let go of connections (the engine calls it when it closes)."""
         ...
 
 
@@ -65,22 +70,88 @@ class LocalMovingWindow:
                 return
             await asyncio.sleep(max(0.001, sent[0] + self.window_s - now))
 
+    async def aclose(self) -> None:
+        """Nothing to let go of: the window is memory."""
+
 
 class LimitsRateLimiter:
-    """A moving-window limit such as ``"10/second"`` per key, on a ``limits`` storage."""
+    """A moving-window limit such as ``"10/second"`` per key, on a ``limits`` storage.
 
-    def __init__(self, rate: str, *, storage_uri: str = "memory://") -> None:
+    On Redis, the client has Collector's settings (:mod:`collector.fetch.shared_redis`). While
+    a server the limiter has reached is down or restarting, :meth:`acquire` waits for it, with
+    the same backoff and up to the same ``COLLECTOR_REDIS_RECONNECT_S`` as the frontier, then
+    raises a :class:`~collector.errors.BackendError` (one line), which fails the batch: its
+    items go back to the queue unchanged and the run fails as on a frontier outage. Why wait
+    rather than go on: a request the shared window has not counted could exceed the host's rate
+    (every worker would send at the full rate at once); why not fail the items as recoverable:
+    an attempt spent, and in the end a dead letter, for a fault of ours, not of the host. A hit
+    whose reply was lost may have been counted and is sent again: the window then holds one
+    request too many for its length, which only slows down (the safe side).
+    """
+
+    def __init__(
+        self, rate: str, *, storage_uri: str = "memory://", reconnect_s: float | None = None
+    ) -> None:
         from limits import parse, storage
         from limits.aio.strategies import MovingWindowRateLimiter
+
+        from collector._redis import describe_url
+        from collector._redis import reconnect_s as default_reconnect_s
+        from collector.fetch.shared_redis import REDIS_DOWN, backoff, client_options
 
         self.rate = rate
         self._item = parse(rate)
         uri = storage_uri if storage_uri.startswith("async+") else f"async+{storage_uri}"
-        # redis-py is already a dependency; `limits` would otherwise want coredis for Redis.
-        options = {"implementation": "redispy"} if "redis" in uri.split("://", 1)[0] else {}
+        options: dict[str, Any] = {}
+        if "redis" in uri.split("://", 1)[0]:
+            # redis-py is already a dependency; `limits` would otherwise want coredis for Redis.
+            options = {"implementation": "redispy", **client_options()}
+        # (limits annotates options as scalars; it hands them to redis-py as they are)
         self._limiter = MovingWindowRateLimiter(storage.storage_from_string(uri, **options))
+        self.where = describe_url(storage_uri.removeprefix("async+"))
+        self.reconnect_s = default_reconnect_s() if reconnect_s is None else reconnect_s
+        self._down_errors = REDIS_DOWN
+        self._backoff = backoff()
+        self._reached = False  # a server never reached is a wrong URL: said at once
 
     async def acquire(self, key: str) -> None:
-        while not await self._limiter.hit(self._item, "collector", key):
-            stats = await self._limiter.get_window_stats(self._item, "collector", key)
+        deadline: float | None = None
+        tries = 0
+        while True:
+            try:
+                if await self._limiter.hit(self._item, "collector", key):
+                    self._reached = True
+                    return
+                stats = await self._limiter.get_window_stats(self._item, "collector", key)
+            except self._down_errors as exc:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + (self.reconnect_s if self._reached else 0.0)
+                if now >= deadline:
+                    raise self._gave_up(exc) from exc
+                tries += 1
+                await asyncio.sleep(min(self._backoff.compute(tries), deadline - now))
+                continue
+            self._reached = True
+            deadline, tries = None, 0
             await asyncio.sleep(max(0.001, stats.reset_time - time.time()))
+
+    async def aclose(self) -> None:
+        """Close the Redis client ``limits`` made for the storage (its pool's sockets).
+
+        ``limits`` has no close of its own; its redis-py bridge keeps the client as
+        ``storage.bridge.storage``. Looked up defensively: another storage (or another version
+        of ``limits``) without it is left to the garbage collector, as before.
+        """
+        storage = getattr(self._limiter, "storage", None)
+        client = getattr(getattr(storage, "bridge", None), "storage", None)
+        close = getattr(client, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):  # a client that never connected, a gone server
+                await close()
+
+    def _gave_up(self, exc: BaseException) -> Exception:
+        from collector._redis import backend_error
+
+        waited = f"for {self.reconnect_s:g} s" if self._reached else "(never reached)"
+        return backend_error(f"rate limiter {self.where}: Redis unreachable {waited}", exc)

@@ -1,7 +1,8 @@
 """Which connection pool carries the fetch engine's httpx requests.
 
-The engine speaks httpx everywhere (redirects, the per-hop host check, timeouts, decoding, the
-streamed size cap), but the bytes can travel through one of two pools:
+The engine speaks httpx everywhere (redirects, the per-hop host check, timeouts, the streamed
+size cap; it decodes the raw body itself, within the cap: collector.fetch.decoding), but the
+bytes can travel through one of two pools:
 
 * ``aiohttp`` (default): httpx's API on aiohttp's HTTP/1.1 pool through the well-kept
   ``httpx-aiohttp`` transport. aiohttp parses responses in C and scales with connections, so
