@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from collector.demo.site import FaultSite
+from collector.run.summary import RunSummary
 from tests.helpers import duplicate_keys, sink_lines, write_source
 
 COLLECTOR = [sys.executable, "-m", "flows.cli"]
@@ -172,3 +173,45 @@ def test_deadletters_list_and_show(tmp_path: Path, capsys: pytest.CaptureFixture
     shown = json.loads(capsys.readouterr().out)
     assert shown["message"] == "bad json" and shown["stage"] == "parse"
     assert main(["deadletters", "show", str(source_path), "nope"]) == 2
+
+
+def _table_lines(summary: object, capsys: pytest.CaptureFixture[str]) -> dict[str, list[str]]:
+    """The ledger table's rows by their first cell, as the terminal shows them."""
+    from flows.cli.running import _print_summary
+
+    assert isinstance(summary, RunSummary)
+    _print_summary(summary)
+    rows: dict[str, list[str]] = {}
+    for line in capsys.readouterr().out.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) >= 2 and cells[0]:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_the_ledger_table_shows_every_term_of_the_equation(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A seed edit's terms (unlisted, carried over, retired) and the helpers' terms are rows:
+    the table adds up to its total, as the summary's equation does."""
+    edited = RunSummary(
+        source="s", run_id="r", discovered=10, unlisted=95, carried_over=90, retired=5,
+        stored=95, stored_by_others=3, dead_lettered=2, balanced=True, requests=105,
+    )  # fmt: skip
+    rows = _table_lines(edited, capsys)
+    assert rows["unlisted"] == ["95", "no longer listed: 90 collected again, 5 retired"]
+    assert rows["retired"][0] == "5" and rows["stored_by_others"][0] == "3"
+    states = ("stored", "stored_by_others", "fresh_skipped", "expired", "dead_lettered",
+              "queued", "held_by_others", "retired")  # fmt: skip
+    assert sum(int(rows[s][0]) for s in states) == int(rows["total"][0]) == 105
+
+    plain = _table_lines(RunSummary(source="s", run_id="r", discovered=4, stored=4), capsys)
+    assert "unlisted" not in plain and "retired" not in plain and "stored_by_others" not in plain
+
+
+def test_a_run_that_only_expired_items_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    from flows.cli.running import _print_summary
+
+    _print_summary(RunSummary(source="s", run_id="r", discovered=90, expired=90))
+    out = capsys.readouterr().out
+    assert "nothing fetched: 90 expired in the queue" in out, out

@@ -318,31 +318,53 @@ def _print_summary(summary: RunSummary, refusal: str | None = None) -> None:
             if part
         ),
         "fresh_skipped": "still fresh from earlier runs (not fetched)",
+        "expired": "waited in the queue past queue_ttl_s (not fetched; due again next run)",
+        "stored_by_others": "by `collector work` helpers",
+        "dead_by_others": "by `collector work` helpers",
+        "retired": "no longer listed (seeds.on_removed: retire)",
     }
+    # Every term of the ledger's equation (collector/run/summary.py): the terminal states
+    # above the line, what the run took on below it; the helpers' and the seed-edit terms only
+    # when they happened, so a plain run's table stays short.
     rows = (
-        ("stored", summary.stored),
-        ("fresh_skipped", summary.fresh_skipped),
-        ("expired", summary.expired),
-        ("dead_lettered", summary.dead_lettered),
-        ("queued", summary.queued),
-        ("held_by_others", summary.held_by_others),
+        ("stored", summary.stored, True),
+        ("stored_by_others", summary.stored_by_others, False),
+        ("fresh_skipped", summary.fresh_skipped, True),
+        ("expired", summary.expired, True),
+        ("dead_lettered", summary.dead_lettered, True),
+        ("dead_by_others", summary.dead_by_others, False),
+        ("queued", summary.queued, True),
+        ("held_by_others", summary.held_by_others, True),
+        ("retired", summary.retired, False),
     )
-    for name, count in rows:
-        table.add_row(name, str(count), notes.get(name, "") if count else "")
-    table.add_row("[bold]discovered", f"[bold]{summary.discovered}", "")
+    for name, count, always in rows:
+        if always or count:
+            table.add_row(name, str(count), notes.get(name, "") if count else "")
+    table.add_section()
+    table.add_row("discovered", str(summary.discovered), "")
+    if summary.unlisted:
+        table.add_row(
+            "unlisted",
+            str(summary.unlisted),
+            f"no longer listed: {summary.carried_over} collected again, {summary.retired} retired",
+        )
+    table.add_row("[bold]total", f"[bold]{summary.discovered + summary.unlisted}", "")
     console.print(table)
     if summary.requests == 0 and summary.discovered:
         why = [
             f"{count} {what}"
             for count, what in (
                 (summary.fresh_skipped, "still fresh"),
+                (summary.expired, "expired in the queue (due again next run)"),
                 (earlier, "already dead from earlier runs"),
                 (refused, "refused at plan"),
+                (summary.held_by_others, "held by helpers"),
+                (summary.queued, "left queued"),
             )
             if count
         ]
         console.print(
-            f"nothing fetched: {', '.join(why)}"
+            f"nothing fetched: {', '.join(why) or 'no item was claimed'}"
             + ("" if refused else " (a no-op run, not a failure)")
         )
     if summary.held_by_others:
