@@ -13,18 +13,18 @@ translated at the boundary where they happen, with the original kept as ``__caus
     ├── BackendError              a frontier, sink or dead-letter store failed or is unreachable
     ├── SourceBusy                another run holds the source's lock past the wait
     │                             (collector.run.locks; the CLI exits 3)
-    ├── StoppedWaiting            a stop signal came while the run waited for its source lock
-    │                             (collector.run.stop; nothing was claimed)
-    ├── StoppedWaiting            a stop (Ctrl-C, SIGTERM) came while waiting for the lock
-    │                             (collector.run.stop; the CLI exits 130 / 143)
+    ├── StoppedWaiting            a stop (Ctrl-C, SIGTERM) came while the run waited for its
+    │                             source lock (collector.run.stop; nothing was claimed; the
+    │                             CLI exits 130 / 143)
     └── ConservationError         a run could not prove that every item reached one terminal state
 
 A fencing token that is no longer current is not an error: the frontier and the sinks refuse
 those writes and report them in their results (``AckResult.stale``, ``WriteResult.stale_keys``),
 because the caller handles them item by item. Exceptions that never leave the module raising
-them (``_TooLate`` and ``_Deferred`` in the fetch engine; ``RefusedAddress``, an ``OSError``
-because aiohttp's resolver must raise one, turned into a ``PermanentFetchError``) are outside
-the tree.
+them (``_TooLate`` and ``_Deferred`` in the fetch engine; ``BodyTooLarge`` of the bounded
+decoder, which the engine turns into a ``too_large`` ``PermanentFetchError``; ``RefusedAddress``,
+an ``OSError`` because aiohttp's resolver must raise one, turned into a ``PermanentFetchError``)
+are outside the tree.
 ``tests/test_exports.py`` checks that every other exception class in ``collector`` is in it.
 """
 

@@ -20,6 +20,7 @@ OUTSIDE_THE_TREE = {
     "collector.fetch.engine._TooLate",  # control flow inside one call
     "collector.fetch.engine._Deferred",  # the same: an open circuit breaker, caught in the engine
     "collector.fetch.transport.RefusedAddress",  # aiohttp's resolver must raise an OSError
+    "collector.fetch.decoding.BodyTooLarge",  # caught by the engine, which raises FetchError
     "collector.demo.site._BadParameter",  # the demo site's own request parsing
 }
 
