@@ -81,10 +81,13 @@ async def source_lock(
     holder: str,
     on_busy: Literal["wait", "skip"],
     wait_s: float,
+    on_wait: Callable[[str], None] | None = None,
 ) -> AsyncIterator[bool]:
     """Hold ``source:<name>`` for the block; yields False when busy and ``on_busy`` is skip.
 
     Raises SourceBusy when ``on_busy`` is wait and the lock stayed taken for ``wait_s``.
+    ``on_wait`` hears, once, that the lock is taken and this run starts waiting (a line for
+    the terminal: otherwise a rerun after a crash looks stuck for up to 30 s).
     """
     if not source.locks.source_lock:
         yield True
@@ -124,6 +127,12 @@ async def source_lock(
                 remaining = deadline - time.monotonic()
                 if not waits or remaining <= 0:
                     break
+                if on_wait is not None:
+                    on_wait(
+                        f"{name} is held by another run: waiting up to {wait_s:g}s (a holder "
+                        f"silent for {defaults.HOLDER_DEAD_AFTER_S:g}s is taken over)"
+                    )
+                    on_wait = None
                 if process_stop.reason is not None:  # Ctrl-C while waiting: nothing was held
                     raise StoppedWaiting(process_stop.reason, f"the source lock {name!r}") from None
                 await asyncio.sleep(min(remaining, defaults.LOCK_POLL_S))

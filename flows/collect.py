@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -72,6 +73,13 @@ _contexts: dict[str, _RunContext] = {}
 def _tell(event: str, **data: Any) -> None:
     for listener in progress_listeners:
         listener(event, data)
+
+
+def _lock_busy(logger: Any, why: str) -> None:
+    """Said once when the source lock is taken and the run starts waiting for it (a warning:
+    the CLI's console shows warnings only, and a rerun after a crash waits here up to 30 s)."""
+    logger.warning(why)
+    _tell("lock_busy", why=why)
 
 
 def _tell_fetched(result: FetchResult) -> None:
@@ -241,6 +249,7 @@ async def collect(
             holder=run_id,
             on_busy=on_busy or loaded.locks.on_busy,
             wait_s=loaded.locks.wait_s if lock_wait_s is None else lock_wait_s,
+            on_wait=functools.partial(_lock_busy, logger),
         )
         if role == "run"
         else contextlib.nullcontext(True)

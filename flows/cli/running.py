@@ -97,6 +97,8 @@ class _Progress:
                 detail=f"stored {ledger.stored}  dead {ledger.dead_lettered - ledger.already_dead}"
                 f"  deferred {ledger.retried}" + _hosts_detail(data["report"].windows, ledger),
             )
+        elif event == "lock_busy":
+            self._progress.update(self._task, description="waiting for the source lock")
         elif event == "waiting":
             self._progress.update(self._task, detail=f"waiting {data['seconds']:.1f}s for retries")
 
