@@ -471,7 +471,7 @@ def test_every_command_takes_a_block_name_like_the_flows(tmp_path: Path, prefect
     saved = collector("blocks", "save", name, str(path), api=prefect_api)
     assert saved.returncode == 0, saved.stderr[-2000:]
     checked = collector("validate", f"block:{name}", api=prefect_api)
-    assert checked.returncode == 0 and "ok (test-items: 1 seed URLs" in checked.stdout
+    assert checked.returncode == 0 and "ok (test-items: 1 seed URL," in checked.stdout
     listed = collector("deadletters", "list", f"block:{name}", api=prefect_api)
     assert listed.returncode == 0 and "no dead letters of test-items match" in listed.stderr
 

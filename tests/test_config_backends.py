@@ -107,7 +107,7 @@ def test_validate_a_postgres_source_without_any_server(
     path = write(tmp_path, minimal(sink=sink, frontier=frontier))
     assert main(["validate", str(path)]) == 0
     assert capsys.readouterr().out.strip() == (
-        f"{path}: ok (items: 1 seed URLs, sink postgres table items)"
+        f"{path}: ok (items: 1 seed URL, sink postgres table items)"
     )
 
 

@@ -255,7 +255,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     urls = seed_count(source)
     for path in files:
         print(f"wrote {path}")
-    print(f"{source_path}: ok ({name}: {urls} seed URLs, sink {source.sink_label})")
+    listed = f"{urls} seed URL{'s' * (urls != 1)}"
+    print(f"{source_path}: ok ({name}: {listed}, sink {source.sink_label})")
     print(f"next: edit {source_path.name}, then `collector run {source_path}`")
     print(f"      on Prefect: add {deployment_path.name} to deployments/prefect.yaml")
     return EXIT_OK

@@ -40,7 +40,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         urls = seed_count(source)
         warned = print_warnings(source, path)
         note = f", {len(warned)} warning{'s' if len(warned) != 1 else ''}" if warned else ""
-        print(f"{path}: ok ({source.name}: {urls} seed URLs, sink {source.sink_label}{note})")
+        seeds = f"{urls} seed URL{'s' * (urls != 1)}"
+        print(f"{path}: ok ({source.name}: {seeds}, sink {source.sink_label}{note})")
     return status
 
 
