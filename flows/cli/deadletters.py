@@ -202,8 +202,7 @@ def _say_none(source: Any, store: Any, args: argparse.Namespace) -> None:
         status = None if args.status == "all" else args.status
         known = sorted({_class_of(r) for r in store.reasons(source.name, status=status)})
         if known:
-            print(f"error classes of {args.status} entries (--error-class takes them as shown):"
-                  f" {', '.join(known)}", file=sys.stderr)  # fmt: skip
+            print(f"error classes of {args.status} entries: {', '.join(known)}", file=sys.stderr)
 
 
 def _class_of(reason: str) -> str:
