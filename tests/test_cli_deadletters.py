@@ -286,3 +286,42 @@ def test_triage_command_exits_1_and_names_the_ids_when_the_balance_fails(
     captured = capsys.readouterr()
     assert f"1 lost by the store: {lost.id}" in captured.err
     assert "do not balance" in captured.err
+
+
+def test_the_error_class_hint_names_values_the_filter_accepts(
+    source: Source, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unknown --error-class lists the classes to try: each must select its entries, in the
+    ERROR column's form and in the demo's ``cause:class`` form; the status hint does not
+    suggest the status the user already chose."""
+    seen = time.time()
+    put(source, [
+        DeadLetter(source.name, "http://h/c", "fetch", "connect_error", "refused", 3, seen, seen,
+                   cause="retries_exhausted"),
+        DeadLetter(source.name, "http://h/g", "fetch", "http_404", "gone", 1, seen, seen),
+        DeadLetter(source.name, "http://h/r", "fetch", "http_410", "gone", 1, seen, seen),
+    ])  # fmt: skip
+    store = SqliteDeadLetterStore(source.deadletter_path)
+    try:
+        rev = next(e for e in store.list(source=source.name) if e.url == "http://h/r")
+        assert store.resolve(rev.id, "discarded", "not ours")
+    finally:
+        store.close()
+    path = str(source.base_dir / "source.yaml")
+
+    assert main(["deadletters", "list", path, "--error-class", "nope", "--status", "open"]) == 0
+    err = capsys.readouterr().err
+    assert "--status open" not in err, err  # already chosen
+    assert "--status resolved" in err, err
+    hint = next(line for line in err.splitlines() if line.startswith("error classes of open"))
+    known = hint.rsplit(": ", 1)[-1].split(", ")
+    assert known == ["connect_error", "http_404"], hint
+    for error_class, url in zip(known, ["http://h/c", "http://h/g"], strict=True):
+        assert main(["deadletters", "list", path, "--error-class", error_class, "--json"]) == 0
+        assert [e["url"] for e in json.loads(capsys.readouterr().out)] == [url]
+
+    # the label the demo prints (``-> dead letter: retries_exhausted:http_500``) selects too
+    for label, urls in (("retries_exhausted:connect_error", ["http://h/c"]),
+                        ("max_total_exceeded:connect_error", [])):  # fmt: skip
+        assert main(["deadletters", "list", path, "--error-class", label, "--json"]) == 0
+        assert [e["url"] for e in json.loads(capsys.readouterr().out)] == urls

@@ -27,18 +27,32 @@ from tests.worker_site import WorkerSite
 COLLECTOR = [sys.executable, "-m", "flows.cli"]
 ROOT = Path(__file__).resolve().parents[1]
 ITEMS = 400
+NOT_NULL_ID = {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}}
 
 pytestmark = pytest.mark.slow
 
 
-def _source(folder: Path, site: WorkerSite, name: str) -> Path:
+def _source(folder: Path, site: WorkerSite, name: str, *, validated: bool = False) -> Path:
+    """The site's items; ``validated`` adds a suite, so the run has a GX worker process (a
+    child in the run's process group unless it is put elsewhere: a Ctrl-C reaches it too)."""
+    sections: dict[str, Any] = {}
+    if validated:
+        suite = {"name": "items", "expectations": [NOT_NULL_ID]}
+        (folder / "suite.json").write_text(json.dumps(suite), encoding="utf-8")
+        sections["validation"] = {"suite": "suite.json"}
     return write_source(
         folder,
         name=name,
         seeds={"template": site.url("/items/{i}.json"), "range": [0, ITEMS]},
         locks={"wait_s": 150},
         ttl={"lease_s": 600},
+        **sections,
     )
+
+
+def _no_traceback(err: str) -> None:
+    """A stop is not a crash: no process of the run (the GX worker included) prints one."""
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
 
 
 def _start(source: Path, api_url: str, *args: str) -> subprocess.Popen[str]:
@@ -93,7 +107,8 @@ def test_a_signal_stops_the_run_gracefully_and_a_rerun_completes_exactly(
 ) -> None:
     with WorkerSite() as site:
         site.set_delay(0.05)
-        source = _source(tmp_path, site, f"lifecycle-{signum.name.lower()}")
+        # the Ctrl-C case validates, so the terminal's SIGINT also reaches a GX worker
+        source = _source(tmp_path, site, f"lifecycle-{signum.name.lower()}", validated=to_group)
         proc = _start(source, prefect_api)
         _wait_for_records(tmp_path / "out", 80, proc)
         sent = time.monotonic()
@@ -109,6 +124,7 @@ def test_a_signal_stops_the_run_gracefully_and_a_rerun_completes_exactly(
         lines = [line for line in err.splitlines() if line.strip()]
         assert any(f"interrupted by {signum.name}" in line for line in lines), err
         assert len(lines) <= 5, "a stopped run says what happened in a line or two:\n" + err
+        _no_traceback(err)
         summary = _summary(out)
         assert summary["interrupted"] == signum.name and summary["ending"] == "stopped"
         assert summary["balanced"], summary["problems"]
@@ -120,6 +136,25 @@ def test_a_signal_stops_the_run_gracefully_and_a_rerun_completes_exactly(
         site.set_delay(0)
         rerun = _rerun_completes_the_source(source, tmp_path / "out", prefect_api)
         assert rerun["stored"] == ITEMS - summary["stored"]
+
+
+def test_a_second_ctrl_c_exits_at_once_with_one_line_and_no_traceback(
+    tmp_path: Path, prefect_api: str
+) -> None:
+    """The second SIGINT ends the run process at once (os._exit); its GX worker, still busy or
+    waiting on the pipe, must go quietly too (stderr is read until every holder of it exits)."""
+    with WorkerSite() as site:
+        site.set_delay(0.2)
+        source = _source(tmp_path, site, "lifecycle-twice", validated=True)
+        proc = _start(source, prefect_api)
+        _wait_for_records(tmp_path / "out", 40, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.1)  # the first is being handled, the graceful stop not over
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert "stopped at once" in err, err
+        _no_traceback(err)
 
 
 def test_sigkill_then_rerun_takes_back_the_dead_runs_leases_at_once(

@@ -12,6 +12,13 @@ which is wrong for scripts without a ``__main__`` guard. Frames on the pipes are
 length and a pickle (the child is our own code, started by us). If the worker dies or cannot
 start, batches are validated in-process instead (slower, never wrong).
 
+**The worker lives as long as its pipe.** It runs in a session of its own, so a terminal's
+Ctrl-C (SIGINT to the whole foreground process group) or a ``kill`` of the run's group does not
+reach it: stopping is the parent's business (:mod:`collector.run.stop`), which still needs the
+worker to validate what was fetched before it stops, and then closes the pipe. A parent that
+exits at once (a second Ctrl-C, SIGKILL) closes the pipe too; the worker then ends quietly,
+at its next read or write, instead of printing a traceback under the run's one line.
+
 **Batches are validated together.** GX's cost is per call (~5 ms per expectation whatever the
 row count, see collector.settle.validation), so :meth:`ValidationWorker.validate` does not send each
 batch at once: requests wait (up to ``linger_s``, or until ``max_batches`` wait, or until the
@@ -73,6 +80,7 @@ def _spawn(suite_path: str) -> subprocess.Popen[bytes]:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env={**os.environ, "GX_ANALYTICS_ENABLED": "false"},
+        start_new_session=True,  # signals to the run's process group are the parent's to handle
     )
 
 
@@ -314,7 +322,10 @@ def _serve(suite_path: str, inbox: BinaryIO, outbox: BinaryIO) -> int:
 if __name__ == "__main__":
     out = sys.stdout.buffer
     sys.stdout = sys.stderr  # anything printed by GX must not corrupt the frames
-    code = _serve(sys.argv[1], sys.stdin.buffer, out)
+    try:
+        code = _serve(sys.argv[1], sys.stdin.buffer, out)
+    except BrokenPipeError:
+        code = 0  # the parent is gone (it exited at once) while we validated: nobody to tell
     # Every answer is written and flushed, and the worker keeps nothing: skip the interpreter's
     # teardown, which with GX loaded takes ~1.5-2.5 s that the run would wait for when it closes.
     sys.stderr.flush()

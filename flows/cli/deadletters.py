@@ -10,7 +10,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any, get_args
 
-from collector.deadletter.base import Stage
+from collector.deadletter.base import CAUSES, Stage
 from collector.errors import ConfigError
 from flows.cli._common import EXIT_FAILED, EXIT_OK, add_json, add_source, load
 
@@ -59,6 +59,35 @@ def find_entry(store: Any, source: Any, reference: str) -> Any:
     return matches[0]
 
 
+def error_filter(value: str | None) -> tuple[str | None, str | None]:
+    """``--error-class`` -> (cause, error class): ``http_500`` as the table's ERROR column shows
+    it, or ``retries_exhausted:http_500`` as the demo and triage label it (that cause only)."""
+    if value is None:
+        return None, None
+    cause, sep, error_class = value.partition(":")
+    if sep and cause in CAUSES and cause:
+        return cause, error_class
+    return None, value
+
+
+def _matching(
+    source: Any, store: Any, args: argparse.Namespace, status: str | None, limit: int
+) -> list[Any]:
+    """The entries the filters select, newest first, at most ``limit``."""
+    cause, error_class = error_filter(args.error_class)
+    found = store.list(
+        source=source.name,
+        stage=args.stage,
+        error_class=error_class,
+        status=status,
+        limit=limit if cause is None else _PREFIX_SCAN,  # the cause is checked here
+        first_seen_before=None if args.older_than is None else time.time() - args.older_than,
+    )
+    if cause is not None:
+        found = [entry for entry in found if entry.cause == cause][:limit]
+    return list(found)
+
+
 def _selected(source: Any, store: Any, args: argparse.Namespace) -> list[Any]:
     """The entries named by id, or those matching the filters (at least one is required)."""
     if args.ids:
@@ -66,16 +95,7 @@ def _selected(source: Any, store: Any, args: argparse.Namespace) -> list[Any]:
     if not (args.stage or args.error_class or args.older_than is not None or args.all):
         raise ConfigError("name entries by id, or select them with --stage, --error-class,"
                           " --older-than or --all")  # fmt: skip
-    return list(
-        store.list(
-            source=source.name,
-            stage=args.stage,
-            error_class=args.error_class,
-            status="open",
-            limit=args.limit,
-            first_seen_before=None if args.older_than is None else time.time() - args.older_than,
-        )
-    )
+    return _matching(source, store, args, "open", args.limit)
 
 
 def _discard_reason(args: argparse.Namespace) -> str | None:
@@ -122,14 +142,7 @@ def _entry_dict(entry: Any) -> dict[str, Any]:
 
 def _list(source: Any, store: Any, args: argparse.Namespace) -> int:
     status = None if args.status == "all" else args.status
-    found = store.list(
-        source=source.name,
-        stage=args.stage,
-        error_class=args.error_class,
-        status=status,
-        limit=args.limit + 1,  # one more, to know whether the limit cut the list
-        first_seen_before=None if args.older_than is None else time.time() - args.older_than,
-    )
+    found = _matching(source, store, args, status, args.limit + 1)  # +1: was the list cut?
     entries, cut = found[: args.limit], len(found) > args.limit
     if args.json:
         print(json.dumps([_entry_dict(e) for e in entries], default=str))
@@ -180,13 +193,23 @@ def _say_none(source: Any, store: Any, args: argparse.Namespace) -> None:
     counts = store.counts(source.name)
     elsewhere = [f"{n} {s}" for s, n in sorted(counts.items()) if n and s != args.status]
     if elsewhere and args.status != "all":
-        hint = "; ".join(f"--status {s}" for s, n in sorted(counts.items()) if n)
+        hint = "; ".join(
+            f"--status {s}" for s, n in sorted(counts.items()) if n and s != args.status
+        )
         print(f"the source has {', '.join(elsewhere)} (see {hint} or --status all)",
               file=sys.stderr)  # fmt: skip
-    if args.error_class and args.status in ("open", "all"):
-        known = sorted({r.split("/", 1)[-1] for r in store.reasons(source.name)})
+    if args.error_class:
+        status = None if args.status == "all" else args.status
+        known = sorted({_class_of(r) for r in store.reasons(source.name, status=status)})
         if known:
-            print(f"error classes of open entries: {', '.join(known)}", file=sys.stderr)
+            print(f"error classes of {args.status} entries: {', '.join(known)}", file=sys.stderr)
+
+
+def _class_of(reason: str) -> str:
+    """``fetch/retries_exhausted:http_500`` (a reason label) -> ``http_500``."""
+    label = reason.split("/", 1)[-1]
+    cause, sep, error_class = label.partition(":")
+    return error_class if sep and cause in CAUSES else label
 
 
 def _discard(source: Any, store: Any, args: argparse.Namespace) -> int:
@@ -240,7 +263,8 @@ def register(commands: Any) -> None:
                        help="only entries that failed at this stage")  # fmt: skip
         p.add_argument(
             "--error-class", default=None, metavar="CLASS",
-            help="only entries of this error class (e.g. http_404, timeout)",
+            help="only entries of this error class (e.g. http_404, timeout), or of this"
+            " cause and class (e.g. retries_exhausted:http_500)",
         )  # fmt: skip
         p.add_argument(
             "--older-than", type=parse_age, default=None, metavar="AGE",
