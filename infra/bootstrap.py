@@ -6,12 +6,13 @@
   ``normal`` / ``low`` at priorities 1..4 (a worker always takes the most urgent class first);
 - the global concurrency limits ``source:<name>`` (1: one run of a source at a time) and
   ``domain:<host>`` (the source's ``limits.per_domain_concurrency``) exist for each ``--source``;
-- Collector's block types are registered, and a webhook notification block
-  ``collector-notify`` points to ``--notify-url`` (or ``$COLLECTOR_NOTIFY_URL``);
+- Collector's block types are registered, and, with ``--notify-url`` (or
+  ``$COLLECTOR_NOTIFY_URL``), a webhook notification block ``collector-notify`` points to it;
 - the automations exist: ``collector-backlog-critical`` (a ``collector.backlog.critical`` event
-  pauses the ``low`` queue and notifies), ``collector-backlog-recovered`` (resumes it), and
-  ``collector-collect-failed`` (a ``collect`` flow run entering Failed or Crashed notifies),
-  ``collector-zombie-runs`` (a flow run without a heartbeat for 90 s is marked Crashed).
+  pauses the ``low`` queue, and notifies when there is a URL), ``collector-backlog-recovered``
+  (resumes it), ``collector-zombie-runs`` (a flow run without a heartbeat for 90 s is marked
+  Crashed), and, only with a notify URL, ``collector-collect-failed`` (a ``collect`` flow run
+  entering Failed or Crashed notifies).
 
 Running it again changes nothing that is already as described: it reads first, and creates or
 updates only what differs (a queue that an automation paused stays paused). Each line printed

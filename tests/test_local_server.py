@@ -120,3 +120,15 @@ def test_the_server_stops_by_itself_when_idle(tmp_path: Path) -> None:
         time.sleep(0.5)
     assert not state.exists(), "the idle server did not stop"
     assert not _healthy(url)
+
+
+def test_a_server_that_cannot_start_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """A database Prefect cannot reach: the server exits, and `server start` says where its
+    log is in one line (no traceback)."""
+    bad_database = "postgresql+asyncpg://nobody@127.0.0.1:1/none"
+    env = _env(tmp_path / "home", PREFECT_API_DATABASE_CONNECTION_URL=bad_database)
+    started = _collector(env, "server", "start")
+    assert started.returncode == 1, started.stderr
+    assert "Traceback" not in started.stderr, started.stderr
+    line = started.stderr.strip().splitlines()[-1]
+    assert line.startswith("collector: the local Prefect server exited") and "see " in line

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -24,7 +25,11 @@ def cmd_server(args: argparse.Namespace) -> int:
               else "no local Prefect server is running")  # fmt: skip
         return EXIT_OK
     if args.action == "start":
-        started = ensure_local_server()
+        try:
+            started = ensure_local_server()
+        except RuntimeError as exc:  # did not start or answer: one line, its log named in it
+            print(f"collector: {exc}", file=sys.stderr)
+            return EXIT_FAILED
         print(f"local Prefect server at {started.ui} (pid {started.pid})")
         return EXIT_OK
     configured = configured_api_url()
