@@ -830,28 +830,38 @@ def _refused_seeds(source: Source) -> tuple[int, int, str] | None:
     """(refused, sampled, first reason) over a sample of the seeds, or None if none refused."""
     from collector.errors import RecoverableFetchError
     from collector.policy.urls import HostPolicy
+    from collector.run.seeds import SeedCheck
 
-    policy = HostPolicy(
-        allow_private_networks=source.allow_private_networks,
-        allowed_hosts=source.limits.allowed_hosts,
+    # The plan's own check (SeedCheck), so validate warns about exactly what a run refuses; the
+    # verdict is per URL (a URL with credentials is refused on a host others are fine on), the
+    # DNS lookups per host (the policy caches them; unresolvable hosts are skipped here).
+    check = SeedCheck(
+        HostPolicy(
+            allow_private_networks=source.allow_private_networks,
+            allowed_hosts=source.limits.allowed_hosts,
+        )
     )
-    verdicts: dict[str, str | None] = {}
+    hosts: set[str] = set()
+    unresolved: set[str] = set()
     refused = sampled = 0
     first: str | None = None
     try:
         for sampled, url in enumerate(source.iter_seed_urls(), 1):
             host = (urlsplit(url).hostname or "").lower()
-            if host not in verdicts:
-                if len(verdicts) >= _WARN_HOSTS:
+            if host not in hosts:
+                if len(hosts) >= _WARN_HOSTS:
                     sampled -= 1
                     break
+                hosts.add(host)
+            reason = None
+            if host not in unresolved:
                 try:
-                    verdicts[host] = policy.refusal(url)
+                    reason = check.refusal(url)
                 except RecoverableFetchError:
-                    verdicts[host] = None  # DNS may work at run time
-            if verdicts[host] is not None:
+                    unresolved.add(host)  # DNS may work at run time
+            if reason is not None:
                 refused += 1
-                first = first or verdicts[host]
+                first = first or reason
             if sampled >= _WARN_SEED_SAMPLE:
                 break
     except (OSError, ValueError):
