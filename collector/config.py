@@ -19,7 +19,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
@@ -740,18 +740,11 @@ def _deep_checks(source: Source, label: str) -> list[str]:
         if reason is not None:
             problems.append(f"{label}: seeds.template: {reason}")
     if source.validation.suite is not None:
-        from collector.settle.validation import check_suite_file
+        from collector.settle.suite import check_suite_file
 
-        try:
-            if isinstance(source.validation.suite, dict):  # checked without touching state_dir
-                with tempfile.TemporaryDirectory() as folder:
-                    check_suite_file(
-                        write_inline_suite(source.validation.suite, Path(folder) / "inline.json")
-                    )
-            else:
-                check_suite_file(source.path(source.validation.suite))
-        except ConfigError as exc:
-            problems.append(f"{label}: validation.suite: {exc}")
+        problem = _suite_problem(source, label, check_suite_file)
+        if problem is not None:
+            problems.append(problem)
     try:
         source.ttl.validate_hook()
     except ConfigError as exc:
@@ -764,6 +757,38 @@ def _deep_checks(source: Source, label: str) -> list[str]:
         except ConfigError as exc:
             problems.append(f"{label}: {exc}")
     return problems
+
+
+def _suite_problem(source: Source, label: str, check: Callable[[Path], None]) -> str | None:
+    """``check`` run on the source's suite file, or on its inline suite written to a temporary
+    file (checked without touching state_dir); its ConfigError as one problem line."""
+    suite = source.validation.suite
+    try:
+        if isinstance(suite, dict):
+            with tempfile.TemporaryDirectory() as folder:
+                inline = write_inline_suite(suite, Path(folder) / "inline.json")
+                try:
+                    check(inline)
+                except ConfigError as exc:  # the temporary file's name would mean nothing
+                    raise ConfigError(str(exc).replace(str(inline), "(inline suite)")) from None
+        elif suite is not None:
+            check(source.path(suite))
+    except ConfigError as exc:
+        return f"{label}: validation.suite: {exc}"
+    return None
+
+
+def suite_kwargs_problems(source: Source, label: str) -> list[str]:
+    """The run's GX check of the suite's kwargs (a missing required ``column``...), for
+    ``collector validate``: it imports GX (seconds), so only when the source has a suite, and
+    not in :func:`parse_source`, which every run calls in a process meant to stay free of GX
+    (collector.settle.suite.check_suite_kwargs)."""
+    if source.validation.suite is None:
+        return []
+    from collector.settle.suite import check_suite_kwargs
+
+    problem = _suite_problem(source, label, check_suite_kwargs)
+    return [] if problem is None else [problem]
 
 
 def load_source(path: str | os.PathLike[str]) -> Source:
