@@ -60,9 +60,10 @@ def check_url_syntax(url: str) -> str | None:
         port = parts.port  # raises ValueError on a bad port
     except ValueError as exc:
         return f"malformed URL {shown(url)}: {exc}"
+    if not parts.scheme:  # "http//host/x", "host/x", "//host/x"
+        return f"not an absolute URL (no scheme://host): {shown(url)}"
     if parts.scheme.lower() not in ALLOWED_SCHEMES:
-        scheme = parts.scheme or "none"
-        return f"URL scheme {scheme!r} is not allowed (http, https): {shown(url)}"
+        return f"URL scheme {parts.scheme!r} is not allowed (http, https): {shown(url)}"
     if not parts.hostname:
         return f"URL has no host: {shown(url)}"
     if port == 0:
