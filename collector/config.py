@@ -85,6 +85,16 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _placeholder_problem(url: str) -> str | None:
+    """A literal URL holding ``{i}``: surely meant as a template (it would be fetched as is)."""
+    if "{i}" not in url:
+        return None
+    return (
+        f"{quoted(url)} contains {{i}}, but literal URLs are fetched as written: "
+        "to expand a range use seeds.template with seeds.range"
+    )
+
+
 class SeedSettings(_Section):
     """Where the URLs come from; all given forms are combined, duplicates removed."""
 
@@ -130,7 +140,7 @@ class SeedSettings(_Section):
     @classmethod
     def _urls_well_formed(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
         for index, url in enumerate(urls):
-            reason = check_url_syntax(url)
+            reason = check_url_syntax(url) or _placeholder_problem(url)
             if reason is not None:
                 raise ValueError(f"item {index}: {reason}")
         return urls
@@ -727,7 +737,7 @@ def _deep_checks(source: Source, label: str) -> list[str]:
                     for number, line in enumerate(lines, 1):
                         line = line.strip()
                         if line and not line.startswith("#"):
-                            reason = check_url_syntax(line)
+                            reason = check_url_syntax(line) or _placeholder_problem(line)
                             if reason is not None:
                                 problems.append(f"{label}: seeds.file line {number}: {reason}")
                                 if len(problems) >= 20:
