@@ -19,7 +19,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
@@ -85,6 +85,16 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _placeholder_problem(url: str) -> str | None:
+    """A literal URL holding ``{i}``: surely meant as a template (it would be fetched as is)."""
+    if "{i}" not in url:
+        return None
+    return (
+        f"{quoted(url)} contains {{i}}, but literal URLs are fetched as written: "
+        "to expand a range use seeds.template with seeds.range"
+    )
+
+
 class SeedSettings(_Section):
     """Where the URLs come from; all given forms are combined, duplicates removed."""
 
@@ -130,7 +140,7 @@ class SeedSettings(_Section):
     @classmethod
     def _urls_well_formed(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
         for index, url in enumerate(urls):
-            reason = check_url_syntax(url)
+            reason = check_url_syntax(url) or _placeholder_problem(url)
             if reason is not None:
                 raise ValueError(f"item {index}: {reason}")
         return urls
@@ -727,7 +737,7 @@ def _deep_checks(source: Source, label: str) -> list[str]:
                     for number, line in enumerate(lines, 1):
                         line = line.strip()
                         if line and not line.startswith("#"):
-                            reason = check_url_syntax(line)
+                            reason = check_url_syntax(line) or _placeholder_problem(line)
                             if reason is not None:
                                 problems.append(f"{label}: seeds.file line {number}: {reason}")
                                 if len(problems) >= 20:
@@ -740,18 +750,11 @@ def _deep_checks(source: Source, label: str) -> list[str]:
         if reason is not None:
             problems.append(f"{label}: seeds.template: {reason}")
     if source.validation.suite is not None:
-        from collector.settle.validation import check_suite_file
+        from collector.settle.suite import check_suite_file
 
-        try:
-            if isinstance(source.validation.suite, dict):  # checked without touching state_dir
-                with tempfile.TemporaryDirectory() as folder:
-                    check_suite_file(
-                        write_inline_suite(source.validation.suite, Path(folder) / "inline.json")
-                    )
-            else:
-                check_suite_file(source.path(source.validation.suite))
-        except ConfigError as exc:
-            problems.append(f"{label}: validation.suite: {exc}")
+        problem = _suite_problem(source, label, check_suite_file)
+        if problem is not None:
+            problems.append(problem)
     try:
         source.ttl.validate_hook()
     except ConfigError as exc:
@@ -764,6 +767,38 @@ def _deep_checks(source: Source, label: str) -> list[str]:
         except ConfigError as exc:
             problems.append(f"{label}: {exc}")
     return problems
+
+
+def _suite_problem(source: Source, label: str, check: Callable[[Path], None]) -> str | None:
+    """``check`` run on the source's suite file, or on its inline suite written to a temporary
+    file (checked without touching state_dir); its ConfigError as one problem line."""
+    suite = source.validation.suite
+    try:
+        if isinstance(suite, dict):
+            with tempfile.TemporaryDirectory() as folder:
+                inline = write_inline_suite(suite, Path(folder) / "inline.json")
+                try:
+                    check(inline)
+                except ConfigError as exc:  # the temporary file's name would mean nothing
+                    raise ConfigError(str(exc).replace(str(inline), "(inline suite)")) from None
+        elif suite is not None:
+            check(source.path(suite))
+    except ConfigError as exc:
+        return f"{label}: validation.suite: {exc}"
+    return None
+
+
+def suite_kwargs_problems(source: Source, label: str) -> list[str]:
+    """The run's GX check of the suite's kwargs (a missing required ``column``...), for
+    ``collector validate``: it imports GX (seconds), so only when the source has a suite, and
+    not in :func:`parse_source`, which every run calls in a process meant to stay free of GX
+    (collector.settle.suite.check_suite_kwargs)."""
+    if source.validation.suite is None:
+        return []
+    from collector.settle.suite import check_suite_kwargs
+
+    problem = _suite_problem(source, label, check_suite_kwargs)
+    return [] if problem is None else [problem]
 
 
 def load_source(path: str | os.PathLike[str]) -> Source:
@@ -830,28 +865,38 @@ def _refused_seeds(source: Source) -> tuple[int, int, str] | None:
     """(refused, sampled, first reason) over a sample of the seeds, or None if none refused."""
     from collector.errors import RecoverableFetchError
     from collector.policy.urls import HostPolicy
+    from collector.run.seeds import SeedCheck
 
-    policy = HostPolicy(
-        allow_private_networks=source.allow_private_networks,
-        allowed_hosts=source.limits.allowed_hosts,
+    # The plan's own check (SeedCheck), so validate warns about exactly what a run refuses; the
+    # verdict is per URL (a URL with credentials is refused on a host others are fine on), the
+    # DNS lookups per host (the policy caches them; unresolvable hosts are skipped here).
+    check = SeedCheck(
+        HostPolicy(
+            allow_private_networks=source.allow_private_networks,
+            allowed_hosts=source.limits.allowed_hosts,
+        )
     )
-    verdicts: dict[str, str | None] = {}
+    hosts: set[str] = set()
+    unresolved: set[str] = set()
     refused = sampled = 0
     first: str | None = None
     try:
         for sampled, url in enumerate(source.iter_seed_urls(), 1):
             host = (urlsplit(url).hostname or "").lower()
-            if host not in verdicts:
-                if len(verdicts) >= _WARN_HOSTS:
+            if host not in hosts:
+                if len(hosts) >= _WARN_HOSTS:
                     sampled -= 1
                     break
+                hosts.add(host)
+            reason = None
+            if host not in unresolved:
                 try:
-                    verdicts[host] = policy.refusal(url)
+                    reason = check.refusal(url)
                 except RecoverableFetchError:
-                    verdicts[host] = None  # DNS may work at run time
-            if verdicts[host] is not None:
+                    unresolved.add(host)  # DNS may work at run time
+            if reason is not None:
                 refused += 1
-                first = first or verdicts[host]
+                first = first or reason
             if sampled >= _WARN_SEED_SAMPLE:
                 break
     except (OSError, ValueError):

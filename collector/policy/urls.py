@@ -4,20 +4,49 @@ A source may only fetch ``http`` and ``https`` URLs with a host. Unless the sour
 ``allow_private_networks: true``, hosts that are (or resolve to) loopback, private, link-local,
 multicast or reserved addresses are refused, so a seed list or a redirect cannot make a worker
 probe its own network (SSRF). Every redirect hop is checked the same way.
+
+URLs with credentials (``user:password@host``) are refused too: httpx cannot combine them with an
+``Authorization`` header (every fetch of the source then crashed), and a password in a seed list
+ends up in the frontier, logs and dead letters. Credentials belong in ``limits.headers`` (from a
+Secret block). No message here ever shows the userinfo part of a URL (:func:`shown`).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from collector.errors import PermanentFetchError, RecoverableFetchError
 
-__all__ = ["HostPolicy", "check_url_syntax"]
+__all__ = ["HostPolicy", "check_url_syntax", "shown"]
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})
+CREDENTIALS_HINT = (
+    "credentials in the URL are not allowed: send them in a header from a Secret block, "
+    'e.g. limits.headers: {Authorization: "Basic ${secret:NAME}"} (docs/sources.md)'
+)
+_AUTHORITY_END = re.compile(r"[/?#]|$")
+
+
+def shown(url: str) -> str:
+    """``url`` quoted for a message, with any ``user:password@`` replaced by ``***@``.
+
+    Done on the raw text, not with ``urlsplit`` (which fails on some of the very URLs reported,
+    and reads ``http//user:pw@host`` as a path): the authority follows the first ``//`` (or the
+    start) up to ``/``, ``?`` or ``#``, and its userinfo ends at its last ``@``, as ``urlsplit``
+    reads it. Erring towards masking too much is fine here: it is only a message.
+    """
+    slashes = url.find("//")
+    start = 0 if slashes < 0 else slashes + 2
+    end = _AUTHORITY_END.search(url, start)
+    stop = end.start() if end else len(url)
+    at = url.rfind("@", start, stop)
+    if at >= 0:
+        url = f"{url[:start]}***{url[at:]}"
+    return repr(url)
 
 
 def check_url_syntax(url: str) -> str | None:
@@ -25,19 +54,20 @@ def check_url_syntax(url: str) -> str | None:
     if not isinstance(url, str) or not url.strip():
         return "empty URL"
     if any(ch in url for ch in "\r\n\t "):
-        return f"URL contains whitespace: {url!r}"
+        return f"URL contains whitespace: {shown(url)}"
     try:
         parts = urlsplit(url)
         port = parts.port  # raises ValueError on a bad port
     except ValueError as exc:
-        return f"malformed URL {url!r}: {exc}"
+        return f"malformed URL {shown(url)}: {exc}"
+    if not parts.scheme:  # "http//host/x", "host/x", "//host/x"
+        return f"not an absolute URL (no scheme://host): {shown(url)}"
     if parts.scheme.lower() not in ALLOWED_SCHEMES:
-        shown = parts.scheme or "none"
-        return f"URL scheme {shown!r} is not allowed (http, https): {url!r}"
+        return f"URL scheme {parts.scheme!r} is not allowed (http, https): {shown(url)}"
     if not parts.hostname:
-        return f"URL has no host: {url!r}"
+        return f"URL has no host: {shown(url)}"
     if port == 0:
-        return f"URL has port 0: {url!r}"
+        return f"URL has port 0: {shown(url)}"
     return None
 
 
@@ -68,7 +98,10 @@ class HostPolicy:
         reason = check_url_syntax(url)
         if reason is not None:
             return reason
-        return self.host_refusal((urlsplit(url).hostname or "").lower())
+        parts = urlsplit(url)
+        if "@" in parts.netloc:
+            return f"{CREDENTIALS_HINT}: {shown(url)}"
+        return self.host_refusal((parts.hostname or "").lower())
 
     def host_refusal(self, host: str) -> str | None:
         """Why connecting to ``host`` (lower case, no port) is not allowed, or None. Cached."""
@@ -108,7 +141,9 @@ class HostPolicy:
     def check_request(self, scheme: str, host: str, url: str) -> None:
         """The per-request form of :meth:`check`, for parts the HTTP client already parsed."""
         if scheme not in ALLOWED_SCHEMES:
-            reason: str | None = f"URL scheme {scheme!r} is not allowed (http, https): {url!r}"
+            reason: str | None = f"URL scheme {scheme!r} is not allowed (http, https): {shown(url)}"
+        elif "@" in url and "@" in urlsplit(url).netloc:  # a redirect to user:password@host
+            reason = f"{CREDENTIALS_HINT}: {shown(url)}"
         else:
             reason = self.host_refusal(host.lower())
         if reason is not None:

@@ -50,6 +50,7 @@ __all__ = [
     "Suite",
     "TypeRule",
     "check_suite_file",
+    "check_suite_kwargs",
     "is_null",
     "load_suite",
     "one_line",
@@ -374,3 +375,35 @@ def check_suite_file(path: str | Path) -> None:
     that only GX can judge are reported by the first :meth:`SuiteValidator.validate`.
     """
     load_suite(path)
+
+
+def check_suite_kwargs(path: str | Path) -> None:
+    """Check every expectation's kwargs with GX's own classes, as the run does when it builds
+    the suite (:meth:`collector.settle.gx_runtime.GXRuntime._plan`), and with its message.
+
+    A missing required kwarg (``expect_column_values_to_not_be_null`` without ``column``) is
+    only known to GX's pydantic models, and the run found it after fetching. This imports GX
+    (seconds), so it is not part of :func:`check_suite_file` (run at every load, where the run's
+    own process must stay free of GX): ``collector validate`` calls it when a source has a suite.
+    """
+    from collector.settle.gx_runtime import _import_gx, _pydantic_message
+
+    suite = load_suite(path)
+    _import_gx()
+    from great_expectations.expectations.expectation_configuration import (
+        ExpectationConfiguration,
+    )
+
+    for spec in suite.specs:
+        try:
+            ExpectationConfiguration(
+                type=spec.type, kwargs=dict(spec.kwargs), meta=dict(spec.meta)
+            ).to_domain_obj()
+        except Exception as exc:
+            if type(exc).__name__ == "ExpectationNotFoundError":
+                raise ConfigError(f"{suite.path}: {spec.where}: unknown expectation type") from exc
+            if type(exc).__name__ == "ValidationError":
+                problem = _pydantic_message(exc)
+            else:
+                problem = one_line(getattr(exc, "message", None) or exc)
+            raise ConfigError(f"{suite.path}: {spec.where}: invalid kwargs: {problem}") from exc

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from collector.config import SourceError
+from collector.config import SourceError, suite_kwargs_problems
 from flows.cli._common import (
     EXIT_INVALID,
     EXIT_OK,
@@ -34,6 +34,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
             source = load(path)
         except SourceError as exc:
             for problem in exc.problems:
+                print(problem, file=sys.stderr)
+            status = EXIT_INVALID
+            continue
+        # GX's own kwargs check (imports GX: seconds, only when there is a suite), so a suite
+        # the run would reject after fetching is rejected here, before any fetch.
+        suite_problems = suite_kwargs_problems(source, path)
+        if suite_problems:
+            for problem in suite_problems:
                 print(problem, file=sys.stderr)
             status = EXIT_INVALID
             continue
