@@ -40,6 +40,7 @@ from prefect.logging import get_logger
 
 from collector import defaults
 from collector.config import Source
+from collector.errors import ConfigError
 from collector.run.locks import SourceBusy, domain_lock_name, source_lock_name
 from collector.run.stop import StoppedWaiting, process_stop
 from flows._variables import variable_name
@@ -201,18 +202,22 @@ logging.getLogger("prefect._internal.concurrency").addFilter(_expected_failures)
 
 
 class _BusyOnConsole(logging.Filter):
-    """Drop, from the console only, the flow engine's records of a flow that ended SourceBusy.
+    """Drop, from the console only, the flow engine's records of a flow that ended SourceBusy
+    or ConfigError (a suite GX rejects, found as the run starts).
 
-    Prefect logs a failed flow's exception with its traceback and then its final state; for a
-    busy lock the command already says what happened in one line. The API handler is left
-    alone, so the flow run's logs in the UI keep the full record.
+    Prefect logs a failed flow's exception with its traceback and then its final state; for
+    these the command already says what happened in one line. The API handler is left alone,
+    so the flow run's logs in the UI keep the full record.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, SourceBusy):
+        if isinstance(exc, SourceBusy | ConfigError):
             return False
-        return not (record.name.startswith("prefect.flow_runs") and "SourceBusy" in str(record.msg))
+        return not (
+            record.name.startswith("prefect.flow_runs")
+            and any(name in str(record.msg) for name in ("SourceBusy", "ConfigError"))
+        )
 
 
 def quiet_busy_on_console() -> None:

@@ -139,6 +139,8 @@ class _Loop:
 
         GX's import is start-up (~7 s of CPU): batches fetched meanwhile could only wait for
         it, holding their leases, while the import took CPU from the fetching on a small box.
+        A suite GX rejects (a ConfigError from the worker) ends the run here, before anything
+        is claimed or fetched.
         """
         validator = self.run.validator
         if validator is None:
@@ -153,6 +155,8 @@ class _Loop:
             ready.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await ready
+            return
+        ready.result()  # raises the worker's ConfigError
 
     async def go(self) -> Ending:
         try:

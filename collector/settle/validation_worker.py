@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from collector import defaults
+from collector.errors import ConfigError
 from collector.settle.validation import (
     BatchValidation,
     FailedExpectation,
@@ -177,7 +178,10 @@ class ValidationWorker:
                 return
             if process.stdout is None:
                 raise OSError("validation worker is not running")
-            if pickle.loads(_read_frame(process.stdout)) != _READY:
+            hello = pickle.loads(_read_frame(process.stdout))
+            if isinstance(hello, ConfigError):
+                raise hello  # the suite is wrong: no point validating in-process either
+            if hello != _READY:
                 raise ValueError("validation worker did not say it was ready")
             self._greeted = process
 
@@ -300,7 +304,13 @@ def _read_frame(stream: IO[bytes]) -> bytes:
 
 def _serve(suite_path: str, inbox: BinaryIO, outbox: BinaryIO) -> int:
     validator = SuiteValidator(suite_path)
-    validator.validate([{}])  # import GX and build the context before the first batch
+    try:
+        validator.validate([{}])  # import GX and build the context before the first batch
+    except ConfigError as exc:  # a suite GX rejects: the first frame says so, and we are done
+        said = pickle.dumps(ConfigError(str(exc)), protocol=pickle.HIGHEST_PROTOCOL)
+        outbox.write(_HEADER.pack(len(said)) + said)
+        outbox.flush()
+        return 0
     ready = pickle.dumps(_READY, protocol=pickle.HIGHEST_PROTOCOL)
     outbox.write(_HEADER.pack(len(ready)) + ready)
     outbox.flush()
