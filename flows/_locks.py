@@ -214,10 +214,21 @@ class _BusyOnConsole(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, SourceBusy | ConfigError):
             return False
-        return not (
-            record.name.startswith("prefect.flow_runs")
-            and any(name in str(record.msg) for name in ("SourceBusy", "ConfigError"))
-        )
+        if not record.name.startswith("prefect.flow_runs"):
+            return True
+        text = record.getMessage()
+        return not any(said in text for said in _SAID_BY_THE_COMMAND)
+
+
+# What the flow logs (for the UI) that `collector run` then says itself in one line: an
+# interrupted run's summary (the flow's warning, and the engine's "Finished in state
+# Cancelled(...)" with the same text), a skipped run, and the two errors above.
+_SAID_BY_THE_COMMAND = (
+    "SourceBusy",
+    "ConfigError",
+    "interrupted by ",
+    "skipped: another run of",
+)
 
 
 def quiet_busy_on_console() -> None:
