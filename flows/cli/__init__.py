@@ -3,6 +3,7 @@
 ``collector init NAME``              write a new source, a starter suite and its deployment entry
 ``collector schema``                 print the JSON schema of a source file
 ``collector validate SOURCE...``     check sources without running them (exit 2 when invalid)
+``collector status SOURCE...``       where a source's items are now (frontier, dead letters, sink)
 ``collector run SOURCE``             run the collect flow as a Prefect flow run
 ``collector work SOURCE``            help drain a running source's shared frontier (no plan)
 ``collector demo``                   start the local demo site and collect it
@@ -46,6 +47,7 @@ from flows.cli import (
     running,
     server,
     sources,
+    status,
 )
 from flows.cli._common import (
     EXIT_BUSY,
@@ -71,6 +73,7 @@ __all__ = [
 _GROUPS = (
     init,
     sources,
+    status,
     running,
     deadletters,
     review,
