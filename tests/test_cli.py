@@ -215,3 +215,26 @@ def test_a_run_that_only_expired_items_says_so(capsys: pytest.CaptureFixture[str
     _print_summary(RunSummary(source="s", run_id="r", discovered=90, expired=90))
     out = capsys.readouterr().out
     assert "nothing fetched: 90 expired in the queue" in out, out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "s.yaml", "--max-items", "-5"],
+        ["run", "s.yaml", "--batch-size", "0"],
+        ["triage", "s.yaml", "--limit", "0"],
+        ["deadletters", "list", "s.yaml", "--limit", "x"],
+    ],
+)
+def test_a_bad_count_is_refused_with_the_subcommands_usage(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flows.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    command = " ".join(argv[: 2 if argv[0] == "deadletters" else 1])
+    assert err.startswith(f"usage: collector {command} "), err  # not the top-level usage
+    assert f"argument {argv[-2]}: " in err and ("at least 1" in err or "whole number" in err)

@@ -103,10 +103,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    for option in ("batch_size", "max_items", "limit"):
-        value = getattr(args, option, None)
-        if value is not None and value < 1:
-            parser.error(f"--{option.replace('_', '-')} must be at least 1")
     try:
         code = int(args.func(args))
         sys.stdout.flush()  # a closed pipe shows here, not as a traceback at exit

@@ -3,6 +3,7 @@ quiet defaults."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
@@ -112,6 +113,18 @@ def add_source(parser: Any, *, many: bool = False) -> None:
         parser.add_argument("sources", nargs="+", metavar="SOURCE", help=SOURCE_HELP)
     else:
         parser.add_argument("source", metavar="SOURCE", help=SOURCE_HELP)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type for counts (``--batch-size``, ``--max-items``, ``--limit``): at least 1,
+    so a bad value is refused with the subcommand's own usage line."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def add_json(parser: Any, what: str = "the result") -> None:

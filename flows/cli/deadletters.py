@@ -12,7 +12,7 @@ from typing import Any, get_args
 
 from collector.deadletter.base import CAUSES, Stage
 from collector.errors import ConfigError
-from flows.cli._common import EXIT_FAILED, EXIT_OK, add_json, add_source, load
+from flows.cli._common import EXIT_FAILED, EXIT_OK, add_json, add_source, load, positive_int
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -270,7 +270,7 @@ def register(commands: Any) -> None:
             "--older-than", type=parse_age, default=None, metavar="AGE",
             help="first seen longer ago than AGE (90s, 15m, 2h, 3d, 1w)",
         )  # fmt: skip
-        p.add_argument("--limit", type=int, default=limit, metavar="N",
+        p.add_argument("--limit", type=positive_int, default=limit, metavar="N",
                        help=f"at most N entries (default {limit})")  # fmt: skip
 
     listing = letter_actions.add_parser(

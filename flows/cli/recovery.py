@@ -22,6 +22,7 @@ from flows.cli._common import (
     add_json,
     add_source,
     load,
+    positive_int,
 )
 
 T = TypeVar("T")
@@ -276,7 +277,7 @@ def register(commands: Any) -> None:
     triage = commands.add_parser("triage", help="run the triage flow over open dead letters")
     add_source(triage)
     triage.add_argument(
-        "--limit", type=int, default=defaults.TRIAGE_LIMIT, metavar="N",
+        "--limit", type=positive_int, default=defaults.TRIAGE_LIMIT, metavar="N",
         help=f"at most N entries per run (default {defaults.TRIAGE_LIMIT})",
     )  # fmt: skip
     triage.add_argument("--dry-run", action="store_true", help="decide and report only")

@@ -36,6 +36,7 @@ from flows.cli._common import (
     EXIT_INVALID,
     EXIT_OK,
     SOURCE_HELP,
+    positive_int,
     print_source_problems,
 )
 from flows.cli.deadletters import parse_age
@@ -242,7 +243,7 @@ def register(commands: Any) -> None:
     review.add_argument("source", metavar="SOURCE", help=SOURCE_HELP)
     review.add_argument("--reviewer", default=None, help="your name (default: $USER)")
     review.add_argument("--list", action="store_true", help="list the entries in review")
-    review.add_argument("--limit", type=int, default=100, help="entries listed (--list)")
+    review.add_argument("--limit", type=positive_int, default=100, help="entries listed (--list)")
     review.add_argument(
         "--take-over", action="store_true",
         help="take an entry held longer than --idle by a reviewer who vanished",

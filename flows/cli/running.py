@@ -23,6 +23,7 @@ from flows.cli._common import (
     _prefect_server,
     add_source,
     load,
+    positive_int,
     print_warnings,
 )
 
@@ -489,11 +490,11 @@ def register(commands: Any) -> None:
 
     def run_options(p: argparse.ArgumentParser) -> None:
         p.add_argument(
-            "--batch-size", type=int, default=defaults.BATCH_SIZE, metavar="N",
+            "--batch-size", type=positive_int, default=defaults.BATCH_SIZE, metavar="N",
             help=f"items claimed, fetched and stored per task (default {defaults.BATCH_SIZE})",
         )  # fmt: skip
         p.add_argument(
-            "--max-items", type=int, default=None, metavar="N",
+            "--max-items", type=positive_int, default=None, metavar="N",
             help="stop claiming after N items (default: until the frontier drains)",
         )  # fmt: skip
         p.add_argument(
