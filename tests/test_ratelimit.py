@@ -16,6 +16,7 @@ from collector.fetch.ratelimit import (
     rate_limiter,
 )
 from tests.helpers import write_source
+from tests.servers import RedisServer
 
 
 async def _burst(limiter: RateLimiter, n: int) -> None:
@@ -66,20 +67,25 @@ async def test_keys_are_independent(redis_url: str) -> None:
     assert time.monotonic() - began < 0.5
 
 
-async def test_closing_a_shared_limiter_closes_its_redis_connections(redis_url: str) -> None:
-    """A helper runs many runs in one process: each run's limiter lets go of its sockets."""
+async def test_closing_a_shared_limiter_closes_its_redis_connections() -> None:
+    """A helper runs many runs in one process: each run's limiter lets go of its sockets.
+
+    A server of its own: on the session's shared one, other tests' clients come and go (the
+    garbage collector closes them) while this counts."""
     import redis
 
-    def clients() -> int:
-        with redis.Redis.from_url(redis_url) as admin:
-            return len(admin.client_list()) - 1  # not counting this one
+    with RedisServer() as server:
 
-    before = clients()
-    limiter = LimitsRateLimiter("100/second", storage_uri=redis_url)
-    await asyncio.gather(*(limiter.acquire(f"host-{n}") for n in range(4)))
-    assert clients() > before
-    await limiter.aclose()
-    assert clients() == before
+        def clients() -> int:
+            with redis.Redis.from_url(server.url) as admin:
+                return len(admin.client_list()) - 1  # not counting this one
+
+        assert clients() == 0
+        limiter = LimitsRateLimiter("100/second", storage_uri=server.url)
+        await asyncio.gather(*(limiter.acquire(f"host-{n}") for n in range(4)))
+        assert clients() > 0
+        await limiter.aclose()
+        assert clients() == 0
     await LocalMovingWindow("1/second").aclose()  # nothing to close, and no error
 
 
