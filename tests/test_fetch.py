@@ -123,6 +123,7 @@ async def test_oversized_body_is_refused_without_reading_it_all(site: FaultSite)
     (result,) = await fetch(e, site.url("/items/5.json?bytes=500000000"))
     assert time.monotonic() - began < 5
     assert result.error is not None and result.error.error_class == "too_large"
+    assert result.error.status_code == 200  # declared too large by a 200 answer
     assert result.decision is not None and result.decision.action == "dead"
 
 

@@ -172,6 +172,7 @@ async def test_a_gzip_bomb_is_cut_off_at_the_cap_of_decoded_bytes(
     result = await _fetch(transport, f"{hostile}/bomb")
     assert result.status == "failed" and result.error is not None, result
     assert result.error.error_class == "too_large", result.error
+    assert result.error.status_code == 200  # what the server answered, kept on the dead letter
     assert result.decision is not None and result.decision.action == "dead"
 
 

@@ -533,6 +533,7 @@ class FetchEngine:
             gate.release()
 
     async def _request(self, client: httpx.AsyncClient, url: str) -> tuple[str, int, bytes, str]:
+        status: int | None = None  # the server's answer, kept on a too_large dead letter
         try:
             async with client.stream("GET", url) as response:
                 status = response.status_code
@@ -540,7 +541,7 @@ class FetchEngine:
                     raise _status_error(response, url)
                 declared = response.headers.get("content-length")
                 if declared and declared.isdigit() and int(declared) > self.max_response_bytes:
-                    raise _too_large(url, self.max_response_bytes, declared=int(declared))
+                    raise _too_large(self.max_response_bytes, status=status, declared=int(declared))
                 chunks: list[bytes] = []
                 size = 0
                 # Raw bytes, decoded within the cap (collector.fetch.decoding): httpx's own
@@ -552,7 +553,7 @@ class FetchEngine:
                     chunk = raw if decoder is None else decoder.decode(raw)
                     size += len(chunk)
                     if size > self.max_response_bytes:
-                        raise _too_large(url, self.max_response_bytes)
+                        raise _too_large(self.max_response_bytes, status=status)
                     chunks.append(chunk)
                 return (
                     str(response.url),
@@ -563,7 +564,7 @@ class FetchEngine:
         except FetchError:
             raise
         except BodyTooLarge:
-            raise _too_large(url, self.max_response_bytes) from None
+            raise _too_large(self.max_response_bytes, status=status) from None
         except (httpx.HTTPError, OSError, _POOL_ERROR) as exc:
             raise self._failure(exc) from exc
 
@@ -634,8 +635,10 @@ def _status_error(response: httpx.Response, url: str) -> FetchError:
     return PermanentFetchError(message, error_class=f"http_{status}", status_code=status)
 
 
-def _too_large(url: str, cap: int, *, declared: int | None = None) -> PermanentFetchError:
+def _too_large(cap: int, *, status: int | None, declared: int | None = None) -> PermanentFetchError:
     what = f"declares {declared} bytes" if declared is not None else "exceeded"
     return PermanentFetchError(
-        f"response body {what}; the cap is max_response_bytes={cap}", error_class="too_large"
+        f"response body {what}; the cap is max_response_bytes={cap}",
+        error_class="too_large",
+        status_code=status,
     )
