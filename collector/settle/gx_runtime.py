@@ -110,6 +110,25 @@ def _import_gx() -> Any:
     return great_expectations
 
 
+def build_expectation(configuration: Any, spec: Spec, path: object) -> Any:
+    """GX's expectation object for ``spec``, or one ConfigError naming the suite file and the
+    expectation: an unknown type, or kwargs GX's own models refuse (a missing ``column``).
+
+    The run builds its suite with it, and ``collector validate`` checks a suite with it
+    (collector.settle.suite.check_suite_kwargs), so both say the same thing.
+    """
+    try:
+        return configuration.to_domain_obj()
+    except Exception as exc:
+        if type(exc).__name__ == "ExpectationNotFoundError":
+            raise ConfigError(f"{path}: {spec.where}: unknown expectation type") from exc
+        if type(exc).__name__ == "ValidationError":
+            problem = _pydantic_message(exc)
+        else:
+            problem = one_line(getattr(exc, "message", None) or exc)
+        raise ConfigError(f"{path}: {spec.where}: invalid kwargs: {problem}") from exc
+
+
 def _pydantic_message(exc: Exception) -> str:
     """``field: problem; field: problem`` from a pydantic (v1) ValidationError, one per field."""
     errors = getattr(exc, "errors", None)
@@ -187,22 +206,12 @@ class GXRuntime:
             ExpectationConfiguration,
         )
 
-        path = self._suite.path
-        try:
-            configuration = ExpectationConfiguration(
-                type=spec.type,
-                kwargs=dict(spec.kwargs),
-                meta={**spec.meta, _META_KEY: spec.position},
-            )
-            expectation = configuration.to_domain_obj()
-        except Exception as exc:
-            if type(exc).__name__ == "ExpectationNotFoundError":
-                raise ConfigError(f"{path}: {spec.where}: unknown expectation type") from exc
-            if type(exc).__name__ == "ValidationError":
-                problem = _pydantic_message(exc)
-            else:
-                problem = one_line(getattr(exc, "message", None) or exc)
-            raise ConfigError(f"{path}: {spec.where}: invalid kwargs: {problem}") from exc
+        configuration = ExpectationConfiguration(
+            type=spec.type,
+            kwargs=dict(spec.kwargs),
+            meta={**spec.meta, _META_KEY: spec.position},
+        )
+        expectation = build_expectation(configuration, spec, self._suite.path)
         kwargs = spec.kwargs
         columns = [kwargs[key] for key in ("column", "column_A", "column_B") if key in kwargs]
         if "column_list" in getattr(type(expectation), "domain_keys", ()):

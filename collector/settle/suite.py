@@ -386,7 +386,7 @@ def check_suite_kwargs(path: str | Path) -> None:
     (seconds), so it is not part of :func:`check_suite_file` (run at every load, where the run's
     own process must stay free of GX): ``collector validate`` calls it when a source has a suite.
     """
-    from collector.settle.gx_runtime import _import_gx, _pydantic_message
+    from collector.settle.gx_runtime import _import_gx, build_expectation
 
     suite = load_suite(path)
     _import_gx()
@@ -395,15 +395,7 @@ def check_suite_kwargs(path: str | Path) -> None:
     )
 
     for spec in suite.specs:
-        try:
-            ExpectationConfiguration(
-                type=spec.type, kwargs=dict(spec.kwargs), meta=dict(spec.meta)
-            ).to_domain_obj()
-        except Exception as exc:
-            if type(exc).__name__ == "ExpectationNotFoundError":
-                raise ConfigError(f"{suite.path}: {spec.where}: unknown expectation type") from exc
-            if type(exc).__name__ == "ValidationError":
-                problem = _pydantic_message(exc)
-            else:
-                problem = one_line(getattr(exc, "message", None) or exc)
-            raise ConfigError(f"{suite.path}: {spec.where}: invalid kwargs: {problem}") from exc
+        configuration = ExpectationConfiguration(
+            type=spec.type, kwargs=dict(spec.kwargs), meta=dict(spec.meta)
+        )
+        build_expectation(configuration, spec, suite.path)
