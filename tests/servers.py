@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -79,6 +80,18 @@ class RedisServer:
         """Stop and start again on the same port (data is lost unless ``persistent``)."""
         self.stop()
         self.start()
+
+    def down_for(self, seconds: float) -> threading.Thread:
+        """Stop now; start again on the same port ``seconds`` later, from a thread (join it)."""
+        self.stop()
+
+        def later() -> None:
+            time.sleep(seconds)
+            self.start()
+
+        thread = threading.Thread(target=later)
+        thread.start()
+        return thread
 
     def __enter__(self) -> RedisServer:
         return self.start()

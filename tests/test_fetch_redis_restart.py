@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
-import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -79,19 +78,6 @@ async def _batch(engine: FetchEngine, site: PolitenessSite, n: int) -> list[Fetc
     return await engine.fetch_batch(items, budget=RetryBudget(ratio=1.0, min_retries=1000))
 
 
-def _restart_later(server: RedisServer, seconds: float) -> threading.Thread:
-    """Stop the server now; start it again on the same port ``seconds`` later (in a thread)."""
-    server.stop()
-
-    def later() -> None:
-        time.sleep(seconds)
-        server.start()
-
-    thread = threading.Thread(target=later)
-    thread.start()
-    return thread
-
-
 async def test_the_shared_breaker_rides_out_a_restart_and_shares_what_it_learned(
     server: RedisServer, site: PolitenessSite, unretrieved: list[dict[str, Any]]
 ) -> None:
@@ -149,7 +135,7 @@ async def test_the_shared_rate_limit_waits_for_redis_and_holds_across_a_restart(
             stamps.append(time.monotonic())
 
     await asyncio.gather(burst(one, 5), burst(two, 5))  # both reached Redis
-    restarting = _restart_later(server, 1.5)
+    restarting = server.down_for(1.5)
     began = time.monotonic()
     await asyncio.gather(burst(one, 10), burst(two, 10))  # sent while it is down: they wait
     waited = time.monotonic() - began

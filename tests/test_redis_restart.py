@@ -8,7 +8,6 @@ that stays down fails the call after ``COLLECTOR_REDIS_RECONNECT_S`` with one li
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 
@@ -32,19 +31,6 @@ def server() -> Iterator[RedisServer]:
         yield running
 
 
-def _down_for(server: RedisServer, seconds: float) -> threading.Thread:
-    """Stop the server now; start it again on the same port ``seconds`` later (in a thread)."""
-    server.stop()
-
-    def later() -> None:
-        time.sleep(seconds)
-        server.start()
-
-    thread = threading.Thread(target=later)
-    thread.start()
-    return thread
-
-
 def _letter(url: str) -> DeadLetter:
     now = time.time()
     return DeadLetter(SOURCE, url, "fetch", "http_500", "server error", 3, now, now)
@@ -60,7 +46,7 @@ def test_calls_made_while_redis_restarts_wait_for_it_and_run_once(server: RedisS
         lease = frontier.claim(SOURCE, 10, now=now, lease_s=600)
         assert len(lease.items) == 10
 
-        restarting = _down_for(server, 1.5)
+        restarting = server.down_for(1.5)
         started = time.monotonic()
         acked = frontier.ack(  # sent while the server is down: waits, then runs once
             lease, [Completed(i.url, now + 3600, now) for i in lease.items], now=now
@@ -70,7 +56,7 @@ def test_calls_made_while_redis_restarts_wait_for_it_and_run_once(server: RedisS
         assert waited >= 1.0, "the ack did not meet the server down"
         assert acked.accepted == 10 and acked.stale == []  # ran once: none refused as stale
 
-        restarting = _down_for(server, 1.0)
+        restarting = server.down_for(1.0)
         assert store.put([_letter(URLS[-1])]) == 1  # the dead-letter store waits the same way
         restarting.join()
 
