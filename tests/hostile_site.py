@@ -1,14 +1,20 @@
 """A local stdlib HTTP server serving every kind of bad input a source can meet.
 
-Used by the end-to-end dead-letter test. The 1 GB body is generated while it is sent (64 KiB
-at a time, never held in memory), without a Content-Length, so only the fetch engine's
-streaming size cap can stop it; the server counts what it managed to send.
+Used by the end-to-end dead-letter test (bad records) and by tests/test_hostile_responses.py
+(bad answers: a gzip bomb, encoded pages, a dripped body, a redirect loop, a short body, 200 KB
+of headers). The 1 GB body is generated while it is sent (64 KiB at a time, never held in
+memory), without a Content-Length, so only the fetch engine's streaming size cap can stop it;
+the server counts what it managed to send.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
+import time
+import zlib
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -52,6 +58,23 @@ PAGES: dict[str, tuple[int, bytes]] = {
     "/flaky.json": (503, b"try later"),
 }
 HOSTILE = "/hostile-1gb.json"
+CAP = 1_000_000  # the max_response_bytes the bomb is meant for
+BOMB = gzip.compress(b"\0" * (64 * CAP), compresslevel=9)  # 64 MB of zeros in ~64 KB
+
+PAGE = b'{"id": 1, "name": "' + b"x" * 50_000 + b'"}'
+# query name -> (Content-Encoding value, encoder)
+_ENCODERS: dict[str, tuple[str, Callable[[bytes], bytes]]] = {
+    "gzip": ("gzip", gzip.compress),
+    "deflate": ("deflate", zlib.compress),  # the RFC's deflate: zlib-wrapped
+    "rawdeflate": ("deflate", lambda b: _raw_deflate(b)),  # what some servers send instead
+    "bogus": ("bogus", lambda b: b),  # an encoding nobody knows: the body is as sent
+    "corrupt": ("gzip", lambda b: gzip.compress(b)[:10] + b"\x07" * 30),  # a reserved block type
+}
+
+
+def _raw_deflate(body: bytes) -> bytes:
+    deflate = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    return deflate.compress(body) + deflate.flush()
 
 
 class HostileSite:
@@ -74,6 +97,10 @@ class HostileSite:
                 if path == HOSTILE:
                     self._hostile()
                     return
+                answer = getattr(self, "_answer_" + path.strip("/"), None)
+                if answer is not None:  # an answer that misbehaves, not a bad record
+                    answer()
+                    return
                 status, body = PAGES.get(path, (404, b"no such page"))
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -93,8 +120,71 @@ class HostileSite:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+            def _answer_bomb(self) -> None:
+                """Gzip whose small Content-Length passes: only the decoded size can catch it."""
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Encoding", "gzip")
+                self.send_header("Content-Length", str(len(BOMB)))
+                self.end_headers()
+                self.wfile.write(BOMB)
+
+            def _answer_encoded(self) -> None:
+                """/encoded?gzip,deflate: PAGE encoded in that order, the header saying so."""
+                names = self.path.split("?", 1)[1].split(",")
+                body = PAGE
+                for name in names:
+                    body = _ENCODERS[name][1](body)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Encoding", ", ".join(_ENCODERS[n][0] for n in names))
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _answer_drip(self) -> None:
+                """A byte every 50 ms of a declared 1,000: only a deadline ends it."""
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "1000")
+                self.end_headers()
+                try:
+                    for _ in range(1000):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                        time.sleep(0.05)
+                except OSError:
+                    pass  # the client gave up, as it should
+
+            def _answer_loop(self) -> None:
+                self.send_response(302)
+                self.send_header("Location", "/loop")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def _answer_short(self) -> None:
+                """9 bytes of a declared 100, then the connection closes."""
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "100")
+                self.end_headers()
+                self.wfile.write(b'{"id": 1}')
+
+            def _answer_headers(self) -> None:
+                self.send_response(200)
+                for n in range(200):
+                    self.send_header(f"X-Padding-{n}", "x" * 1000)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # clients hang up on the drip, the bomb and the 1 GB body: the point
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

@@ -16,14 +16,9 @@ with httpx's decoding, +0.0 MB with the engine's on either pool.
 
 from __future__ import annotations
 
-import gzip
-import threading
 import time
 import tracemalloc
-import zlib
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
@@ -32,114 +27,13 @@ from collector.fetch.transport import TransportKind
 from collector.frontier.base import ClaimedItem
 from collector.policy.retry import RetryBudget, RetrySettings
 from collector.policy.urls import HostPolicy
-
-CAP = 1_000_000  # max_response_bytes of these engines
-BOMB = gzip.compress(b"\0" * (64 * CAP), compresslevel=9)  # 64 MB of zeros in ~64 KB
-
-
-PAGE = b'{"id": 1, "name": "' + b"x" * 50_000 + b'"}'
-# query name -> (Content-Encoding value, encoder)
-_ENCODERS: dict[str, tuple[str, Callable[[bytes], bytes]]] = {
-    "gzip": ("gzip", gzip.compress),
-    "deflate": ("deflate", zlib.compress),  # the RFC's deflate: zlib-wrapped
-    "rawdeflate": ("deflate", lambda b: _raw_deflate(b)),  # what some servers send instead
-    "bogus": ("bogus", lambda b: b),  # an encoding nobody knows: the body is as sent
-    "corrupt": ("gzip", lambda b: gzip.compress(b)[:10] + b"\x07" * 30),  # a reserved block type
-}
-
-
-def _raw_deflate(body: bytes) -> bytes:
-    deflate = zlib.compressobj(wbits=-zlib.MAX_WBITS)
-    return deflate.compress(body) + deflate.flush()
-
-
-class _Hostile(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        route = getattr(self, "_" + self.path.strip("/").split("?")[0], None)
-        if route is None:
-            self.send_error(404)
-            return
-        route()
-
-    def _bomb(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Encoding", "gzip")
-        self.send_header("Content-Length", str(len(BOMB)))
-        self.end_headers()
-        self.wfile.write(BOMB)
-
-    def _encoded(self) -> None:
-        # /encoded?gzip,deflate: the page encoded in that order, the header saying so
-        names = self.path.split("?", 1)[1].split(",")
-        body = PAGE
-        for name in names:
-            body = _ENCODERS[name][1](body)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Encoding", ", ".join(_ENCODERS[n][0] for n in names))
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _drip(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", "1000")
-        self.end_headers()
-        try:
-            for _ in range(1000):
-                self.wfile.write(b" ")
-                self.wfile.flush()
-                time.sleep(0.05)
-        except OSError:
-            pass  # the client gave up, as it should
-
-    def _loop(self) -> None:
-        self.send_response(302)
-        self.send_header("Location", "/loop")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def _short(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", "100")
-        self.end_headers()
-        self.wfile.write(b'{"id": 1}')
-        self.close_connection = True
-
-    def _headers(self) -> None:
-        self.send_response(200)
-        for n in range(200):
-            self.send_header(f"X-Padding-{n}", "x" * 1000)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-
-class _Quiet(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # clients hang up on the drip and the bomb: that is the point
+from tests.hostile_site import BOMB, CAP, PAGE, HostileSite
 
 
 @pytest.fixture(scope="module")
 def hostile() -> Iterator[str]:
-    server = _Quiet(("127.0.0.1", 0), _Hostile)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with HostileSite() as site:
+        yield site.base_url
 
 
 @pytest.fixture(params=["aiohttp", "httpx"])
