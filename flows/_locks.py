@@ -49,7 +49,7 @@ __all__ = [
     "call_under_source_lock",
     "domain_slots",
     "ensure_limit",
-    "quiet_busy_on_console",
+    "quiet_console_for_the_command",
     "source_lock",
 ]
 
@@ -201,7 +201,7 @@ _expected_failures = _ExpectedLockFailures()
 logging.getLogger("prefect._internal.concurrency").addFilter(_expected_failures)
 
 
-class _BusyOnConsole(logging.Filter):
+class _SaidByTheCommandFilter(logging.Filter):
     """Drop, from the console only, the flow engine's records of a flow that ended SourceBusy
     or ConfigError (a suite GX rejects, found as the run starts).
 
@@ -231,15 +231,15 @@ _SAID_BY_THE_COMMAND = (
 )
 
 
-def quiet_busy_on_console() -> None:
-    """Install :class:`_BusyOnConsole` on Prefect's console handlers (for the CLI's process)."""
+def quiet_console_for_the_command() -> None:
+    """Install :class:`_SaidByTheCommandFilter` on Prefect's console handlers (CLI process)."""
     from prefect.logging.handlers import PrefectConsoleHandler
 
     for handler in logging.getLogger().handlers:
         if isinstance(handler, PrefectConsoleHandler) and not any(
-            isinstance(f, _BusyOnConsole) for f in handler.filters
+            isinstance(f, _SaidByTheCommandFilter) for f in handler.filters
         ):
-            handler.addFilter(_BusyOnConsole())
+            handler.addFilter(_SaidByTheCommandFilter())
 
 
 def _heartbeat_variable(source: Source) -> str:

@@ -84,10 +84,10 @@ def cmd_triage(args: argparse.Namespace) -> int:
     load(args.source)  # an invalid source: exit 2 before Prefect starts (main)
     _prefect_server()
     from collector.run.locks import SourceBusy
-    from flows._locks import quiet_busy_on_console
+    from flows._locks import quiet_console_for_the_command
     from flows.triage import run_triage
 
-    quiet_busy_on_console()  # a busy lock is said in one line below, not with a traceback
+    quiet_console_for_the_command()  # a busy lock: said in one line below
     try:
         report = run_triage(args.source, limit=args.limit, dry_run=args.dry_run)
     except SourceBusy as exc:

@@ -187,10 +187,10 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, RunSummary | None,
         _prefect_server()  # after the checks above: a source that cannot run starts nothing
         from collector.run.locks import SourceBusy
         from collector.run.stop import EXIT_CODES, StoppedWaiting
-        from flows._locks import quiet_busy_on_console
+        from flows._locks import quiet_console_for_the_command
         from flows.collect import progress_listeners, run_collect
 
-        quiet_busy_on_console()  # a busy lock is said in one line below, not with a traceback
+        quiet_console_for_the_command()  # busy, stopped, bad suite: said once below
         progress_listeners.append(progress)
         try:
             result = run_collect(
