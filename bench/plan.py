@@ -1,8 +1,10 @@
 """Planning at scale: a new, an unchanged and a changed seed list, SQLite and Redis, in one run.
 
     .venv/bin/python bench/plan.py [--n 1000000] [--backends sqlite,redis] [--keep DIR]
+                                   [--seeds template|file]
 
-For each backend, a source of N URLs (``seeds.template`` + ``range``) is planned three times by
+For each backend, a source of N URLs (``seeds.template`` + ``range``, or with ``--seeds file``
+a seed file of N lines) is planned several times by
 ``Collection.plan`` (the code a run uses; no Prefect, nothing fetched), each in a child process
 of its own so its peak RSS (``ru_maxrss``) is that plan's alone:
 
@@ -12,8 +14,11 @@ of its own so its peak RSS (``ru_maxrss``) is that plan's alone:
 3. ``unchanged, all fresh``: every item is then made done and fresh (SQLite: one UPDATE, a
    shortcut; Redis: claims and acks of 10,000), and the source planned again: nothing is due
    (target <= 2 s);
-4. ``changed``: the range grown by 1 % (a difference plan: only the 1 % new offered);
-5. ``edited``: ``on_removed`` switched (a full plan: every seed offered again, all known).
+4. ``changed``: the range grown by 1 % (a file: 1 % more lines appended), a difference plan:
+   only the 1 % new offered;
+5. ``middle`` (a file only): 100 lines in the middle of the file replaced by other URLs, a
+   difference plan: 100 offered, the file read once for URLs still named;
+6. ``edited``: ``on_removed`` switched (a full plan: every seed offered again, all known).
 
 Then storage per queued URL: the SQLite file (after a checkpoint) / N (target <= 200 bytes), and
 Redis ``used_memory`` growth / N (target <= 230). Peak RSS target: <= 200 MB whatever N. On
@@ -41,12 +46,34 @@ sys.path.insert(0, str(ROOT))
 TARGETS = {"rate": 150_000, "unchanged_s": 2.0, "rss_mb": 200, "sqlite_b": 200, "redis_b": 230}
 
 
+MIDDLE = 100  # lines replaced in the middle of a seed file
+
+
 def write_source(
-    folder: Path, n: int, frontier: dict[str, Any], on_removed: str = "retire"
+    folder: Path,
+    n: int,
+    frontier: dict[str, Any],
+    on_removed: str = "retire",
+    *,
+    form: str = "template",
+    replaced: int = 0,
 ) -> Path:
+    """The bench's source: a template over ``range(n)``, or a seed file of ``n`` lines whose
+    ``replaced`` middle lines name other URLs."""
     import yaml
 
-    seeds = {"template": "http://127.0.0.1:9/items/{i}.json", "range": [0, n]}
+    template = "http://127.0.0.1:9/items/{i}.json"
+    seeds: dict[str, Any] = {"template": template, "range": [0, n]}
+    if form == "file":
+        moved = range(n // 2 - replaced // 2, n // 2 - replaced // 2 + replaced)
+        other = template.replace("/items/", "/other/")
+        with (folder / "seeds.txt").open("w", encoding="utf-8") as out:
+            for start in range(0, n, 100_000):
+                lines = range(start, min(n, start + 100_000))
+                out.write(
+                    "".join((other if i in moved else template).format(i=i) + "\n" for i in lines)
+                )
+        seeds = {"file": "seeds.txt"}
     source = {
         "name": "plan-bench",
         "seeds": {**seeds, "on_removed": on_removed},
@@ -107,7 +134,9 @@ def plan_in_child(path: Path, run_id: str) -> dict[str, Any]:
     return result
 
 
-def bench_backend(kind: str, n: int, folder: Path, redis_url: str | None) -> dict[str, Any]:
+def bench_backend(
+    kind: str, n: int, folder: Path, redis_url: str | None, form: str = "template"
+) -> dict[str, Any]:
     frontier = {"frontier": {"type": "redis", "url": redis_url}} if kind == "redis" else {}
     client = None
     if kind == "redis":
@@ -122,8 +151,8 @@ def bench_backend(kind: str, n: int, folder: Path, redis_url: str | None) -> dic
         client.config_set("slowlog-max-len", 1024)
         client.slowlog_reset()
         base_memory = int(client.info("memory")["used_memory"])
-    path = write_source(folder, n, frontier)
-    figures: dict[str, Any] = {"backend": kind, "n": n}
+    path = write_source(folder, n, frontier, form=form)
+    figures: dict[str, Any] = {"backend": kind, "n": n, "form": form}
     figures["new"] = plan_in_child(path, "bench-new")
     if client is not None:
         figures["new"]["longest_ms"] = longest_script_ms(client)
@@ -152,14 +181,22 @@ def bench_backend(kind: str, n: int, folder: Path, redis_url: str | None) -> dic
     assert figures["fresh"]["plan"] == "incremental", figures["fresh"]
     assert figures["fresh"]["discovered"] == 0, figures["fresh"]
     grown = n + max(1, n // 100)
-    write_source(folder, grown, frontier)
+    write_source(folder, grown, frontier, form=form)
     figures["changed"] = plan_in_child(path, "bench-changed")
     if client is not None:
         figures["changed"]["longest_ms"] = longest_script_ms(client)
     # a difference plan: the 1 % new offered, the rest fresh (nothing due)
     assert figures["changed"]["plan"] == "difference", figures["changed"]
     assert figures["changed"]["discovered"] == grown - n, figures["changed"]
-    write_source(folder, grown, frontier, on_removed="collect")
+    if form == "file":
+        write_source(folder, grown, frontier, form=form, replaced=MIDDLE)
+        figures["middle"] = plan_in_child(path, "bench-middle")
+        if client is not None:
+            figures["middle"]["longest_ms"] = longest_script_ms(client)
+        assert figures["middle"]["plan"] == "difference", figures["middle"]
+        # the lines replaced, and the appended ones still queued (due: adopted)
+        assert figures["middle"]["discovered"] == MIDDLE + grown - n, figures["middle"]
+    write_source(folder, grown, frontier, on_removed="collect", form=form, replaced=MIDDLE)
     figures["edited"] = plan_in_child(path, "bench-edited")
     if client is not None:
         figures["edited"]["longest_ms"] = longest_script_ms(client)
@@ -206,8 +243,10 @@ def report(figures: dict[str, Any]) -> None:
     fresh = figures["fresh"]
     rate = n / new["seconds"]
     storage_target = TARGETS["sqlite_b" if kind == "sqlite" else "redis_b"]
-    peak = max(run["peak_rss_mb"] for run in (new, same, fresh, changed, figures["edited"]))
-    print(f"\n{kind}, {n:,} URLs (template + range):")
+    runs = (new, same, fresh, changed, figures["edited"], figures.get("middle", new))
+    peak = max(run["peak_rss_mb"] for run in runs)
+    listed = "template + range" if figures["form"] == "template" else "a seed file"
+    print(f"\n{kind}, {n:,} URLs ({listed}):")
     cpu_rate = n / max(new["cpu_s"], 1e-9)
     print(
         f"  new list        {new['seconds']:8.2f} s wall {new['cpu_s']:7.2f} s CPU"
@@ -227,11 +266,19 @@ def report(figures: dict[str, Any]) -> None:
         f"  peak RSS {fresh['peak_rss_mb']:.0f} MB"
     )
     edited = figures["edited"]
+    grew = "range +1 %" if figures["form"] == "template" else "file +1 % lines"
     print(
-        f"  range +1 % (difference plan) {changed['seconds']:8.2f} s wall"
+        f"  {grew} (difference plan) {changed['seconds']:8.2f} s wall"
         f" {changed['cpu_s']:7.2f} s CPU  {new['cpu_s'] / max(changed['cpu_s'], 1e-9):,.0f} x"
         f" less CPU than the new plan  peak RSS {changed['peak_rss_mb']:.0f} MB"
     )
+    if "middle" in figures:
+        middle = figures["middle"]
+        print(
+            f"  {MIDDLE} lines replaced mid-file (difference plan) {middle['seconds']:8.2f} s wall"
+            f" {middle['cpu_s']:7.2f} s CPU  {new['cpu_s'] / max(middle['cpu_s'], 1e-9):,.0f} x"
+            f" less CPU than the new plan  peak RSS {middle['peak_rss_mb']:.0f} MB"
+        )
     print(
         f"  edited, all known (full plan) {edited['seconds']:8.2f} s wall"
         f" {edited['cpu_s']:7.2f} s CPU  {edited['discovered'] / edited['cpu_s']:9,.0f} URLs"
@@ -263,6 +310,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--backends", default="sqlite,redis")
     parser.add_argument("--keep", type=Path, default=None, help="folder to keep the state in")
+    parser.add_argument("--seeds", choices=("template", "file"), default="template")
     args = parser.parse_args()
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"{stamp}; uptime: {os.popen('uptime').read().strip()}")
@@ -276,9 +324,9 @@ def main() -> None:
                 from tests.servers import RedisServer
 
                 with RedisServer() as server:
-                    report(bench_backend(kind, args.n, folder, server.url))
+                    report(bench_backend(kind, args.n, folder, server.url, args.seeds))
             else:
-                report(bench_backend(kind, args.n, folder, None))
+                report(bench_backend(kind, args.n, folder, None, args.seeds))
     finally:
         if folder_ctx is not None:
             folder_ctx.cleanup()

@@ -579,7 +579,30 @@ class Source(_Section):
             for i in range(start, stop):
                 yield f"{head}{i}{tail}"
 
-    def seed_mark(self) -> str:
+    def seed_list_head(self) -> bytes | None:
+        """The ``urls`` as the lines a copy of the list starts with (collector.run.seedlist).
+
+        None when the list cannot be kept as a copy: it has a template (its range has marks of
+        its own), or a literal URL would not read back as itself from a line of text (empty,
+        surrounded by spaces, holding a line break, or starting with ``#``).
+        """
+        if self.seeds.template is not None:
+            return None
+        for url in self.seeds.urls:
+            if not url or url != url.strip() or "\n" in url or "\r" in url or url[0] == "#":
+                return None
+        return "".join(f"{url}\n" for url in self.seeds.urls).encode("utf-8")
+
+    def seed_list_blocks(self, head: bytes) -> Iterator[bytes]:
+        """The listed seeds as bytes: ``head`` (:meth:`seed_list_head`), then the seed file's."""
+        if head:
+            yield head
+        if self.seeds.file is not None:
+            with self.path(self.seeds.file).open("rb") as handle:
+                while block := handle.read(1 << 20):
+                    yield block
+
+    def seed_mark(self, *, list_digest: str | None = None) -> str:
         """A digest of everything that decides the seed list a plan offers and refuses.
 
         The seed settings, the seed file's contents, and the host policy. A plan whose mark
@@ -588,17 +611,33 @@ class Source(_Section):
         earlier ``collect`` plan carried over are still queued, and a switch to ``retire`` must
         sweep them, which only a full plan does.
 
-        A list that is a template alone keeps its range out of the digest and after it
-        (``sha256:<hex> range=<start>,<stop>``), so a plan can tell that only the range changed
-        and offer just the difference (collector.run.seeds.range_change).
+        The part a plan can difference is kept out of the digest and after it, so a plan can
+        tell that only that part changed:
+
+        - a template alone: ``sha256:<hex> range=<start>,<stop>``
+          (collector.run.seeds.range_change);
+        - ``urls`` and/or a ``file`` without a template: ``sha256:<hex> list=<hex>``, the second
+          digest over the listed seeds' bytes (:meth:`seed_list_blocks`; ``list_digest`` when
+          the caller hashed them already: collector.run.seedlist).
         """
         digest = hashlib.sha256()
         settings = self.seeds.model_dump(mode="json")
         template_only = not self.seeds.urls and self.seeds.file is None
+        head = self.seed_list_head()
         if template_only:
             settings.pop("range", None)
+        elif head is not None:
+            settings.pop("urls", None)
+            settings.pop("file", None)
         policy = [self.allow_private_networks, sorted(self.limits.allowed_hosts)]
-        digest.update(json.dumps(["seeds/2", settings, policy], sort_keys=True).encode())
+        digest.update(json.dumps(["seeds/3", settings, policy], sort_keys=True).encode())
+        if head is not None:
+            if list_digest is None:
+                listed = hashlib.sha256()
+                for block in self.seed_list_blocks(head):
+                    listed.update(block)
+                list_digest = listed.hexdigest()
+            return f"sha256:{digest.hexdigest()} list={list_digest}"
         if self.seeds.file is not None:
             with self.path(self.seeds.file).open("rb") as handle:
                 while block := handle.read(1 << 20):

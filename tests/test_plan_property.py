@@ -16,6 +16,7 @@ out, and each run drains only part of its queue. After every run:
 from __future__ import annotations
 
 import asyncio
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ def _url(n: int) -> str:
 
 # One run: (seed list, seeds.on_removed, most items drained, clock step, keep the previous list).
 Run = tuple[frozenset[int], str, int, float, bool]
+FileRun = tuple[tuple[int, ...], str, int, float, bool]  # the list: a seed file's lines
 runs = st.lists(
     st.tuples(
         st.frozensets(st.integers(0, POOL - 1), min_size=1, max_size=POOL),  # the seed list
@@ -116,6 +118,38 @@ def test_every_run_balances_on_a_redis_frontier(redis_url: str, plan: list[Run])
         asyncio.run(_play(Path(folder), plan, section))
 
 
+# the same, with the list a seed file: lines in any order, repeated, moved, spaced, commented;
+# an edit with the same on_removed is a difference plan (collector.run.seedlist)
+file_runs = st.lists(
+    st.tuples(
+        st.lists(st.integers(0, POOL - 1), min_size=1, max_size=2 * POOL).map(tuple),
+        st.sampled_from(["retire", "collect"]),
+        st.integers(0, 30),
+        st.sampled_from([0.0, 10.0, 150.0]),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@_EXAMPLES
+@given(file_runs)
+def test_every_run_balances_when_a_seed_file_is_edited(plan: list[FileRun]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        asyncio.run(_play(Path(folder), plan, {}, twin=Path(folder) / "twin"))
+
+
+@_EXAMPLES
+@given(file_runs)
+def test_every_run_balances_when_a_seed_file_is_edited_on_redis(
+    redis_url: str, plan: list[FileRun]
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        section = {"frontier": {"type": "redis", "url": redis_url}, "name": Path(folder).name}
+        asyncio.run(_play(Path(folder), plan, section, twin=Path(folder) / "twin"))
+
+
 @_EXAMPLES
 @given(ranged_runs)
 def test_every_run_balances_when_a_template_range_moves(plan: list[Run]) -> None:
@@ -133,36 +167,54 @@ def test_every_run_balances_when_a_template_range_moves_on_redis(
         asyncio.run(_play(Path(folder), plan, section, template=True))
 
 
-def _seeds(listed: frozenset[int], template: bool) -> dict[str, Any]:
+def _seeds(
+    folder: Path, listed: frozenset[int] | tuple[int, ...], template: bool
+) -> dict[str, Any]:
     if template:  # listed is a window: range(min, max + 1)
         return {
             "template": _url(0).replace("/0.json", "/{i}.json"),
             "range": [min(listed), max(listed) + 1],
         }
-    return {"urls": [_url(n) for n in sorted(listed)]}
+    if isinstance(listed, frozenset):
+        return {"urls": [_url(n) for n in sorted(listed)]}
+    # a seed file: a comment, a blank line, some lines spaced, CRLF or LF, maybe no final break
+    lines = ["# items"] + [f"  {_url(n)} " if n % 3 == 0 else _url(n) for n in listed]
+    lines.insert(len(lines) // 2, "")
+    newline = "\r\n" if len(listed) % 4 == 1 else "\n"
+    text = newline.join(lines) + ("" if len(listed) % 2 else newline)
+    (folder / "seeds.txt").write_bytes(text.encode())
+    return {"file": "seeds.txt"}
 
 
 async def _play(
-    folder: Path, plan: list[Run], backend: dict[str, Any], *, template: bool = False
+    folder: Path,
+    plan: list[Run] | list[FileRun],
+    backend: dict[str, Any],
+    *,
+    template: bool = False,
+    twin: Path | None = None,
 ) -> None:
+    """Play the runs; with ``twin``, each run also in a twin source planned in full (never
+    from a kept copy of the list), whose frontier must end up the same after every step."""
     clock = [1_700_000_000.0]
-    listed: frozenset[int] = frozenset()
+    listed: frozenset[int] | tuple[int, ...] = frozenset()
     ever: set[str] = set()
     fresh_until: dict[str, float] = {}
-    before: tuple[frozenset[int], str] | None = None  # the last plan's list and policy
+    before: tuple[object, str] | None = None  # the last plan's list and policy
     for number, (seeds, on_removed, limit, step, same) in enumerate(plan):
         if not same or not listed:
-            listed = seeds
+            listed = seeds  # type: ignore[assignment]  # a frozenset or a tuple: both Run kinds
         kind = "full"
         if before == (listed, on_removed):
             kind = "incremental"
-        elif template and before is not None and before[1] == on_removed:
-            kind = "difference"  # only the range changed
+        elif before is not None and before[1] == on_removed:
+            kind = "difference"  # only the range or the listed seeds changed
         before = (listed, on_removed)
         clock[0] += step
+        seeds_section = {**_seeds(folder, listed, template), "on_removed": on_removed}
         path = write_source(
             folder,
-            seeds={**_seeds(listed, template), "on_removed": on_removed},
+            seeds=seeds_section,
             ttl={"default_fresh_s": FRESH_S, "queue_ttl_s": 10_000},
             state_dir="state",
             **backend,
@@ -171,10 +223,32 @@ async def _play(
         with Collection(source, run_id=f"run-{number}", clock=lambda: clock[0]) as run:
             ledger = run.plan()
             assert ledger.plan == kind, (number, ledger.plan, kind)
+            planned = run.frontier.counts(source.name)
             claimed = await _drain(run, limit)
             ledger = run.finish()
             assert ledger.balanced, (number, ledger.problems)
             counts = run.frontier.counts(source.name)
+        if twin is not None:  # the same run planned in full must leave the same frontier
+            twin.mkdir(exist_ok=True)
+            if not template:
+                _seeds(twin, listed, template)
+            twin_backend = {**backend, "name": f"{backend['name']}-twin"} if backend else {}
+            twin_source = load_source(
+                write_source(
+                    twin,
+                    seeds=seeds_section,
+                    ttl={"default_fresh_s": FRESH_S, "queue_ttl_s": 10_000},
+                    state_dir="state",
+                    **twin_backend,
+                )
+            )
+            shutil.rmtree(twin / "state" / "seedlists", ignore_errors=True)
+            with Collection(twin_source, run_id=f"run-{number}", clock=lambda: clock[0]) as full:
+                assert full.plan().plan in ("full", "incremental")
+                assert full.frontier.counts(twin_source.name) == planned, number
+                assert sorted(await _drain(full, limit)) == sorted(claimed), number
+                full.finish()
+                assert full.frontier.counts(twin_source.name) == counts, number
         now = clock[0]
         names = {_url(n) for n in listed}
         ever |= names

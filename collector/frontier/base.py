@@ -123,6 +123,9 @@ class SweepResult:
     carried: int = 0  # tagged with this run, to be collected by it (or leased by a helper)
     retired: int = 0  # queued ones moved to ``retired`` (tagged with this run)
 
+    def __add__(self, other: SweepResult) -> SweepResult:
+        return SweepResult(self.carried + other.carried, self.retired + other.retired)
+
 
 @dataclass(frozen=True, slots=True)
 class ClaimedItem:

@@ -47,6 +47,7 @@ from collector.policy.retry import RetryBudget
 from collector.policy.urls import HostPolicy
 from collector.run.ledger import Ledger
 from collector.run.replan import LiftedRefusals
+from collector.run.seedlist import ListChange, ListCopies, ListCopy, list_change, listed_digest
 from collector.run.seeds import SeedCheck, range_change
 from collector.run.summary import Role, RunSummary
 from collector.settle.parse import RecordParser, dotted_get
@@ -237,30 +238,43 @@ class Collection:
             return ledger
 
         self.frontier.set_plan_mark(name, None)
-        change = range_change(stored, mark)
         retire = source.seeds.on_removed == "retire"
+        copies, listed = None, None
+        head = source.seed_list_head()
+        if head is not None:  # the plan reads a copy of the list, kept for the next difference
+            copies = ListCopies(source.state_path / "seedlists" / name)
+            listed = copies.write(source.seed_list_blocks(head))
+            mark = source.seed_mark(list_digest=listed.digest)
         swept = SweepResult()
-        if change is not None:  # settle the URLs that left first: then adopt leaves them alone
-            for gone in change.removed:
-                part = self.frontier.unlist(
+        if (range_diff := range_change(stored, mark)) is not None:
+            # settle the URLs that left first: then the adopt below leaves them alone
+            for gone in range_diff.removed:
+                swept += self.frontier.unlist(
                     name, source.template_urls(gone.start, gone.stop), self.frontier_tag,
                     retire=retire,
                 )  # fmt: skip
-                swept.carried += part.carried
-                swept.retired += part.retired
-            seeds: Iterable[str] = chain.from_iterable(
-                source.template_urls(r.start, r.stop) for r in change.added
-            )
-        else:
-            seeds = source.seed_urls()
-        result = self._offer_seeds(seeds, now, rank_for)
-        if change is not None:
-            adopted = adopt()  # the unchanged part: what is due, as an unchanged plan takes it
+            added = (source.template_urls(r.start, r.stop) for r in range_diff.added)
+            result = self._offer_seeds(chain.from_iterable(added), now, rank_for)
+            ledger.discovered += adopt().total  # the unchanged part, as an unchanged plan takes it
             ledger.plan = "difference"
-            ledger.discovered += adopted.total
+        elif (list_diff := self._list_change(copies, listed, stored, mark)) is not None:
+            assert listed is not None
+            result = self._offer_seeds(listed.urls(*list_diff.added), now, rank_for)
+            # after the offer: a URL that moved within the list is the run's now, and unlist
+            # leaves the run's items alone
+            swept = self.frontier.unlist(
+                name, iter(list_diff.removed), self.frontier_tag, retire=retire
+            )
+            ledger.discovered += adopt().total
+            ledger.plan = "difference"
         else:
+            result = self._offer_seeds(
+                listed.urls() if listed else source.seed_urls(), now, rank_for
+            )
             swept = self.frontier.sweep(name, self.frontier_tag, retire=retire)
             ledger.plan = "full"
+        if copies is not None and listed is not None:
+            copies.keep(listed)
         self.frontier.set_plan_mark(name, mark)
         ledger.duplicates = result.duplicates
         ledger.discovered -= result.duplicates
@@ -271,6 +285,17 @@ class Collection:
         ledger.carried_over = swept.carried
         ledger.retired = swept.retired
         return ledger
+
+    @staticmethod
+    def _list_change(
+        copies: ListCopies | None, listed: ListCopy | None, stored: str | None, mark: str
+    ) -> ListChange | None:
+        """What an edit of the listed seeds changed, when the last plan's copy is here."""
+        kept_digest = listed_digest(stored, mark)
+        if copies is None or listed is None or kept_digest is None:
+            return None
+        kept = copies.kept(kept_digest)
+        return None if kept is None else list_change(kept, listed)
 
     def _offer_seeds(
         self,
