@@ -7,6 +7,10 @@ in an unchanged plan. Every run balances against the frontier.
 
 from __future__ import annotations
 
+import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +112,93 @@ def test_range_change_needs_the_same_rest() -> None:
     assert range_change("sha256:x range=0,5", "sha256:y range=0,6") is None
     assert range_change("sha256:x", "sha256:x range=0,6") is None
     assert range_change("sha256:x range=zero,5", "sha256:x range=0,6") is None
+
+
+# --- a seed file edited between runs (collector.run.seedlist) ------------------------------
+def _url(n: int) -> str:
+    return TEMPLATE.format(i=n)
+
+
+def _plan_file(
+    folder: Path, backend: dict[str, Any], run: str, lines: list[str], **seeds: Any
+) -> tuple[Ledger, StateCounts]:
+    (folder / "seeds.txt").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    path = write_source(folder, seeds={"file": "seeds.txt", **seeds}, state_dir="state", **backend)
+    source = load_source(path)
+    with Collection(source, run_id=run) as collection:
+        collection.plan()
+        ledger = collection.finish()
+        assert ledger.balanced, ledger.problems
+        return ledger, collection.frontier.counts(source.name)
+
+
+def test_an_edited_seed_file_offers_the_changed_lines_only(
+    tmp_path: Path, backend: dict[str, Any]
+) -> None:
+    lines = [_url(n) for n in range(100)]
+    first, counts = _plan_file(tmp_path, backend, "r1", lines)
+    assert (first.plan, first.discovered, counts.queued) == ("full", 100, 100)
+    # 10 appended, 5 removed from the middle, one of them listed twice (stays), one moved
+    edited = lines[:40] + lines[45:] + [_url(n) for n in range(100, 110)]
+    edited[0:0] = [_url(44)]  # 44 moved to the top: still listed
+    edited.append(_url(40))  # 40 repeated at the end: still listed
+    second, counts = _plan_file(tmp_path, backend, "r2", edited)
+    assert (second.plan, second.unlisted, second.retired) == ("difference", 3, 3)
+    assert counts == StateCounts(queued=107, retired=3)
+    assert second.discovered == 107  # the new and moved lines offered, the rest adopted (queued)
+
+
+def test_a_seed_file_whose_copy_is_not_here_plans_in_full(tmp_path: Path) -> None:
+    lines = [_url(n) for n in range(20)]
+    _plan_file(tmp_path, {}, "r1", lines)
+    kept = list((tmp_path / "state" / "seedlists" / "test-items").iterdir())
+    assert [p.suffix for p in kept] == [".list"]
+    kept[0].unlink()  # a wiped state_dir, or the last plan ran on another machine
+    second, counts = _plan_file(tmp_path, {}, "r2", lines[:10])
+    assert (second.plan, second.retired, counts.queued) == ("full", 10, 10)
+    third, counts = _plan_file(tmp_path, {}, "r3", lines[:5])
+    assert (third.plan, third.retired, counts.queued) == ("difference", 5, 5)
+
+
+_PLAN_ONLY = """
+import sys
+from collector.config import load_source
+from collector.run.collection import Collection
+with Collection(load_source(sys.argv[1]), run_id="killed") as run:
+    run.plan()
+"""
+
+
+def test_a_difference_plan_killed_midway_is_made_whole_by_the_next_plan(tmp_path: Path) -> None:
+    """SIGKILL while an edited file's new lines are offered: the mark was cleared, so the next
+    plan is a full one from a fresh copy, and every URL of either list ends where it should."""
+    old = [_url(n) for n in range(1_000)]
+    _plan_file(tmp_path, {}, "r1", old[:])
+    new = old[500:] + [_url(n) for n in range(1_000, 151_000)]  # 500 left, 150,000 joined
+    (tmp_path / "seeds.txt").write_text("".join(f"{u}\n" for u in new), encoding="utf-8")
+    path = tmp_path / "source.yaml"
+    proc = subprocess.Popen([sys.executable, "-c", _PLAN_ONLY, str(path)], cwd=Path.cwd())
+    try:
+        db = tmp_path / "state" / "frontier.db"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            with sqlite3.connect(db, timeout=30) as peek:
+                if peek.execute("SELECT count(*) FROM items").fetchone()[0] > 10_000:
+                    break  # the difference plan is offering the new lines
+            time.sleep(0.05)
+        assert proc.poll() is None, "the plan ended before it could be killed: make it longer"
+        proc.kill()
+    finally:
+        proc.wait()
+    assert (tmp_path / "state" / "seedlists" / "test-items" / "pending").exists()
+    source = load_source(path)
+    with Collection(source, run_id="r3") as collection:
+        assert collection.frontier.plan_mark(source.name) is None  # cleared before the offers
+        ledger = collection.plan()
+        assert ledger.plan == "full"
+        ledger = collection.finish()
+        assert ledger.balanced, ledger.problems
+        counts = collection.frontier.counts(source.name)
+    assert counts == StateCounts(queued=150_500, retired=500)
+    kept = [p.name for p in (tmp_path / "state" / "seedlists" / "test-items").iterdir()]
+    assert kept == [f"{source.seed_mark().rpartition('=')[2]}.list"]
