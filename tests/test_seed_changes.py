@@ -9,6 +9,7 @@ expected record exactly once.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +121,25 @@ async def test_listing_a_retired_url_again_queues_it(
     assert third["fresh_skipped"] == 20 and third["stored"] == OLD - 20
     assert third["retired"] == 0  # the v=2 items are done, not queued: nothing to retire
     assert _ids(tmp_path) == list(range(OLD)) + list(range(100, 100 + NEW))
+
+
+async def test_leftovers_past_their_queue_ttl_are_asked_for_again_not_expired(
+    tmp_path: Path, site: FaultSite, frontier: dict[str, Any]
+) -> None:
+    """A run stopped by max_items leaves items queued; the next run comes after their queue TTL
+    (a daily schedule, a 6 h TTL). Its plan asks for them again: fetched, none expired."""
+    path = write_source(
+        tmp_path,
+        seeds={"template": site.base_url + "/items/{i}.json", "range": [0, 30]},
+        limits={"concurrency": 8, "per_domain_concurrency": 8, "per_domain_rate": "1000/second"},
+        ttl={"queue_ttl_s": 3, "batch_timeout_s": 2, "request_deadline_s": 1, "http_timeout_s": 1},
+        state_dir=".collector",
+        **frontier,
+    )
+    first = summary_of(await collect(source=str(path), batch_size=10, max_items=10))
+    assert (first["stored"], first["queued"]) == (10, 20)
+    await asyncio.sleep(3.5)  # the leftovers' queue TTL runs out before the next run
+    second = summary_of(await collect(source=str(path), batch_size=10))
+    assert second["balanced"], second["problems"]
+    assert (second["renewed"], second["expired"], second["stored"]) == (20, 0, 20)
+    assert duplicate_keys(sink_lines(tmp_path / "out")) == []

@@ -265,6 +265,17 @@ class Frontier(Protocol):
         """
         ...
 
+    def renew_queue_ttl(self, source: str, *, now: float, queue_ttl_s: float) -> int:
+        """Give queued items past their queue TTL a new one (``now + queue_ttl_s``); how many.
+
+        A plan does this first. An item an earlier run left queued (stopped by ``--max-items``,
+        or a schedule longer than ``queue_ttl_s``) is still listed and still due: the new plan
+        asks for it again, so it is a new request, not one for the run's first claim to expire
+        (and the plan after to queue again, a whole schedule later). Rank, attempts and
+        ``enqueued_at`` are kept: aging goes on counting from the first request.
+        """
+        ...
+
     def adopt(
         self,
         source: str,

@@ -156,6 +156,7 @@ _SCRIPTS = (
     "due_read",
     "sweep_due",
     "unlist",
+    "renew_queue_ttl",
 )
 
 
@@ -342,6 +343,14 @@ class RedisFrontier(Closing):
             result.carried += int(carried)
             result.retired += int(retired)
         return result
+
+    def renew_queue_ttl(self, source: str, *, now: float, queue_ttl_s: float) -> int:
+        renewed, left = 0, 1
+        while left:  # a page of expiry entries per script
+            args = [_num(now), _num(now + queue_ttl_s), self.page]
+            done, left = (int(v) for v in self._run("renew", "renew_queue_ttl", source, args))
+            renewed += done
+        return renewed
 
     def _tag_pages(self, script: str, source: str, args: list[str]) -> Iterator[list[int]]:
         """Run ``script`` (adopt_tag or sweep) a page at a time until no queued or leased item is

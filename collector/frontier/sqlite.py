@@ -375,6 +375,16 @@ class SqliteFrontier(Closing):
                 )
         return result
 
+    def renew_queue_ttl(self, source: str, *, now: float, queue_ttl_s: float) -> int:
+        with self._transaction() as db:
+            return int(
+                db.execute(
+                    f"UPDATE items SET expires_at = ? WHERE src = ? AND state = {Q}"
+                    " AND expires_at <= ?",
+                    (now + queue_ttl_s, self._src(db, source), now),
+                ).rowcount
+            )
+
     def unlist(self, source: str, urls: Iterable[str], run_id: str, *, retire: bool) -> SweepResult:
         result = SweepResult()
         for chunk in _chunks(urls, _OFFER_CHUNK):

@@ -131,6 +131,7 @@ class Collection:
         self.records_validated = 0
         self.pages_ok = 0
         self.replanned = 0  # open plan refusals closed because the policy allows them now
+        self.renewed = 0  # queued items past their queue TTL that the plan asked for again
         self.hosts: dict[str, Any] = {}  # the engine's view of hosts after the last fetch
 
     def __enter__(self) -> Collection:
@@ -230,6 +231,8 @@ class Collection:
                 fresh_for=ttl.fresh_for,
             )
 
+        # leftovers of an earlier run are asked for again, not expired by this run's first claim
+        self.renewed = self.frontier.renew_queue_ttl(name, now=now, queue_ttl_s=ttl.queue_ttl_s)
         mark = source.seed_mark()
         stored = self.frontier.plan_mark(name)
         if stored == mark:
@@ -799,6 +802,7 @@ class Collection:
             deadletter_archive=str(self.source.deadletter_archive_path),
             deadletter_reasons=self.deadletters.reasons(self.source.name),
             replanned=self.replanned,
+            renewed=self.renewed,
             **how,
         )
 

@@ -48,6 +48,7 @@ class RunSummary:
     refused_at_plan: int = 0
     already_dead: int = 0
     replanned: int = 0  # old plan refusals closed: the URL policy allows them now (run/replan.py)
+    renewed: int = 0  # queued items past their queue TTL the plan asked for again (not expired)
     retried: int = 0
     records_written: int = 0
     records_unchanged: int = 0

@@ -395,6 +395,11 @@ def _print_summary(summary: RunSummary, refusal: str | None = None) -> None:
         )
     for problem in summary.problems:
         console.print(f"[red]  {problem}")
+    if summary.renewed:
+        console.print(
+            f"renewed:      {summary.renewed} queued items an earlier run left were past their "
+            "queue TTL; this plan asked for them again (ttl.queue_ttl_s)"
+        )
     if summary.replanned:
         console.print(
             f"re-planned:   {summary.replanned} seeds refused by earlier runs are allowed "

@@ -589,6 +589,27 @@ class FrontierConformance:
         assert urls_of(lease) == [url(2)]
         assert frontier.counts(SRC) == counts(leased=1, expired=1)
 
+    def test_renew_queue_ttl_gives_queued_items_past_it_a_new_one(self, frontier: Frontier) -> None:
+        offer(frontier, [url(1), url(2)], queue_ttl_s=100)  # expire at T0 + 100
+        offer(frontier, [url(3)], now=T0 + 80, queue_ttl_s=100)  # at T0 + 180
+        assert frontier.renew_queue_ttl(SRC, now=T0 + 150, queue_ttl_s=100) == 2
+        assert frontier.renew_queue_ttl(SRC, now=T0 + 150, queue_ttl_s=100) == 0  # done once
+        lease = claim(frontier, 10, now=T0 + 200)
+        assert (lease.expired, sorted(urls_of(lease))) == (1, [url(1), url(2)])  # url(3) not
+        assert {i.enqueued_at for i in lease.items} == {T0}  # aging counts from the first request
+        frontier.release(lease, now=T0 + 200)
+        assert claim(frontier, 0, now=T0 + 249).expired == 0
+        assert claim(frontier, 0, now=T0 + 250).expired == 2  # the renewed TTL ran out
+        assert frontier.counts(SRC) == counts(expired=3)
+
+    def test_renew_queue_ttl_pages_through_many_items(self, frontier: Frontier) -> None:
+        many = [url(n) for n in range(5_000)]
+        offer(frontier, many[:2_500], queue_ttl_s=10)
+        offer(frontier, many[2_500:], now=T0 + 1, queue_ttl_s=10)  # two expiry buckets
+        assert frontier.renew_queue_ttl(SRC, now=T0 + 20, queue_ttl_s=100) == 5_000
+        assert claim(frontier, 0, now=T0 + 100).expired == 0
+        assert claim(frontier, 0, now=T0 + 121).expired == 5_000
+
     # --- counts -------------------------------------------------------------------------------
     def test_counts_per_state(self, frontier: Frontier) -> None:
         self._make_done(frontier, url("done"))

@@ -1,0 +1,33 @@
+-- ARGV: now, the new expires_at, page size. Queued items past their queue TTL get the new one:
+-- the earliest expiry buckets' entries (at or before now), a page at a time; entries of items
+-- that moved on are dropped, as a claim drops them. Returns how many were renewed and 1 when
+-- buckets at or before now are left (the caller runs the script again), else 0.
+local now_s, budget = ARGV[1], tonumber(ARGV[3])
+local now, new_exp = tonumber(now_s), tonumber(ARGV[2])
+local renewed = 0
+while budget > 0 do
+  local first = redis.call('ZRANGEBYSCORE', K_XB, '-inf', now_s, 'LIMIT', 0, 1)
+  if #first == 0 then break end
+  local name = first[1]
+  local lk = B .. ':x:' .. name
+  local entries = redis.call('LRANGE', lk, 0, budget - 1)
+  for _, url in ipairs(entries) do
+    local rec, k, f = load(url)
+    if rec and rec[1] == Q and rec[5] <= now then
+      rec[5] = new_exp
+      push_expiry(url, new_exp)
+      save(k, f, rec)
+      renewed = renewed + 1
+    end
+  end
+  budget = budget - #entries
+  if redis.call('LLEN', lk) <= #entries then  -- the bucket is read to its end
+    redis.call('DEL', lk)
+    redis.call('ZREM', K_XB, name)
+  else
+    redis.call('LTRIM', lk, #entries, -1)
+  end
+end
+flush_expiry()
+local left = redis.call('ZRANGEBYSCORE', K_XB, '-inf', now_s, 'LIMIT', 0, 1)
+return {renewed, #left}
