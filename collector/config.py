@@ -747,9 +747,26 @@ def parse_source(data: Any, *, label: str, base_dir: Path) -> Source:
     return source
 
 
+def placeholder_seed_problem(url: str, label: str) -> str | None:
+    """A seed on a ``.invalid`` host: a placeholder (``collector init`` writes
+    ``https://example.invalid/...``; the name can never resolve, RFC 6761), so the run could only
+    dead-letter it. Said with what to do, naming the file."""
+    host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    if host != "invalid" and not host.endswith(".invalid"):
+        return None
+    return (
+        f"{quoted(url)} is a placeholder (a .invalid host never resolves): "
+        f"replace the placeholder seed URL in {label} with a page of the site to collect"
+    )
+
+
 def _deep_checks(source: Source, label: str) -> list[str]:
     """Checks that need the file system or imports: seed file, suite, hooks."""
     problems: list[str] = []
+    for index, url in enumerate(source.seeds.urls):
+        placeholder = placeholder_seed_problem(url, label)
+        if placeholder is not None:
+            problems.append(f"{label}: seeds.urls[{index}]: {placeholder}")
     if source.seeds.file is not None:
         seed_file = source.path(source.seeds.file)
         if not seed_file.is_file():
@@ -760,7 +777,11 @@ def _deep_checks(source: Source, label: str) -> list[str]:
                     for number, line in enumerate(lines, 1):
                         line = line.strip()
                         if line and not line.startswith("#"):
-                            reason = check_url_syntax(line) or _placeholder_problem(line)
+                            reason = (
+                                check_url_syntax(line)
+                                or _placeholder_problem(line)
+                                or placeholder_seed_problem(line, label)
+                            )
                             if reason is not None:
                                 problems.append(f"{label}: seeds.file line {number}: {reason}")
                                 if len(problems) > MAX_PROBLEMS:
@@ -769,7 +790,7 @@ def _deep_checks(source: Source, label: str) -> list[str]:
                 problems.append(f"{label}: seeds.file: {seed_file} is not UTF-8 text: {exc}")
     if source.seeds.template is not None:
         sample = source.seeds.template.format(i=source.seeds.range[0] if source.seeds.range else 0)
-        reason = check_url_syntax(sample)
+        reason = check_url_syntax(sample) or placeholder_seed_problem(source.seeds.template, label)
         if reason is not None:
             problems.append(f"{label}: seeds.template: {reason}")
     if source.validation.suite is not None:
