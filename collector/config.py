@@ -71,6 +71,9 @@ _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 _SECRET_REF = re.compile(r"\$\{secret:([A-Za-z0-9][A-Za-z0-9_.-]*)\}")
 _REF = re.compile(r"\$\{(env|secret):([A-Za-z0-9_.-]+)\}")
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+# Problem lines reported for one source at most (the last then says there are more): every
+# problem at once, as long as that stays readable on one screen.
+MAX_PROBLEMS = 20
 
 
 class SourceError(ConfigError):
@@ -139,10 +142,15 @@ class SeedSettings(_Section):
     @field_validator("urls")
     @classmethod
     def _urls_well_formed(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
+        problems = []  # every bad item, one line each (see _problems_from)
         for index, url in enumerate(urls):
             reason = check_url_syntax(url) or _placeholder_problem(url)
             if reason is not None:
-                raise ValueError(f"item {index}: {reason}")
+                problems.append(f"item {index}: {reason}")
+                if len(problems) > MAX_PROBLEMS:
+                    break
+        if problems:
+            raise ValueError("\n".join(problems))
         return urls
 
 
@@ -721,8 +729,23 @@ def _problems_from(exc: ValidationError, label: str) -> list[str]:
             message = "unknown key (check the spelling; `collector schema` lists every key)"
         elif error["type"] == "missing":
             message = "required key is missing"
-        lines.append(f"{label}: {where}: {message}")
+        # A validator that finds several problems raises them one a line (TTL pairs, seed
+        # URLs): each is a problem line of its own, at the same place.
+        lines += [f"{label}: {where}: {line}" for line in message.splitlines() or [message]]
     return lines
+
+
+def _capped(problems: list[str], label: str) -> list[str]:
+    """At most MAX_PROBLEMS lines, in the order found, the last saying there are more: a file
+    broken everywhere (a seed file of 10,000 bad lines) stays readable. Some checks stop looking
+    past the cap, so that line does not count them."""
+    if len(problems) <= MAX_PROBLEMS:
+        return problems
+    shown = MAX_PROBLEMS - 1
+    return [
+        *problems[:shown],
+        f"{label}: more problems not shown (the first {shown} are above); fix these first",
+    ]
 
 
 def write_inline_suite(suite: dict[str, Any], target: Path) -> Path:
@@ -756,16 +779,33 @@ def parse_source(data: Any, *, label: str, base_dir: Path) -> Source:
             # Field errors stop pydantic before the cross-field check; run it on the raw values
             # so every problem is reported at once.
             problems += [f"{label}: ttl: {problem}" for problem in alignment_problems(ttl)]
-        raise SourceError(problems) from None
+        raise SourceError(_capped(problems, label)) from None
     problems = _deep_checks(source, label)
     if problems:
-        raise SourceError(problems)
+        raise SourceError(_capped(problems, label))
     return source
+
+
+def placeholder_seed_problem(url: str, label: str) -> str | None:
+    """A seed on a ``.invalid`` host: a placeholder (``collector init`` writes
+    ``https://example.invalid/...``; the name can never resolve, RFC 6761), so the run could only
+    dead-letter it. Said with what to do, naming the file."""
+    host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    if host != "invalid" and not host.endswith(".invalid"):
+        return None
+    return (
+        f"{quoted(url)} is a placeholder (a .invalid host never resolves): "
+        f"replace the placeholder seed URL in {label} with a page of the site to collect"
+    )
 
 
 def _deep_checks(source: Source, label: str) -> list[str]:
     """Checks that need the file system or imports: seed file, suite, hooks."""
     problems: list[str] = []
+    for index, url in enumerate(source.seeds.urls):
+        placeholder = placeholder_seed_problem(url, label)
+        if placeholder is not None:
+            problems.append(f"{label}: seeds.urls[{index}]: {placeholder}")
     if source.seeds.file is not None:
         seed_file = source.path(source.seeds.file)
         if not seed_file.is_file():
@@ -776,24 +816,26 @@ def _deep_checks(source: Source, label: str) -> list[str]:
                     for number, line in enumerate(lines, 1):
                         line = line.strip()
                         if line and not line.startswith("#"):
-                            reason = check_url_syntax(line) or _placeholder_problem(line)
+                            reason = (
+                                check_url_syntax(line)
+                                or _placeholder_problem(line)
+                                or placeholder_seed_problem(line, label)
+                            )
                             if reason is not None:
                                 problems.append(f"{label}: seeds.file line {number}: {reason}")
-                                if len(problems) >= 20:
+                                if len(problems) > MAX_PROBLEMS:
                                     break
             except UnicodeDecodeError as exc:
                 problems.append(f"{label}: seeds.file: {seed_file} is not UTF-8 text: {exc}")
     if source.seeds.template is not None:
         sample = source.seeds.template.format(i=source.seeds.range[0] if source.seeds.range else 0)
-        reason = check_url_syntax(sample)
+        reason = check_url_syntax(sample) or placeholder_seed_problem(source.seeds.template, label)
         if reason is not None:
             problems.append(f"{label}: seeds.template: {reason}")
     if source.validation.suite is not None:
-        from collector.settle.suite import check_suite_file
+        from collector.settle.suite import suite_problems
 
-        problem = _suite_problem(source, label, check_suite_file)
-        if problem is not None:
-            problems.append(problem)
+        problems += _suite_problems(source, label, suite_problems)
     try:
         source.ttl.validate_hook()
     except ConfigError as exc:
@@ -808,36 +850,32 @@ def _deep_checks(source: Source, label: str) -> list[str]:
     return problems
 
 
-def _suite_problem(source: Source, label: str, check: Callable[[Path], None]) -> str | None:
-    """``check`` run on the source's suite file, or on its inline suite written to a temporary
-    file (checked without touching state_dir); its ConfigError as one problem line."""
+def _suite_problems(source: Source, label: str, check: Callable[[Path], list[str]]) -> list[str]:
+    """``check``'s problems with the source's suite file, or with its inline suite written to a
+    temporary file (checked without touching state_dir), one line each naming the field."""
     suite = source.validation.suite
-    try:
-        if isinstance(suite, dict):
-            with tempfile.TemporaryDirectory() as folder:
-                inline = write_inline_suite(suite, Path(folder) / "inline.json")
-                try:
-                    check(inline)
-                except ConfigError as exc:  # the temporary file's name would mean nothing
-                    raise ConfigError(str(exc).replace(str(inline), "(inline suite)")) from None
-        elif suite is not None:
-            check(source.path(suite))
-    except ConfigError as exc:
-        return f"{label}: validation.suite: {exc}"
-    return None
+    if isinstance(suite, dict):
+        with tempfile.TemporaryDirectory() as folder:
+            inline = write_inline_suite(suite, Path(folder) / "inline.json")
+            # the temporary file's name would mean nothing to the user
+            found = [line.replace(str(inline), "(inline suite)") for line in check(inline)]
+    elif suite is not None:
+        found = check(source.path(suite))
+    else:
+        found = []
+    return [f"{label}: validation.suite: {line}" for line in found]
 
 
 def suite_kwargs_problems(source: Source, label: str) -> list[str]:
     """The run's GX check of the suite's kwargs (a missing required ``column``...), for
     ``collector validate``: it imports GX (seconds), so only when the source has a suite, and
     not in :func:`parse_source`, which every run calls in a process meant to stay free of GX
-    (collector.settle.suite.check_suite_kwargs)."""
+    (collector.settle.suite.kwargs_problems). Every bad expectation, one line each."""
     if source.validation.suite is None:
         return []
-    from collector.settle.suite import check_suite_kwargs
+    from collector.settle.suite import kwargs_problems
 
-    problem = _suite_problem(source, label, check_suite_kwargs)
-    return [] if problem is None else [problem]
+    return _capped(_suite_problems(source, label, kwargs_problems), label)
 
 
 def load_source(path: str | os.PathLike[str]) -> Source:

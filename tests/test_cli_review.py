@@ -259,3 +259,92 @@ def test_without_a_terminal_a_decision_is_needed(
     assert state(source, entry)[0] == "review"
     with open_deadletters(source) as store:  # nothing was taken
         assert [e.id for _, e in store.take_for_review(source.name, "erin")] == [entry.id]
+
+
+def test_put_back_lets_the_next_call_reach_the_next_entry(
+    source: Source, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reviewer who puts an entry back is not handed it again at once (both stores)."""
+    letters = escalated(source, {"id": 1}, {"id": 2}, {"id": 3})
+    shown = []
+    for _ in range(4):
+        assert main(["review", path_of(source), "--put-back", "--json"]) == 0
+        shown.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["id"])
+    first, second, third = (e.id for e in letters)
+    assert shown == [first, second, third, first]
+    assert {state(source, e)[0] for e in letters} == {"review"}
+
+
+def test_an_entry_is_picked_by_its_id(source: Source, capsys: pytest.CaptureFixture[str]) -> None:
+    first, second, third = escalated(source, {"id": 1}, {"id": 2}, {"id": 3})
+    path = path_of(source)
+    assert main(["review", path, "--id", third.id[:8], "--discard", "dup", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["id"] == third.id
+    assert state(source, third)[:2] == ("resolved", "discarded")
+    assert [state(source, e)[0] for e in (first, second)] == ["review", "review"]
+    # no longer waiting: one line, exit 2, nothing else touched
+    assert main(["review", path, "--id", third.id, "--discard", "again"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"entry {third.id} is not waiting for review" in line and "resolved" in line, line
+    assert main(["review", path, "--id", "ffffffffff", "--discard", "x"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "no dead letter with id 'ffffffffff'" in line, line
+    # held by another reviewer: refused in one line, then taken over once idle
+    with open_deadletters(source) as store:
+        assert store.take_entry_for_review(source.name, second.id, "alice")
+    assert main(["review", path, "--reviewer", "bob", "--id", second.id, "--discard", "x"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"entry {second.id} is held by another reviewer" in line, line
+    time.sleep(0.05)
+    args = ["review", path, "--reviewer", "bob", "--id", second.id, "--take-over", "--idle", "0s"]
+    assert main([*args, "--discard", "alice left"]) == 0
+    assert state(source, second)[2] == "alice left (bob)"
+    assert state(source, first)[0] == "review"
+
+
+def _interrupt_when(monkeypatch: pytest.MonkeyPatch, method: str, *, before: bool) -> None:
+    """A real Ctrl-C (SIGINT to this process) right before or right after the store's
+    ``method`` runs, on both stores: the moments where a signal could leave an entry held."""
+    import os
+    import signal
+
+    from collector.deadletter.redis import RedisDeadLetterStore
+    from collector.deadletter.sqlite import SqliteDeadLetterStore
+
+    for cls in (SqliteDeadLetterStore, RedisDeadLetterStore):
+        real = getattr(cls, method)
+
+        def interrupted(self: Any, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            if before:
+                os.kill(os.getpid(), signal.SIGINT)
+            result = _real(self, *args, **kwargs)
+            if not before:
+                os.kill(os.getpid(), signal.SIGINT)
+            return result
+
+        monkeypatch.setattr(cls, method, interrupted)
+
+
+@pytest.mark.parametrize(
+    ("method", "before", "decision"),
+    [
+        ("take_for_review", False, ["--discard", "x"]),  # just handed out
+        ("put_back", True, ["--put-back"]),  # about to be handed back
+        ("finish_review", False, ["--discard", "x"]),  # just decided
+    ],
+)
+def test_ctrl_c_during_a_decision_leaves_the_entry_decided_or_in_review(
+    source: Source, monkeypatch: pytest.MonkeyPatch, method: str, before: bool,
+    decision: list[str],
+) -> None:  # fmt: skip
+    (entry,) = escalated(source, {"id": 1})
+    _interrupt_when(monkeypatch, method, before=before)
+    assert main(["review", path_of(source), "--reviewer", "carol", *decision]) == 130
+    monkeypatch.undo()
+    status, kind, _ = state(source, entry)
+    if method == "finish_review":
+        assert (status, kind) == ("resolved", "discarded")
+        return
+    assert status == "review"
+    with open_deadletters(source) as store:  # back in the queue, not held by the gone command
+        assert [e.id for _, e in store.take_for_review(source.name, "dave")] == [entry.id]

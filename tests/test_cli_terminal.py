@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,9 @@ def test_backlog_command_and_the_plain_python_call_both_sample(
 # --- 19.2 / 20.5 compensate, batches ----------------------------------------------------------
 def test_compensate_refuses_an_unknown_batch_and_records_nothing(tmp_path: Path) -> None:
     path = write_source(tmp_path, seeds={"urls": ["http://h.example/0"]})
+    before = time.time()
     first, second = write_batches(path, [2, 3])
+    after = time.time()
     ledger = load_source(path).ledger_path
 
     bogus = collector("compensate", str(path), "--batch", "garbage", "--reason", "x")
@@ -117,8 +120,14 @@ def test_compensate_refuses_an_unknown_batch_and_records_nothing(tmp_path: Path)
     rows = json.loads(listed.stdout)
     assert [(r["batch_id"], r["run"], r["records"]) for r in rows] == [
         (first, "run-a", 2), (second, "run-a", 3)]  # fmt: skip
+    for row in rows:  # when each batch was written: epoch for scripts, UTC to read
+        assert before <= row["written"] <= after, (before, row, after)
+        stamp = datetime.fromtimestamp(row["written"], UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        assert row["written_at"] == stamp
     table = collector("batches", str(path))
-    assert table.stdout.splitlines()[0].split() == ["BATCH", "RUN", "TOKEN", "RECORDS"]
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["BATCH", "RUN", "TOKEN", "RECORDS", "WRITTEN", "(UTC)"]
+    assert lines[1].split()[-2:] == rows[0]["written_at"].split()
 
     dry = collector("compensate", str(path), "--batch", second, "--dry-run")
     assert dry.returncode == 0 and "would remove 3 records" in dry.stdout

@@ -41,7 +41,10 @@ def collector(
     )
 
 
-def test_init_writes_a_source_that_validates(tmp_path: Path) -> None:
+def test_init_writes_a_placeholder_source_that_says_what_to_edit(tmp_path: Path) -> None:
+    """Without --from-url the seeds are a placeholder: init says to replace it; validate and
+    run refuse the source in one line naming the file until it is, so nothing is ever sent to
+    a placeholder host."""
     done = collector("init", "shop", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == [
@@ -49,11 +52,39 @@ def test_init_writes_a_source_that_validates(tmp_path: Path) -> None:
         "shop.suite.json",
         "shop.yaml",
     ]
+    assert "next: replace the placeholder seed URL in shop.yaml" in done.stdout, done.stdout
+    assert done.stderr == ""
     text = (tmp_path / "shop.yaml").read_text()
     assert text.count("#") > 20, "the source file explains itself in comments"
+    for command in ("validate", "run"):
+        refused = collector(command, "shop.yaml", cwd=tmp_path)
+        assert refused.returncode == 2, refused.stderr
+        (line,) = refused.stderr.splitlines()
+        assert line.startswith("shop.yaml: seeds.template: 'https://example.invalid/"), line
+        assert "replace the placeholder seed URL in shop.yaml" in line, line
+    assert not (tmp_path / ".collector").exists()  # the run stopped before any store
+    # Edited as the line says, it validates (everything else init wrote is fine).
+    edited = text.replace("https://example.invalid/", "https://shop.example.org/")
+    (tmp_path / "shop.yaml").write_text(edited)
     checked = collector("validate", "shop.yaml", cwd=tmp_path)
     assert checked.returncode == 0, checked.stderr
     assert "shop.yaml: ok (shop: 100 seed URLs" in checked.stdout
+
+
+def test_any_seed_on_a_placeholder_host_is_refused_with_the_line_to_edit(tmp_path: Path) -> None:
+    from collector.config import SourceError, load_source
+    from tests.helpers import write_source
+
+    (tmp_path / "seeds.txt").write_text("https://shop.example.org/1\nhttp://x.invalid/2\n")
+    path = write_source(
+        tmp_path, seeds={"urls": ["https://example.invalid/a"], "file": "seeds.txt"}
+    )
+    with pytest.raises(SourceError) as refused:
+        load_source(path)
+    where = [problem.split(": ")[1] for problem in refused.value.problems]
+    assert where == ["seeds.urls[0]", "seeds.file line 2"], refused.value.problems
+    for problem in refused.value.problems:
+        assert f"replace the placeholder seed URL in {path}" in problem
 
 
 def test_the_starter_suite_splits_records_with_great_expectations(tmp_path: Path) -> None:

@@ -233,9 +233,20 @@ class ReviewQueue(Protocol):
         vanished."""
         ...
 
+    def take_entry_for_review(
+        self, source: str, entry_id: str, reviewer: str, *, idle_ms: int | None = None
+    ) -> builtins.list[tuple[str, DeadLetter]]:
+        """The review of one escalated entry of ``source``, out of turn, as [(message id,
+        entry)]: when it waits, or ``reviewer`` holds it already, or (``idle_ms`` given) its
+        holder has been idle that long. ``[]`` when it is not in review in ``source`` or another
+        reviewer holds it. The other waiting entries keep their order."""
+        ...
+
     def put_back(self, message_id: str, entry_id: str) -> bool:
-        """Hand a held review back to the queue, entry untouched (anyone may take it next);
-        False when the message is no longer the entry's current review."""
+        """Hand a held review back to the queue, entry untouched, *behind* the entries waiting
+        (a new message at the end): the next take hands out the next entry, so a reviewer who
+        puts one back is not given it again at once. False when the message is no longer the
+        entry's current review (the message id it had is then no longer valid)."""
         ...
 
     def finish_review(

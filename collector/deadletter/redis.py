@@ -91,6 +91,7 @@ _SCRIPTS = (
     "escalate",
     "finish",
     "load_reviews",
+    "take_entry",
     "claim",
     "release",
     "ping",
@@ -503,6 +504,26 @@ class RedisDeadLetterStore(Closing):
             if start == "0-0":
                 break
         return claimed
+
+    def take_entry_for_review(
+        self, source: str, entry_id: str, reviewer: str, *, idle_ms: int | None = None
+    ) -> builtins.list[tuple[str, DeadLetter]]:
+        """The review of one entry, out of turn (``lua/take_entry.lua`` says how the stream
+        order of the others is kept); ``[]`` when not in review here or held by another."""
+        if not reviewer:
+            raise ValueError("reviewer must be a non-empty name")
+        if not _usable_id(entry_id):
+            return []
+        stream = self.review_key(source)
+        what = "take entry for review failed"
+        idle = -1 if idle_ms is None else max(int(idle_ms), 0)
+        args = [self._base, self._epoch, source, entry_id, reviewer, idle]
+        got = self._with_group(
+            stream, what, partial(self._scripts, "take_entry", [self._meta_key], args)
+        )
+        if not got or _text(got) == "held":
+            return []
+        return self._load(source, [(got, {"entry": entry_id})], what)
 
     def put_back(self, message_id: str, entry_id: str) -> bool:
         """Hand a held review back: its message is replaced by a new one at the end of the

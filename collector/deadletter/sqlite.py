@@ -7,7 +7,8 @@ resolution, never rewritten, so the history survives even a deleted database.
 The manual-review queue is a table of review messages (``reviews``), one per escalation, with
 the same semantics as the Redis store's consumer group: a message is held by one reviewer at a
 time, can be taken over once its holder has been idle for ``idle_ms``, and disappears when the
-review finishes or the entry is resolved another way.
+review finishes or the entry is resolved another way. Messages are handed out in ``msg_id``
+order; a put-back review gets a new message, so it goes behind the ones waiting.
 
 Layout versions (``PRAGMA user_version``), migrated on open in one transaction:
 1 (0 in files written before versions were kept): the failure's cause was encoded in the class
@@ -459,20 +460,45 @@ class SqliteDeadLetterStore(Closing):
         if found is not None and found[0] != entry_id:
             raise ValueError(f"review message {msg} is for entry {found[0]}, not {entry_id}")
 
+    def take_entry_for_review(
+        self, source: str, entry_id: str, reviewer: str, *, idle_ms: int | None = None
+    ) -> builtins.list[tuple[str, DeadLetter]]:
+        if not reviewer:
+            raise ValueError("reviewer must be a non-empty name")
+        where = (
+            "source = ? AND msg_id = (SELECT review_msg FROM deadletters"
+            " WHERE id = ? AND status = 'review') AND (reviewer IS NULL OR reviewer = ?"
+        )
+        params: tuple[Any, ...] = (source, entry_id, reviewer)
+        if idle_ms is not None:
+            where += " OR taken_at <= ?"
+            params += (time.time() - max(idle_ms, 0) / 1000,)
+        return self._hand_out(reviewer, 1, where + ")", params)
+
     def put_back(self, message_id: str, entry_id: str) -> bool:
+        """A new message at the end of the queue replaces the held one (as on Redis, where a
+        consumer group cannot un-deliver a message): handed out by message order, the entry
+        comes after the others that wait, not again at once."""
         msg = self._message(message_id)
         if msg is None:
             return False
         with self._transaction() as db:
             self._check_message(db, msg, entry_id)
-            return bool(
-                db.execute(
-                    "UPDATE reviews SET reviewer = NULL, taken_at = NULL WHERE msg_id = ?"
-                    " AND EXISTS (SELECT 1 FROM deadletters WHERE id = ? AND status = 'review'"
-                    " AND review_msg = ?)",
-                    (msg, entry_id, msg),
-                ).rowcount
-            )
+            held = db.execute(
+                "SELECT r.source, r.reason, r.created_at FROM reviews r JOIN deadletters d"
+                " ON d.id = r.entry_id AND d.status = 'review' AND d.review_msg = r.msg_id"
+                " WHERE r.msg_id = ? AND r.entry_id = ?",
+                (msg, entry_id),
+            ).fetchone()
+            if held is None:
+                return False
+            new = db.execute(
+                "INSERT INTO reviews (entry_id, source, reason, created_at) VALUES (?, ?, ?, ?)",
+                (entry_id, *held),
+            ).lastrowid
+            db.execute("DELETE FROM reviews WHERE msg_id = ?", (msg,))
+            db.execute("UPDATE deadletters SET review_msg = ? WHERE id = ?", (new, entry_id))
+        return True
 
     def finish_review(
         self, message_id: str, entry_id: str, kind: ResolutionKind, detail: str

@@ -105,8 +105,8 @@ class TTLSettings(BaseModel):
     @model_validator(mode="after")
     def _aligned(self) -> Self:
         problems = alignment_problems(self.model_dump())
-        if problems:
-            raise ValueError(problems[0])
+        if problems:  # one a line: the source's loader reports each as a problem of its own
+            raise ValueError("\n".join(problems))
         return self
 
     @cached_property

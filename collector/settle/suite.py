@@ -1,8 +1,9 @@
 """A Great Expectations suite file, read and checked without importing GX.
 
 ``import great_expectations`` costs 3-7 s, so a source is checked when it loads (``collector
-validate``, the start of a run) by reading the suite JSON here: every problem is a one-line
-:class:`~collector.errors.ConfigError` naming the file and the expectation. What only GX can
+validate``, the start of a run) by reading the suite JSON here: every problem is one line naming
+the file and the expectation, and every expectation is checked (:func:`suite_problems`), so a
+user fixing a suite hears about each bad expectation at once. What only GX can
 judge (kwargs types, run-time-only errors) is checked by :mod:`collector.settle.gx_runtime` on the
 first validation.
 
@@ -52,9 +53,11 @@ __all__ = [
     "check_suite_file",
     "check_suite_kwargs",
     "is_null",
+    "kwargs_problems",
     "load_suite",
     "one_line",
     "show",
+    "suite_problems",
 ]
 
 TYPE_EXPECTATIONS = frozenset(
@@ -250,57 +253,56 @@ def _type_rule(name: str) -> TypeRule | None:
 
 def _type_rules(
     path: Path, spec_where: str, kwargs: Mapping[str, Any], type_: str
-) -> tuple[TypeRule, ...] | None:
+) -> tuple[tuple[TypeRule, ...] | None, list[str]]:
+    """The type rules of a type expectation, and every problem with them (one line each)."""
     if kwargs.get("row_condition") is not None:
-        raise ConfigError(
-            f"{path}: {spec_where}: row_condition is not supported on type expectations"
-        )
+        return None, [f"{path}: {spec_where}: row_condition is not supported on type expectations"]
     if type_ == "expect_column_values_to_be_of_type":
         wanted = kwargs.get("type_")
         if wanted is None:
-            return None
+            return None, []
         if not isinstance(wanted, str):
-            raise ConfigError(f"{path}: {spec_where}: type_ must be a string, got {show(wanted)}")
+            return None, [f"{path}: {spec_where}: type_ must be a string, got {show(wanted)}"]
         names = [wanted]
     else:
         listed = kwargs.get("type_list")
         if listed is None:
-            return None
+            return None, []
         if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
-            raise ConfigError(
-                f"{path}: {spec_where}: type_list must be a list of strings, got {show(listed)}"
-            )
+            problem = f"type_list must be a list of strings, got {show(listed)}"
+            return None, [f"{path}: {spec_where}: {problem}"]
         names = listed
-    rules = []
+    rules, problems = [], []
     for name in names:
         rule = _type_rule(name)
         if rule is None:
-            raise ConfigError(f"{path}: {spec_where}: unknown type {name!r}")
-        rules.append(rule)
-    return tuple(rules)
+            problems.append(f"{path}: {spec_where}: unknown type {name!r}")
+        else:
+            rules.append(rule)
+    return tuple(rules), problems
 
 
-def _check_regexes(path: Path, where: str, kwargs: Mapping[str, Any]) -> None:
+def _regex_problems(path: Path, where: str, kwargs: Mapping[str, Any]) -> list[str]:
     """Compile regexes now: GX would only fail on them while validating data."""
     patterns: list[Any] = []
     if "regex" in kwargs:
         patterns.append(kwargs["regex"])
     if isinstance(kwargs.get("regex_list"), list):
         patterns.extend(kwargs["regex_list"])
+    problems = []
     for pattern in patterns:
         if not isinstance(pattern, str):
             continue  # GX's own kwargs check reports the wrong type on first validate()
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise ConfigError(f"{path}: {where}: invalid regex {pattern!r}: {exc}") from exc
+            problems.append(f"{path}: {where}: invalid regex {pattern!r}: {exc}")
+    return problems
 
 
-def load_suite(suite_path: str | Path) -> Suite:
-    """Read and check a suite file without GX; every problem is a one-line ConfigError."""
-    path = Path(suite_path)
+def _read_text(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: suite file not found") from exc
     except IsADirectoryError as exc:
@@ -309,75 +311,136 @@ def load_suite(suite_path: str | Path) -> Suite:
         raise ConfigError(f"{path}: suite file is not UTF-8 text") from exc
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read suite file: {exc.strerror or exc}") from exc
+
+
+def _read_spec(
+    path: Path, position: int, item: Any, known: frozenset[str] | None
+) -> tuple[Spec | None, list[str]]:
+    """One expectation and every problem found in it; a problem that hides the rest (not an
+    object, no type) is the only one said."""
+    where = f"expectations[{position}]"
+    if not isinstance(item, dict):
+        return None, [f"{path}: {where} is not an object"]
+    type_ = item.get("type", item.get("expectation_type"))
+    if type_ is None:
+        return None, [f"{path}: {where} has no 'type'"]
+    if not isinstance(type_, str):
+        return None, [f"{path}: {where}: 'type' must be a string, got {show(type_)}"]
+    problems = []
+    if "type" in item and "expectation_type" in item and item["expectation_type"] != type_:
+        problems.append(f"{path}: {where}: 'type' and 'expectation_type' disagree")
+    where = f"{where} ({type_})"
+    for unknown in sorted(set(item) - _EXPECTATION_KEYS):
+        problems.append(f"{path}: {where}: unknown key {unknown!r}")
+    if known is not None and type_ not in known:
+        close = difflib.get_close_matches(type_, sorted(known), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        problems.append(f"{path}: {where}: unknown expectation type{hint}")
+    kwargs = item.get("kwargs")
+    if kwargs is None:
+        kwargs = {}
+    meta = item.get("meta")
+    if meta is None:
+        meta = {}
+    if not isinstance(kwargs, dict):
+        problems.append(f"{path}: {where}: 'kwargs' must be an object")
+    if not isinstance(meta, dict):
+        problems.append(f"{path}: {where}: 'meta' must be an object")
+    if problems and not isinstance(kwargs, dict):
+        return None, problems
+    problems += _regex_problems(path, where, kwargs)
+    rules = None
+    if type_ in TYPE_EXPECTATIONS:
+        rules, found = _type_rules(path, where, kwargs, type_)
+        problems += found
+    if problems:
+        return None, problems
+    return Spec(position, type_, kwargs, meta, rules), []
+
+
+def _read_suite(path: Path) -> tuple[Suite | None, list[str]]:
+    """The suite, or every problem of the file (one line each, in file order).
+
+    A file that is not a suite at all (unreadable, not JSON, no ``expectations`` list) has one
+    problem; otherwise each expectation is checked, so a user fixing the file hears about every
+    bad expectation at once, not one per attempt.
+    """
+    try:
+        text = _read_text(path)
+    except ConfigError as exc:
+        return None, [str(exc)]
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from exc
+        return None, [f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"]
     if not isinstance(data, dict):
-        raise ConfigError(
+        return None, [
             f"{path}: not an expectation suite: top level is a JSON {type(data).__name__}, "
             "expected an object with an 'expectations' list"
-        )
+        ]
     expectations = data.get("expectations")
     if not isinstance(expectations, list):
         what = "no 'expectations' key" if expectations is None else "'expectations' is not a list"
-        raise ConfigError(f"{path}: not an expectation suite: {what}")
+        return None, [f"{path}: not an expectation suite: {what}"]
+    problems = []
     name = data.get("name") or data.get("expectation_suite_name") or path.stem
     if not isinstance(name, str):
-        raise ConfigError(f"{path}: suite 'name' must be a string, got {show(name)}")
+        problems.append(f"{path}: suite 'name' must be a string, got {show(name)}")
     parameters = data.get("suite_parameters") or {}
     if not isinstance(parameters, dict):
-        raise ConfigError(f"{path}: 'suite_parameters' must be an object")
-
+        problems.append(f"{path}: 'suite_parameters' must be an object")
     known = _core_expectation_types()
     specs = []
     for position, item in enumerate(expectations):
-        where = f"expectations[{position}]"
-        if not isinstance(item, dict):
-            raise ConfigError(f"{path}: {where} is not an object")
-        type_ = item.get("type", item.get("expectation_type"))
-        if type_ is None:
-            raise ConfigError(f"{path}: {where} has no 'type'")
-        if not isinstance(type_, str):
-            raise ConfigError(f"{path}: {where}: 'type' must be a string, got {show(type_)}")
-        if "type" in item and "expectation_type" in item and item["expectation_type"] != type_:
-            raise ConfigError(f"{path}: {where}: 'type' and 'expectation_type' disagree")
-        where = f"{where} ({type_})"
-        unknown_keys = sorted(set(item) - _EXPECTATION_KEYS)
-        if unknown_keys:
-            raise ConfigError(f"{path}: {where}: unknown key {unknown_keys[0]!r}")
-        if known is not None and type_ not in known:
-            close = difflib.get_close_matches(type_, sorted(known), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"{path}: {where}: unknown expectation type{hint}")
-        kwargs = item.get("kwargs")
-        if kwargs is None:
-            kwargs = {}
-        if not isinstance(kwargs, dict):
-            raise ConfigError(f"{path}: {where}: 'kwargs' must be an object")
-        meta = item.get("meta")
-        if meta is None:
-            meta = {}
-        if not isinstance(meta, dict):
-            raise ConfigError(f"{path}: {where}: 'meta' must be an object")
-        _check_regexes(path, where, kwargs)
-        rules = _type_rules(path, where, kwargs, type_) if type_ in TYPE_EXPECTATIONS else None
-        specs.append(Spec(position, type_, kwargs, meta, rules))
-    return Suite(path=path, name=name, specs=tuple(specs), parameters=parameters)
+        spec, found = _read_spec(path, position, item, known)
+        problems += found
+        if spec is not None:
+            specs.append(spec)
+    if problems:
+        return None, problems
+    return Suite(path=path, name=name, specs=tuple(specs), parameters=parameters), []
+
+
+def _first_of(problems: list[str]) -> ConfigError:
+    """One ConfigError for code that stops at the first problem (the run's validator); it says
+    how many more there are, and where to see them all."""
+    more = len(problems) - 1
+    tail = f" (and {more} more: `collector validate` lists them)" if more else ""
+    return ConfigError(problems[0] + tail)
+
+
+def suite_problems(suite_path: str | Path) -> list[str]:
+    """Every problem of a suite file without GX, one line each naming the file and the
+    expectation (``[]`` when it is fine): what a source's load reports."""
+    return _read_suite(Path(suite_path))[1]
+
+
+def load_suite(suite_path: str | Path) -> Suite:
+    """Read and check a suite file without GX; its first problem is a one-line ConfigError."""
+    suite, problems = _read_suite(Path(suite_path))
+    if suite is None:
+        raise _first_of(problems)
+    return suite
 
 
 def check_suite_file(path: str | Path) -> None:
     """Check a suite file cheaply (no GX import) so a bad config fails when a source loads.
 
-    Raises :class:`ConfigError` with one line naming the file and the problem. Kwargs errors
-    that only GX can judge are reported by the first :meth:`SuiteValidator.validate`.
+    Raises :class:`ConfigError` with one line naming the file and the first problem (and how
+    many more; :func:`suite_problems` gives them all). Kwargs errors that only GX can judge are
+    reported by the first :meth:`SuiteValidator.validate`.
     """
     load_suite(path)
 
 
 def check_suite_kwargs(path: str | Path) -> None:
+    """The first of :func:`kwargs_problems`, as a ConfigError."""
+    problems = kwargs_problems(path)
+    if problems:
+        raise _first_of(problems)
+
+
+def kwargs_problems(path: str | Path) -> list[str]:
     """Check every expectation's kwargs with GX's own classes, as the run does when it builds
     the suite (:meth:`collector.settle.gx_runtime.GXRuntime._plan`), and with its message.
 
@@ -385,17 +448,25 @@ def check_suite_kwargs(path: str | Path) -> None:
     only known to GX's pydantic models, and the run found it after fetching. This imports GX
     (seconds), so it is not part of :func:`check_suite_file` (run at every load, where the run's
     own process must stay free of GX): ``collector validate`` calls it when a source has a suite.
+    Every problem is one line; those of :func:`suite_problems` first, if any (GX is then not
+    asked).
     """
     from collector.settle.gx_runtime import _import_gx, build_expectation
 
-    suite = load_suite(path)
+    suite, problems = _read_suite(Path(path))
+    if suite is None:
+        return problems
     _import_gx()
     from great_expectations.expectations.expectation_configuration import (
         ExpectationConfiguration,
     )
 
-    for spec in suite.specs:
+    for spec in suite.specs:  # every expectation, so each bad one is said at once
         configuration = ExpectationConfiguration(
             type=spec.type, kwargs=dict(spec.kwargs), meta=dict(spec.meta)
         )
-        build_expectation(configuration, spec, suite.path)
+        try:
+            build_expectation(configuration, spec, suite.path)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    return problems

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Sink", "SinkRecord", "WriteResult"]
+__all__ = ["BatchSummary", "Sink", "SinkRecord", "WriteResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,20 @@ class WriteResult:
     unchanged: int = 0  # same content already stored: nothing written
     stale: int = 0  # refused: the stored token is newer than this write's
     stale_keys: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSummary:
+    """One batch the sink holds records of: what ``collector batches`` lists.
+
+    ``written_at`` is when the batch last stored a record it still holds (epoch seconds; every
+    sink keeps a stored time per record, so no layout change was needed); ``None`` for records
+    written before the sink kept one.
+    """
+
+    batch_id: str
+    records: int
+    written_at: float | None
 
 
 @runtime_checkable
@@ -55,6 +69,11 @@ class Sink(Protocol):
         A batch holds a key while the key's current version is the one it wrote, exactly the
         records ``remove_batch`` would remove (so an audit can read what it would undo).
         """
+        ...
+
+    def batch_summaries(self) -> list[BatchSummary]:
+        """:meth:`batches` with the records each holds and when it wrote them, in the same
+        order, without reading the records themselves."""
         ...
 
     def records(self, batch_id: str) -> list[SinkRecord]:

@@ -28,7 +28,7 @@ from collector._closing import Closing
 from collector.errors import BackendError
 from collector.sinks._encode import digest as _digest
 from collector.sinks._encode import dumps as _dumps
-from collector.sinks.base import SinkRecord, WriteResult
+from collector.sinks.base import BatchSummary, SinkRecord, WriteResult
 
 __all__ = ["JsonlSink"]
 
@@ -43,6 +43,7 @@ class _Entry:
     segment: int
     offset: int
     batch: str
+    stored_at: float | None  # the line's _collector.stored_at (None in lines without one)
 
 
 class JsonlSink(Closing):
@@ -100,7 +101,9 @@ class JsonlSink(Closing):
                 raise BackendError(
                     f"sink {path}: byte {offset}: not a Collector record line ({exc})"
                 ) from exc
-            entry = _Entry(token, _digest(row), segment, offset, batch)
+            stored = meta.get("stored_at")
+            stored_at = float(stored) if isinstance(stored, (int, float)) else None
+            entry = _Entry(token, _digest(row), segment, offset, batch, stored_at)
             previous = self._index.get(key)
             if previous is not None:
                 self._superseded.add(previous.segment if token >= previous.token else segment)
@@ -144,7 +147,7 @@ class JsonlSink(Closing):
                 self._superseded.add(previous.segment)
             meta = {"key": item.key, "token": token, "batch": batch_id, "url": item.url}
             line = _dumps({**item.record, META: {**meta, "stored_at": stored_at}}) + b"\n"
-            pending[item.key] = _Entry(token, digest, self._segment, offset, batch_id)
+            pending[item.key] = _Entry(token, digest, self._segment, offset, batch_id, stored_at)
             offset += len(line)
             lines.append(line)
             result.written += 1
@@ -181,6 +184,15 @@ class JsonlSink(Closing):
 
     def batches(self) -> list[str]:
         return sorted({entry.batch for entry in self._index.values()})
+
+    def batch_summaries(self) -> list[BatchSummary]:
+        counts: dict[str, int] = {}
+        written: dict[str, float] = {}
+        for entry in self._index.values():
+            counts[entry.batch] = counts.get(entry.batch, 0) + 1
+            if entry.stored_at is not None:
+                written[entry.batch] = max(written.get(entry.batch, 0.0), entry.stored_at)
+        return [BatchSummary(b, counts[b], written.get(b)) for b in sorted(counts)]
 
     def records(self, batch_id: str) -> list[SinkRecord]:
         keys = sorted(key for key, entry in self._index.items() if entry.batch == batch_id)

@@ -49,7 +49,7 @@ from collector.errors import BackendError
 from collector.ops.scrub import Scrubber
 from collector.sinks._encode import digest, dumps
 from collector.sinks._names import DEFAULT_TABLE, check_table_name
-from collector.sinks.base import SinkRecord, WriteResult
+from collector.sinks.base import BatchSummary, SinkRecord, WriteResult
 
 __all__ = ["DEFAULT_TABLE", "PostgresSink", "check_table_name", "describe_dsn"]
 
@@ -349,6 +349,16 @@ class PostgresSink(Closing):
         ).format(t=self._table)
         rows = self._run("batches", lambda conn: conn.execute(query, [self.source]).fetchall())
         return [str(row[0]) for row in rows]
+
+    def batch_summaries(self) -> list[BatchSummary]:
+        query = sql.SQL(
+            "SELECT batch_id, count(*), extract(epoch FROM max(stored_at))::float8 FROM {t}"
+            ' WHERE source = %s GROUP BY batch_id ORDER BY batch_id COLLATE "C"'
+        ).format(t=self._table)
+        rows = self._run(
+            "batch_summaries", lambda conn: conn.execute(query, [self.source]).fetchall()
+        )
+        return [BatchSummary(str(batch), int(n), float(at)) for batch, n, at in rows]
 
     def records(self, batch_id: str) -> list[SinkRecord]:
         query = sql.SQL(

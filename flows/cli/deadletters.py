@@ -30,7 +30,8 @@ def parse_age(text: str) -> float:
     return float(match.group(1)) * _AGE_UNITS[match.group(2)]
 
 
-def _when(epoch: float) -> str:
+def when(epoch: float) -> str:
+    """An epoch time as the commands show it: UTC, to the second (``2026-12-03 14:52:19Z``)."""
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
@@ -135,8 +136,8 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
 
 def _entry_dict(entry: Any) -> dict[str, Any]:
     data: dict[str, Any] = entry.to_dict()
-    data["first_seen_at"] = _when(entry.first_seen)  # the epoch floats stay for scripts
-    data["last_seen_at"] = _when(entry.last_seen)
+    data["first_seen_at"] = when(entry.first_seen)  # the epoch floats stay for scripts
+    data["last_seen_at"] = when(entry.last_seen)
     return data
 
 
@@ -164,7 +165,7 @@ def _print_table(entries: list[Any]) -> None:
             e.status,
             e.stage,
             e.error_class,
-            _when(e.first_seen),
+            when(e.first_seen),
             str(e.attempts),
             e.url,
             _short(e.message),

@@ -7,6 +7,10 @@ nothing else, in the current folder (or ``--dir``):
 * ``NAME.suite.json``      a starter Great Expectations suite (the record key is never null);
 * ``NAME.deployment.yaml`` the entry to add under ``deployments:`` in deployments/prefect.yaml.
 
+Without ``--from-url`` the seeds are a placeholder, ``https://example.invalid/api/items/{i}.json``:
+init says to replace it (exit 0), and ``validate`` and ``run`` refuse the source, in one line
+naming the file, until it is replaced, so nothing is ever sent to a placeholder host.
+
 ``--from-url URL`` fills the source from one example page: the URL's last numeric path segment
 becomes ``{i}`` (``/api/items/1234.json`` -> ``/api/items/{i}.json``, ids 1234 to 1333), only
 that host is allowed, and the TTLs and politeness are set for a site that is not yours.
@@ -35,6 +39,10 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 # A path segment that is an id: digits, alone or before an extension (42, 42.json).
 _NUMERIC_SEGMENT = re.compile(r"(\d+)(\.[A-Za-z0-9]+)?")
 _IDS_SEEDED = 100  # a first run of --from-url collects this many ids: enough to see it work
+# The seeds of a source written without --from-url: a host under .invalid never resolves (RFC
+# 6761), and loading a source refuses such seeds with the line to edit, so the placeholder can
+# never be run by mistake (collector.config.placeholder_seed_problem).
+PLACEHOLDER_TEMPLATE = "https://example.invalid/api/items/{i}.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +198,7 @@ deployments:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from collector.config import SourceError, load_source
+    from collector.config import SourceError, load_source, placeholder_seed_problem
 
     name: str = args.name
     if not _NAME_RE.fullmatch(name):
@@ -206,7 +214,8 @@ def cmd_init(args: argparse.Namespace) -> int:
             _seeds_from_url(args.from_url)
             if args.from_url
             else _Seeds(
-                '  template: "https://shop.example/api/items/{i}.json"   # {i} runs over range\n'
+                f"  template: {json.dumps(PLACEHOLDER_TEMPLATE)}   # replace: your site's URL,"
+                " {i} runs over range\n"
                 "  range: [1, 101]                     # [start, stop), like Python's range()\n",
                 None,
                 False,
@@ -249,9 +258,21 @@ def cmd_init(args: argparse.Namespace) -> int:
     try:
         source = load_source(source_path)
     except SourceError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        return EXIT_INVALID
+        # Without --from-url the seeds are the placeholder, refused until edited: that one
+        # problem is the next step, not a failure of init; any other is.
+        expected = placeholder_seed_problem(PLACEHOLDER_TEMPLATE, str(source_path))
+        if args.from_url or exc.problems != [f"{source_path}: seeds.template: {expected}"]:
+            for problem in exc.problems:
+                print(problem, file=sys.stderr)
+            return EXIT_INVALID
+        for path in files:
+            print(f"wrote {path}")
+        print(f"next: replace the placeholder seed URL in {source_path} (seeds.template:"
+              f" {PLACEHOLDER_TEMPLATE}) with a page of the site to collect,")  # fmt: skip
+        print(f"      then `collector validate {source_path}` and `collector run {source_path}`")
+        print(f"      (or write it again from one example page: `collector init {name}"
+              " --from-url URL`, after removing these files)")  # fmt: skip
+        return EXIT_OK
     urls = seed_count(source)
     for path in files:
         print(f"wrote {path}")

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from collector import defaults
 from collector.config import Source
@@ -24,6 +24,10 @@ from flows.cli._common import (
     load,
     positive_int,
 )
+from flows.cli.deadletters import when
+
+if TYPE_CHECKING:
+    from collector.sinks.base import BatchSummary
 
 T = TypeVar("T")
 
@@ -136,13 +140,14 @@ def _print_triage(report: dict[str, Any], reference: str, *, dry_run: bool) -> N
 
 
 def cmd_batches(args: argparse.Namespace) -> int:
-    """The batches written to the sink: id, run, records (what compensate and audit name)."""
+    """The batches written to the sink: id, run, records, when written (what compensate and
+    audit name)."""
     from collector.backends import open_sink
 
     source = load(args.source)
     sink = open_sink(source)
     try:
-        rows = [_batch_row(batch_id, len(sink.records(batch_id))) for batch_id in sink.batches()]
+        rows = [_batch_row(summary) for summary in sink.batch_summaries()]
         where = sink.location()
     finally:
         sink.close()
@@ -152,18 +157,26 @@ def cmd_batches(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no batches in {where}", file=sys.stderr)
         return EXIT_OK
-    header = ("BATCH", "RUN", "TOKEN", "RECORDS")
-    table = [header, *[(r["batch_id"], r["run"], r["token"], str(r["records"])) for r in rows]]
+    header = ("BATCH", "RUN", "TOKEN", "RECORDS", "WRITTEN (UTC)")
+    table = [header, *[(r["batch_id"], r["run"], r["token"], str(r["records"]),
+                        r["written_at"] or "-") for r in rows]]  # fmt: skip
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+        line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        print(line.rstrip())
     print(f"{len(rows)} batches in {where}", file=sys.stderr)
     return EXIT_OK
 
 
-def _batch_row(batch_id: str, records: int) -> dict[str, Any]:
-    run, _, token = batch_id.rpartition(":")
-    return {"batch_id": batch_id, "run": run, "token": token, "records": records}
+def _batch_row(summary: BatchSummary) -> dict[str, Any]:
+    """One batch for the table and ``--json``: ``written`` stays an epoch float for scripts
+    (``None`` when the sink has no time for it), ``written_at`` is the readable UTC form."""
+    run, _, token = summary.batch_id.rpartition(":")
+    written = summary.written_at
+    return {
+        "batch_id": summary.batch_id, "run": run, "token": token, "records": summary.records,
+        "written": written, "written_at": None if written is None else when(written),
+    }  # fmt: skip
 
 
 def cmd_compensate(args: argparse.Namespace) -> int:

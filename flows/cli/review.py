@@ -8,16 +8,24 @@
 ``collector review SOURCE --list``              the entries waiting in review
 ``collector review SOURCE --take-over``         entries held longer than ``--idle`` (15m) by a
                                                  reviewer who vanished, instead of new ones
+``collector review SOURCE --id ID``             that escalated entry (id or unique prefix), out
+                                                 of turn; one line if it is not in review there
+                                                 or another reviewer holds it
 ``--accept JSON|@FILE``, ``--accept-as-is``, ``--discard REASON``, ``--put-back``
                                                  decide on the one entry taken, without prompts
                                                  (scripts and tests run the real command)
 
 An entry is held by one reviewer at a time (the store's review queue, on SQLite or Redis); Ctrl-C
-or an error while it is shown puts it back; a reviewer killed outright leaves it held until
-someone takes it over. Accepting checks the record against the source's key and suite first and
-refuses what still fails (exit 1, the entry is put back). The decisions are
-:mod:`collector.recovery.review`'s. Exit codes: 0 done or nothing to review, 1 refused, 2 invalid
-input (a decision is needed when stdin is not a terminal).
+or an error while it is shown puts it back, behind the entries waiting (so does ``--put-back``:
+the next call hands out the next entry); a reviewer killed outright leaves it held until someone
+takes it over (or they take it again with ``--id``). A Ctrl-C is acted on only at a prompt or
+during a decision; one that comes while the store hands an entry out or takes it back waits for
+that call, so an entry is always either decided or back in review, never held by a command that
+has gone. Accepting checks the record against the source's key and suite first and refuses what
+still fails (exit 1, the entry is put back). The decisions are
+:mod:`collector.recovery.review`'s. Exit codes: 0 done or nothing to review, 1 refused (or
+``--id``'s entry is held by another reviewer), 2 invalid input (a decision is needed when stdin
+is not a terminal; ``--id`` names no entry waiting for review), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -25,8 +33,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +50,56 @@ from flows.cli._common import (
     positive_int,
     print_source_problems,
 )
-from flows.cli.deadletters import parse_age
+from flows.cli.deadletters import find_entry, parse_age
 
 __all__ = ["cmd_review", "register"]
 
 _PROMPT = "[a]ccept as is, [e]dit (paste a corrected record), [d]iscard, [p]ut back, [q]uit: "
+
+
+class _CtrlC:
+    """Ctrl-C acted on only where the command waits (for the reviewer at a prompt, for a
+    decision: its checks and the source lock); elsewhere (the store handing an entry out or
+    taking it back, the code between) it is remembered and acted on at the next such place, or
+    at the end. An entry is then always either decided or back in review, never left held by a
+    command that has gone. Off the main thread (signals are only handled there) all is as
+    usual."""
+
+    def __init__(self) -> None:
+        self.pending = False
+        self._open = 0
+
+    def _handler(self, signum: int, frame: object) -> None:
+        if self._open:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, self._handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        self.check()
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        self.check()
+        self._open += 1
+        try:
+            yield
+        finally:
+            self._open -= 1
+
+    def check(self) -> None:
+        """Act on a Ctrl-C that came while it could not be."""
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
 
 
 def _record_from(text: str) -> Any:
@@ -78,6 +134,7 @@ class _Review:
     def __init__(self, source: Any, store: Any, frontier: Any, sink: Any, reviewer: str) -> None:
         self.source, self.store, self.frontier, self.sink = source, store, frontier, sink
         self.reviewer = reviewer
+        self.ctrl_c = _CtrlC()
         self._validator: Any = None
 
     def validator(self) -> Any:
@@ -101,15 +158,42 @@ class _Review:
             return Decision(False, f"busy: {exc}; nothing changed")
 
     def take(self, args: argparse.Namespace) -> tuple[str, Any] | None:
-        if args.take_over:
+        idle_ms = int(args.idle * 1000)
+        if args.id is not None:
+            got = self.store.take_entry_for_review(
+                self.source.name, args.id, self.reviewer,
+                idle_ms=idle_ms if args.take_over else None,
+            )  # fmt: skip
+        elif args.take_over:
             got = self.store.claim_stale_reviews(
-                self.source.name, self.reviewer, idle_ms=int(args.idle * 1000), count=1
+                self.source.name, self.reviewer, idle_ms=idle_ms, count=1
             )
         else:
             got = self.store.take_for_review(self.source.name, self.reviewer, count=1)
         return got[0] if got else None
 
+    def not_taken(self, args: argparse.Namespace) -> int:
+        """What the command says when ``take`` found nothing; its exit code."""
+        if args.id is None:
+            print(f"nothing to review in {self.source.name}")
+            return EXIT_OK
+        entry = self.store.get(args.id)
+        if entry is not None and entry.status == "review":
+            print(f"collector review: entry {args.id} is held by another reviewer; --take-over"
+                  " --idle AGE takes it once they have been idle that long",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_FAILED
+        status = "gone" if entry is None else entry.status
+        print(f"collector review: entry {args.id} is not waiting for review in"
+              f" {self.source.name} (it is {status}); `collector review {args.source} --list`"
+              " shows the entries that are", file=sys.stderr)  # fmt: skip
+        return EXIT_INVALID
+
     def decide(self, message: str, entry: Any, action: str, value: Any) -> Any:
+        with self.ctrl_c.interruptible():
+            return self._decide(message, entry, action, value)
+
+    def _decide(self, message: str, entry: Any, action: str, value: Any) -> Any:
         from collector.recovery import review
 
         if action == "accept":
@@ -138,8 +222,7 @@ def _decision(args: argparse.Namespace) -> tuple[str, Any] | None:
 def _one(session: _Review, args: argparse.Namespace, action: str, value: Any) -> int:
     taken = session.take(args)
     if taken is None:
-        print(f"nothing to review in {session.source.name}")
-        return EXIT_OK
+        return session.not_taken(args)
     message, entry = taken
     done = False
     try:
@@ -165,6 +248,11 @@ def _one(session: _Review, args: argparse.Namespace, action: str, value: Any) ->
     return EXIT_OK if outcome["done"] else EXIT_FAILED
 
 
+def _ask(session: _Review, prompt: str) -> str:
+    with session.ctrl_c.interruptible():
+        return input(prompt)
+
+
 def _interactive(session: _Review, args: argparse.Namespace) -> int:
     reviewed = 0
     while (taken := session.take(args)) is not None:
@@ -173,30 +261,36 @@ def _interactive(session: _Review, args: argparse.Namespace) -> int:
         try:
             _show(entry)
             while not (done or stop):
-                choice = input(_PROMPT).strip().lower()[:1]
+                choice = _ask(session, _PROMPT).strip().lower()[:1]
                 if choice in ("p", "q"):
                     stop = choice == "q"
                     break
                 if choice == "d":
-                    reason = input("Reason for discarding (kept with the entry): ")
+                    reason = _ask(session, "Reason for discarding (kept with the entry): ")
                     decided = session.decide(message, entry, "discard", reason)
                 elif choice in ("a", "e"):
                     record = entry.payload
                     if choice == "e":
-                        record = _record_from(input("Corrected record (JSON, one line): "))
+                        try:
+                            record = _record_from(
+                                _ask(session, "Corrected record (JSON, one line): ")
+                            )
+                        except ConfigError as exc:  # asked again, about the same entry
+                            print(f"collector: {exc}", file=sys.stderr)
+                            continue
                     decided = session.decide(message, entry, "accept", record)
                 else:
                     continue
                 done = decided.done
                 print(("" if done else "refused: ") + decided.detail)
-        except ConfigError as exc:
-            print(f"collector: {exc}", file=sys.stderr)
         finally:
             if not done:
                 session.store.put_back(message, entry.id)
         reviewed += done
-        if stop:
+        if stop or args.id is not None:  # --id: that one entry only
             break
+    if taken is None and args.id is not None:
+        return session.not_taken(args)
     print(f"{reviewed} reviewed; nothing more to review in {session.source.name}"
           if taken is None else f"{reviewed} reviewed")  # fmt: skip
     return EXIT_OK
@@ -230,11 +324,14 @@ def cmd_review(args: argparse.Namespace) -> int:
     with open_deadletters(source) as store:
         if args.list:
             return _list(source, store, args)
+        if args.id is not None:
+            args.id = find_entry(store, source, args.id).id  # a unique prefix names it too
         with open_frontier(source) as frontier, open_sink(source) as sink:
             session = _Review(source, store, frontier, sink, reviewer)
-            if decision is not None:
-                return _one(session, args, *decision)
-            return _interactive(session, args)
+            with session.ctrl_c.installed():
+                if decision is not None:
+                    return _one(session, args, *decision)
+                return _interactive(session, args)
 
 
 def register(commands: Any) -> None:
@@ -246,7 +343,12 @@ def register(commands: Any) -> None:
     review.add_argument("--limit", type=positive_int, default=100, help="entries listed (--list)")
     review.add_argument(
         "--take-over", action="store_true",
-        help="take an entry held longer than --idle by a reviewer who vanished",
+        help="take an entry held longer than --idle by a reviewer who vanished (with --id:"
+        " that entry)",
+    )  # fmt: skip
+    review.add_argument(
+        "--id", metavar="ID", default=None,
+        help="the escalated entry to act on (id or unique prefix), instead of the next one",
     )  # fmt: skip
     review.add_argument(
         "--idle", type=parse_age, default=900.0, metavar="AGE",
@@ -256,6 +358,9 @@ def register(commands: Any) -> None:
     decision.add_argument("--accept", metavar="JSON|@FILE", help="store this corrected record")
     decision.add_argument("--accept-as-is", action="store_true", help="store the record as kept")
     decision.add_argument("--discard", metavar="REASON", help="resolve as discarded, with why")
-    decision.add_argument("--put-back", action="store_true", help="hand the entry back")
+    decision.add_argument(
+        "--put-back", action="store_true",
+        help="hand the entry back, behind the others waiting (the next call gets the next one)",
+    )  # fmt: skip
     review.add_argument("--json", action="store_true", help="the decision as JSON on stdout")
     review.set_defaults(func=cmd_review)

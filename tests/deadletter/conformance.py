@@ -586,6 +586,57 @@ class ReviewQueueConformance:
         assert store.put_back(again, entry.id) is False  # finished: nothing to hand back
         assert store.take_for_review("src", "dave") == []
 
+    def test_put_back_moves_the_entry_behind_the_others(self, store: DeadLetters) -> None:
+        """A reviewer who puts an entry back gets the next one, not the same one again."""
+        entries = [letter(f"https://example.test/{n}") for n in "abc"]
+        store.put(entries)
+        for e in entries:
+            assert store.escalate(e.id, "check")
+        order = []
+        for _ in range(4):
+            ((message_id, taken),) = store.take_for_review("src", "alice")
+            order.append(taken.id)
+            assert store.put_back(message_id, taken.id) is True
+        a, b, c = (e.id for e in entries)
+        assert order == [a, b, c, a]
+
+    def test_an_entry_is_taken_by_its_id_out_of_turn(self, store: DeadLetters) -> None:
+        entries = [letter(f"https://example.test/{n}") for n in "abcd"]
+        elsewhere = letter("https://x.test/e", source="other")
+        store.put([*entries, elsewhere])
+        for e in [*entries, elsewhere]:
+            assert store.escalate(e.id, "check")
+        a, b, c, d = (e.id for e in entries)
+        ((message_id, got),) = store.take_entry_for_review("src", c, "alice")
+        assert got.id == c and got.status == "review"
+        assert store.take_entry_for_review("src", c, "bob") == []  # alice holds it
+        ((again, _),) = store.take_entry_for_review("src", c, "alice")  # her own, still
+        assert again == message_id
+        # the others keep their order and nobody else is handed c
+        assert [e.id for _, e in store.take_for_review("src", "bob", count=10)] == [a, b, d]
+        assert store.take_entry_for_review("src", elsewhere.id, "alice") == []  # other source
+        assert store.take_entry_for_review("src", "no-such-id", "alice") == []
+        time.sleep(0.05)
+        assert store.take_entry_for_review("src", c, "carol", idle_ms=60_000) == []
+        ((taken_over, _),) = store.take_entry_for_review("src", c, "carol", idle_ms=10)
+        assert store.finish_review(taken_over, c, "discarded", "spam") is True
+        assert store.take_entry_for_review("src", c, "carol", idle_ms=0) == []  # resolved
+        open_one = letter("https://example.test/open")
+        store.put([open_one])
+        assert store.take_entry_for_review("src", open_one.id, "carol") == []  # not escalated
+
+    def test_an_entry_taken_by_id_is_put_back_and_handed_out_in_turn(
+        self, store: DeadLetters
+    ) -> None:
+        entries = [letter(f"https://example.test/{n}") for n in "abc"]
+        store.put(entries)
+        for e in entries:
+            assert store.escalate(e.id, "check")
+        a, b, c = (e.id for e in entries)
+        ((message_id, _),) = store.take_entry_for_review("src", b, "alice")
+        assert store.put_back(message_id, b) is True
+        assert [e.id for _, e in store.take_for_review("src", "bob", count=10)] == [a, c, b]
+
 
 class DeadLetterConformance(StoreConformance, TriageClaimsConformance, ReviewQueueConformance):
     """All three protocols (both backends implement them all)."""

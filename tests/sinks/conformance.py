@@ -11,6 +11,7 @@ Only the :class:`collector.sinks.base.Sink` protocol is used here.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -230,6 +231,27 @@ class SinkConformance:
         assert again.records("r:1") == []
         assert len(again.records("r:3")) == again.remove_batch("r:3") == 1
         assert reopen().batches() == ["r:2", "r:9"]
+
+    def test_batch_summaries_say_what_each_batch_holds_and_when_it_wrote_it(
+        self, sink: Sink, reopen: Reopen
+    ) -> None:
+        assert sink.batch_summaries() == []
+        slack = 0.01  # the database rounds its clock to microseconds
+
+        def write(batch: str, token: int, *records: SinkRecord) -> tuple[float, float]:
+            before = time.time()
+            sink.write(list(records), token=token, batch_id=batch)
+            return before - slack, time.time() + slack
+
+        first = write("r:1", 1, rec("a", v=1), rec("b", v=1))
+        second = write("r:2", 2, rec("c", v=1))
+        write("r:3", 3, rec("c", v=1))  # unchanged: c stays r:2's, written then
+        for summaries in (sink.batch_summaries(), reopen().batch_summaries()):
+            assert [(s.batch_id, s.records) for s in summaries] == [("r:1", 2), ("r:2", 1)]
+            assert [s.batch_id for s in summaries] == sink.batches()
+            (one, two) = summaries
+            assert one.written_at is not None and first[0] <= one.written_at <= first[1]
+            assert two.written_at is not None and second[0] <= two.written_at <= second[1]
 
     def test_count_is_distinct_keys(self, sink: Sink) -> None:
         for token in range(1, 6):
