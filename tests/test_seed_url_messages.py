@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.config import SourceError, load_source
+from collector.config import SEED_LINES_CHECKED, SourceError, load_source
+from collector.run.collection import Collection
+from flows.cli import main
 from tests.helpers import write_source
 
 
@@ -45,3 +47,25 @@ def test_a_template_still_takes_its_placeholder(tmp_path: Path) -> None:
         tmp_path, seeds={"template": "http://127.0.0.1/items/{i}.json", "range": [0, 3]}
     )
     assert list(load_source(path).iter_seed_urls())[-1] == "http://127.0.0.1/items/2.json"
+
+
+def test_a_bad_line_deep_in_a_seed_file_is_said_by_validate_and_refused_by_the_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A load checks the first SEED_LINES_CHECKED lines (a catalogue of millions loads in
+    milliseconds); `collector validate` checks every line; a run refuses the bad one at plan,
+    as a dead letter naming it, and collects the rest."""
+    good = [f"http://127.0.0.1:9/items/{n}.json" for n in range(SEED_LINES_CHECKED + 5)]
+    lines = [*good[:SEED_LINES_CHECKED], "http//127.0.0.1/typo", *good[SEED_LINES_CHECKED:]]
+    (tmp_path / "seeds.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = write_source(tmp_path, seeds={"file": "seeds.txt"}, state_dir="state")
+    source = load_source(path)  # the bad line is past the lines a load checks
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"seeds.file line {SEED_LINES_CHECKED + 1}: not an absolute URL" in err
+    with Collection(source, run_id="r1") as run:
+        ledger = run.plan()
+        assert (ledger.discovered, ledger.refused_at_plan) == (len(lines), 1)
+        (entry,) = run.deadletters.list(source=source.name, stage="plan", status="open")
+        assert entry.url == "http//127.0.0.1/typo"
+        assert run.finish().balanced

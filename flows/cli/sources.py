@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from collector.config import SourceError, suite_kwargs_problems
+from collector.config import SourceError, seed_file_problems, suite_kwargs_problems
 from flows.cli._common import (
     EXIT_INVALID,
     EXIT_OK,
@@ -37,11 +37,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 print(problem, file=sys.stderr)
             status = EXIT_INVALID
             continue
-        # GX's own kwargs check (imports GX: seconds, only when there is a suite), so a suite
-        # the run would reject after fetching is rejected here, before any fetch.
-        suite_problems = suite_kwargs_problems(source, path)
-        if suite_problems:
-            for problem in suite_problems:
+        # every line of a seed file (a load checks the first SEED_LINES_CHECKED), and GX's own
+        # kwargs check (imports GX: seconds, only when there is a suite), so what the run would
+        # refuse after fetching is said here, before any fetch
+        problems = seed_file_problems(source, path, first=None)
+        problems += suite_kwargs_problems(source, path)
+        if problems:
+            for problem in problems:
                 print(problem, file=sys.stderr)
             status = EXIT_INVALID
             continue
