@@ -17,6 +17,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from collector.config import load_source
+from collector.errors import BackendError
 from collector.run.seedlist import ListCopies, ListCopy, list_change, listed_digest
 from tests.helpers import write_source
 
@@ -165,3 +166,12 @@ def test_a_literal_url_that_would_not_read_back_is_not_copied(tmp_path: Path, ur
     source = load_source(write_source(tmp_path, seeds={"urls": ["https://a.test/1"]}))
     seeds = source.seeds.model_copy(update={"urls": ("https://a.test/1", url)})
     assert source.model_copy(update={"seeds": seeds}).seed_list_head() is None
+
+
+def test_a_copy_that_cannot_be_written_is_one_line_naming_where(tmp_path: Path) -> None:
+    (tmp_path / "state").write_text("a file where the state folder should be")
+    with pytest.raises(BackendError) as info:
+        ListCopies(tmp_path / "state" / "seedlists" / "src").write([b"https://a.test/1\n"])
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"cannot keep a copy of the seed list at {tmp_path / 'state'}" in message

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from collector.errors import BackendError
+
 __all__ = ["ListChange", "ListCopies", "ListCopy", "list_change", "listed_digest"]
 
 _BLOCK = 1 << 20
@@ -85,23 +87,36 @@ class ListCopies:
 
     def write(self, blocks: Iterable[bytes]) -> ListCopy:
         """Copy ``blocks`` to a pending file, hashing them on the way."""
-        self.folder.mkdir(parents=True, exist_ok=True)
         pending = self.folder / "pending"
         digest = hashlib.sha256()
-        with pending.open("wb") as out:
-            for block in blocks:
-                digest.update(block)
-                out.write(block)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with pending.open("wb") as out:
+                for block in blocks:
+                    digest.update(block)
+                    out.write(block)
+        except OSError as exc:
+            raise _unwritable(pending, exc) from None
         return ListCopy(pending, digest.hexdigest())
 
     def keep(self, copy: ListCopy) -> ListCopy:
         """Make ``copy`` the kept one (an atomic rename) and drop the others of the source."""
         kept = self.folder / f"{copy.digest}.list"
-        os.replace(copy.path, kept)
-        for other in self.folder.glob("*.list"):
-            if other != kept:
-                other.unlink(missing_ok=True)
+        try:
+            os.replace(copy.path, kept)
+            for other in self.folder.glob("*.list"):
+                if other != kept:
+                    other.unlink(missing_ok=True)
+        except OSError as exc:
+            raise _unwritable(kept, exc) from None
         return ListCopy(kept, copy.digest)
+
+
+def _unwritable(path: Path, exc: OSError) -> BackendError:
+    return BackendError(
+        f"cannot keep a copy of the seed list at {path}: {exc.strerror or exc}"
+        " (the plan reads its seeds from it; state_dir must be writable)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
