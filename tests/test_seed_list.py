@@ -26,6 +26,9 @@ _URLS = [f"https://a.test/items/{n}" for n in ("1", "12", "2", "21", "1/x")]
 _line = st.one_of(
     st.sampled_from(_URLS),
     st.sampled_from(_URLS).map(lambda url: f"  {url}\t"),
+    # whitespace str.strip() removes and bytes.strip() does not: the text path's business
+    st.sampled_from(_URLS).map(lambda url: f"\u00a0{url}\x1c"),
+    st.just("https://a.test/caf\u00e9"),
     st.just("# a comment"),
     st.just(""),
 )
@@ -175,3 +178,19 @@ def test_a_copy_that_cannot_be_written_is_one_line_naming_where(tmp_path: Path) 
     message = str(info.value)
     assert "\n" not in message
     assert f"cannot keep a copy of the seed list at {tmp_path / 'state'}" in message
+
+
+def test_urls_still_named_are_found_across_blocks_and_long_lines(tmp_path: Path) -> None:
+    """The new list's read for URLs that may have left: lines cut by block ends, a line longer
+    than a block, CR line breaks, non-ASCII blocks (read as text)."""
+    filler = [f"https://a.test/fill/{n}" for n in range(60_000)]  # > 1 MiB: several blocks
+    long_line = "https://a.test/long?" + "x" * (1 << 21)
+    gone = ["https://a.test/gone/1", "https://a.test/gone/2", "https://a.test/gone/3"]
+    old_text = "\n".join([*gone, *filler, long_line, "https://a.test/caf\u00e9"]) + "\n"
+    new_text = "\r".join([*filler[:30_000], gone[1], *filler[30_000:], long_line]) + "\r"
+    new_text += "\u00a0https://a.test/caf\u00e9\u00a0\r\n" + gone[2]  # no final break
+    old = _copy(tmp_path, "old", old_text.encode())
+    new = _copy(tmp_path, "new", new_text.encode())
+    change = list_change(old, new)
+    assert change is not None and change.new_list_read
+    assert change.removed == {gone[0]}

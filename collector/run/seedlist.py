@@ -151,11 +151,51 @@ def list_change(
     read = False
     if candidates:  # a URL may be listed twice, or have moved: still named, it stays
         read = True
-        for url in new.urls():
-            candidates.discard(url)
-            if not candidates:
-                break
+        _discard_named(new, candidates)
     return ListChange((head, added_stop), frozenset(candidates), read)
+
+
+# bytes.strip() strips these; str.strip() strips \x1c-\x1f and non-ASCII spaces too
+_SPACES = (b" ", b"\t", b"\x0b", b"\x0c")
+_SEPARATORS = (b"\x1c", b"\x1d", b"\x1e", b"\x1f")
+
+
+def _discard_named(copy: ListCopy, urls: set[str]) -> None:
+    """Remove from ``urls`` every URL the copy names: one read of it, a MiB at a time.
+
+    The common block (ASCII, no separator characters) is matched as bytes: line breaks of every
+    kind made ``\n``, split in C, stripped only when the block holds a space or tab, looked up
+    in C (~0.1 us a line against ~0.75 through a text reader); any other block is read as text
+    exactly as :meth:`ListCopy.urls` reads it.
+    """
+    wanted = {url.encode("utf-8"): url for url in urls}
+    keys = set(wanted)  # intersection() walks the lines and looks each up here
+    rest = b""
+    with copy.path.open("rb") as handle:
+        while wanted:
+            chunk = handle.read(_BLOCK)
+            if chunk:  # whole lines only: what follows the last line feed waits for the next
+                cut = chunk.rfind(b"\n") + 1
+                if not cut:
+                    rest += chunk  # a line longer than a block: read on
+                    continue
+                block, rest = rest + chunk[:cut], chunk[cut:]
+            elif rest:
+                block, rest = rest, b""
+            else:
+                break
+            if not block.isascii() or any(c in block for c in _SEPARATORS):
+                lines: Iterable[bytes] = {
+                    line.strip().encode("utf-8")
+                    for line in io.StringIO(block.decode("utf-8"), newline=None)
+                }
+            else:  # every kind of line break made \n; stripped only where there is a space
+                lines = block.replace(b"\r", b"\n").split(b"\n")
+                if any(c in block for c in _SPACES):
+                    lines = map(bytes.strip, lines)
+            for found in keys.intersection(lines):
+                keys.discard(found)
+                urls.discard(wanted.pop(found))
 
 
 # --- finding the shared lines --------------------------------------------------------------
