@@ -393,7 +393,7 @@ async def _publish(summary: RunSummary) -> None:
     counts = [
         "discovered", "unlisted", "stored", "fresh_skipped", "expired", "dead_lettered",
         "queued", "held_by_others", "retired", "records_written", "records_quarantined",
-        "retried", "requests", "pages_per_second",
+        "key_collisions", "retried", "requests", "pages_per_second",
     ]  # fmt: skip
     ending = summary.ending + (f" ({summary.interrupted})" if summary.interrupted else "")
     await acreate_table_artifact(

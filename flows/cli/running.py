@@ -345,6 +345,7 @@ def _print_summary(summary: RunSummary, refusal: str | None = None) -> None:
         )
         for problem in summary.problems:
             console.print(f"[red]  {problem}")
+        _print_key_collisions(summary, console)
         return
     table = Table(title=f"Ledger of {summary.source}", show_header=True)
     table.add_column("terminal state")
@@ -436,6 +437,7 @@ def _print_summary(summary: RunSummary, refusal: str | None = None) -> None:
         )
     for problem in summary.problems:
         console.print(f"[red]  {problem}")
+    _print_key_collisions(summary, console)
     if summary.replanned:
         console.print(
             f"re-planned:   {summary.replanned} seeds refused by earlier runs are allowed "
@@ -448,6 +450,27 @@ def _print_summary(summary: RunSummary, refusal: str | None = None) -> None:
         )
     console.print(f"records:      {summary.sink}")
     console.print(f"dead letters: {summary.deadletters} (archive {summary.deadletter_archive})")
+
+
+def _print_key_collisions(summary: RunSummary, console: Any) -> None:
+    """Records this run stored under a key an earlier record of the run had (the sink keeps
+    the later one): how many, and one example."""
+    from rich.markup import escape
+
+    if not summary.key_collisions:
+        return
+    example = summary.key_collision
+    where = (
+        f" (e.g. key {example['key']!r} from {example['first_url']}, then from "
+        f"{example['later_url']})"
+        if example
+        else ""
+    )
+    console.print(
+        f"[yellow]key collisions: {summary.key_collisions} records replaced an earlier record "
+        f"of this run with the same key{escape(where)}; the sink keeps one record per key: "
+        "check record.key"
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
