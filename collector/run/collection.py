@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from collector.backends import open_deadletters, open_frontier, open_sink
 from collector.config import Source
 from collector.deadletter import DeadLetter, DeadLetterStore
+from collector.deadletter.base import url_digest
 from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
 from collector.fetch.engine import FetchEngine, FetchResult
 from collector.frontier import (
@@ -704,6 +705,7 @@ class Collection:
             flow_run_id=self.run_id,
             cause=cause,
             trace_id=tracing.trace_id_of_current(),  # the batch's trace (the plan's at plan)
+            url_digest=url_digest(url),  # the real URL, matchable once scrubbed (run/replan.py)
         )
         tracing.dead_letter_event(letter)
         return letter
