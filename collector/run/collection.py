@@ -136,7 +136,7 @@ class Collection:
         self.hosts: dict[str, Any] = {}  # the engine's view of hosts after the last fetch
         # hash(record key) -> URL of the page whose record of that key this run stored last:
         # a later record with the same key from another page is a key collision. One entry per
-        # distinct key of the run (~100 bytes; the URL string is the page's own, shared).
+        # distinct key of the run (~80 bytes measured; the URL string is the page's own).
         self._run_keys: dict[int, str] = {}
         self.key_collision: tuple[str, str, str] | None = None  # (key, first URL, later URL)
 
