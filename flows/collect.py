@@ -393,7 +393,7 @@ async def _publish(summary: RunSummary) -> None:
     counts = [
         "discovered", "unlisted", "stored", "fresh_skipped", "expired", "dead_lettered",
         "queued", "held_by_others", "retired", "records_written", "records_quarantined",
-        "retried", "requests", "pages_per_second",
+        "key_collisions", "retried", "requests", "pages_per_second",
     ]  # fmt: skip
     ending = summary.ending + (f" ({summary.interrupted})" if summary.interrupted else "")
     await acreate_table_artifact(
@@ -441,21 +441,25 @@ def run_collect(
     global last_summary
     started = time.monotonic()
     last_summary = None
-    process_stop.reset()
-    with process_stop.on_signals():
-        state: Any = asyncio.run(
-            collect(  # type: ignore[arg-type]  # typed Awaitable by Prefect; it is a coroutine
-                source=source,
-                batch_size=batch_size,
-                max_items=max_items,
-                drain_wait_s=drain_wait_s,
-                role=role,
-                on_busy=on_busy,
-                lock_wait_s=lock_wait_s,
-                idle_wait_s=idle_wait_s,
-                return_state=True,
+    # A request made before this call (the CLI installs the handlers as the command starts) is
+    # this run's: it is consumed when the run ends, not forgotten as it starts.
+    try:
+        with process_stop.on_signals():
+            state: Any = asyncio.run(
+                collect(  # type: ignore[arg-type]  # typed Awaitable by Prefect; a coroutine
+                    source=source,
+                    batch_size=batch_size,
+                    max_items=max_items,
+                    drain_wait_s=drain_wait_s,
+                    role=role,
+                    on_busy=on_busy,
+                    lock_wait_s=lock_wait_s,
+                    idle_wait_s=idle_wait_s,
+                    return_state=True,
+                )
             )
-        )
+    finally:
+        process_stop.reset()
     if last_summary is None:
         # The flow failed before it had a summary (a backend down, a busy lock, a stop while
         # waiting): raise its own error, as calling the flow without return_state would.

@@ -490,3 +490,37 @@ def test_the_block_prefixes_are_the_blocks_own() -> None:
     from flows import sources
 
     assert sources.BLOCK_PREFIXES == BLOCK_PREFIXES
+
+
+# --- records with the same key from two pages ---------------------------------------------------
+def test_records_replaced_by_a_later_one_with_the_same_key_are_counted_and_named(
+    tmp_path: Path, site: FaultSite, prefect_api: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two pages yielding the same record key: the sink keeps one record per key (unchanged),
+    but the run counts the replaced records and says which key and pages, once."""
+    urls = [site.url(f"/items/{i}.json") for i in range(4)]
+    urls += [site.url("/items/1.json?copy=a"), site.url("/items/2.json?copy=b")]  # ids 1, 2
+    path = write_source(tmp_path, seeds={"urls": urls})
+    run = collector("run", str(path), "--json", api=prefect_api)
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    assert (summary["stored"], summary["records_in_sink"]) == (6, 4)
+    assert summary["key_collisions"] == 2 and summary["balanced"]
+    example = summary["key_collision"]
+    assert example["key"] in ("1", "2")
+    assert {example["first_url"], example["later_url"]} in (
+        {urls[1], urls[4]},
+        {urls[2], urls[5]},
+    )
+    warnings = [line for line in run.stderr.splitlines() if "same key" in line]
+    assert len(warnings) == 1, run.stderr
+    assert f"key '{example['key']}'" in warnings[0]
+    assert example["first_url"] in warnings[0] and example["later_url"] in warnings[0]
+
+    from collector.run.summary import RunSummary
+    from flows.cli.running import _print_summary
+
+    _print_summary(RunSummary.from_dict(summary))
+    table = capsys.readouterr().out
+    assert "key collisions: 2 records replaced an earlier record of this run" in table
+    assert f"e.g. key '{example['key']}'" in table

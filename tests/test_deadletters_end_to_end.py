@@ -86,6 +86,19 @@ def balance(source_path: Path) -> dict[str, Any]:
     return {k: found[k] for k in (*keys, "balanced")}
 
 
+def http_statuses(source_path: Path) -> dict[str, Any]:
+    """url path -> the ``http_status`` a fetch-stage dead letter keeps in its payload."""
+    source = load_source(source_path)
+    store = SqliteDeadLetterStore(source.deadletter_path)
+    try:
+        return {
+            "/" + e.url.split("/", 3)[3]: e.payload["http_status"]
+            for e in store.list(source=source.name, stage="fetch", status=None)
+        }
+    finally:
+        store.close()
+
+
 def reasons(source_path: Path) -> dict[str, str]:
     """url path -> stage/error_class of every dead letter, whatever its status."""
     source = load_source(source_path)
@@ -171,6 +184,8 @@ async def test_bad_inputs_end_as_dead_letters_or_repaired_records(
             "/missing.json": "fetch/http_404",
             "/flaky.json": "fetch/http_503 (retries_exhausted)",
         }
+        # what the server answered is kept: the 1 GB body came with a 200 (the cap is ours)
+        assert http_statuses(path) == {HOSTILE: 200, "/missing.json": 404, "/flaky.json": 503}
         rows = {row["id"]: row for row in sink_lines(tmp_path / "out")}
         assert sorted(rows) == [0, 1, 2, 3, 4, 105]
         assert rows[105]["name"] == json.loads(PAGES["/unicode.json"][1])["name"]  # exact

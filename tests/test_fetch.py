@@ -7,6 +7,7 @@ promises must not depend on which one carries the bytes.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -173,11 +174,26 @@ async def test_a_name_that_rebinds_to_a_private_address_is_refused_when_connecti
 
 
 async def test_unreachable_port_is_a_recoverable_connect_error() -> None:
+    """One line naming host:port and what happened, the same on both pools (aiohttp's own text
+    said ``ssl:default`` for a plain http URL, httpx's own pool named no host at all)."""
+    with socket.socket() as probe:  # a port nothing listens on: bound, then let go
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     (result,) = await fetch(
-        engine(retry=RetrySettings(max_attempts=1)), "http://127.0.0.1:9/nothing.json"
+        engine(retry=RetrySettings(max_attempts=1)), f"http://127.0.0.1:{port}/nothing.json"
     )
     assert result.error is not None and result.error.error_class == "connect_error"
     assert result.error.permanent is False
+    assert str(result.error) == f"cannot connect to 127.0.0.1:{port}: connection refused"
+
+
+async def test_tls_to_a_plain_http_server_says_the_handshake_failed(site: FaultSite) -> None:
+    url = site.url("/items/1.json").replace("http://", "https://")
+    (result,) = await fetch(engine(retry=RetrySettings(max_attempts=1)), url)
+    assert result.error is not None and result.error.error_class == "connect_error"
+    port = site.base_url.rsplit(":", 1)[1]
+    assert str(result.error).startswith(f"cannot connect to 127.0.0.1:{port}: TLS handshake failed")
+    assert "ssl:" not in str(result.error) and "\n" not in str(result.error)
 
 
 async def test_per_domain_concurrency_is_bounded(site: FaultSite) -> None:

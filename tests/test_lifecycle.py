@@ -173,3 +173,55 @@ def test_sigkill_then_rerun_takes_back_the_dead_runs_leases_at_once(
         site.set_delay(0)
         rerun = _rerun_completes_the_source(source, tmp_path / "out", prefect_api)
         assert rerun["leases_reclaimed"] > 0  # the dead run's leases, revoked, not waited out
+
+
+def _importing(pid: int, folder: Path) -> bool:
+    """The command is still importing its engine (aiohttp's parser is being loaded)."""
+    return "aiohttp/_http_parser" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def _reached_its_stores(pid: int, folder: Path) -> bool:
+    """The command's preflight has opened the source's stores (before Prefect starts)."""
+    return (folder / ".collector" / "frontier.db").exists()
+
+
+@pytest.mark.parametrize("moment", [_importing, _reached_its_stores], ids=lambda f: f.__name__)
+def test_an_early_sigint_stops_a_run_started_with_sigint_ignored(
+    tmp_path: Path, prefect_api: str, moment: Any
+) -> None:
+    """A shell's background job (``collector run src.yaml &``) starts with SIGINT ignored, and
+    Python leaves it so. The console script records a SIGINT from its first line
+    (flows/command.py) and the command hands it to the run's stop request, so a SIGINT while
+    it imports, or while it reaches its stores, still stops the run: said once, nothing lost."""
+    with WorkerSite() as site:
+        source = _source(tmp_path, site, f"lifecycle-early{moment.__name__}")
+        script = str(Path(sys.executable).parent / "collector")  # what a user starts
+        ignoring = (
+            "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+            "os.execv(sys.argv[1], sys.argv[1:])"
+        )  # as bash starts a background job: SIG_IGN survives the exec
+        env = {**os.environ, "PREFECT_API_URL": prefect_api}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", ignoring, script, "run", str(source), "--json"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not moment(proc.pid, tmp_path):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+
+        assert proc.returncode == 130, err
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert sum("interrupted by SIGINT" in line for line in lines) == 1, err
+        _no_traceback(err)
+        stored = 0
+        if out.strip():  # the flow had started: its summary, stopped and exact
+            summary = _summary(out)
+            assert summary["interrupted"] == "SIGINT" and summary["balanced"], summary
+            stored = summary["stored"]
+        assert stored < ITEMS
+        rerun = _rerun_completes_the_source(source, tmp_path / "out", prefect_api)
+        assert rerun["stored"] == ITEMS - stored

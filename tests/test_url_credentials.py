@@ -150,3 +150,43 @@ async def test_a_seed_with_credentials_is_dead_lettered_and_the_others_are_store
     assert HINT in letter.message
     assert SECRET not in letter.message and SECRET not in letter.url
     assert letter.url.endswith(f"@127.0.0.1:{port}/items/3.json")
+
+
+@pytest.mark.usefixtures("prefect_api")
+async def test_the_refusal_closes_once_the_seed_is_listed_without_its_credentials(
+    tmp_path: Path, site: FaultSite
+) -> None:
+    """The entry keeps the URL masked, so the re-plan matches it by the digest of the real URL
+    without its userinfo: moving the credentials to a header (what the refusal asks) closes it
+    and the page is collected; listing both forms keeps it open."""
+    port = site.base_url.rsplit(":", 1)[1]
+    plain = site.url("/items/3.json")
+    with_credentials = f"http://bob:{SECRET}@127.0.0.1:{port}/items/3.json"
+    seeds = [site.url("/items/1.json"), with_credentials]
+    source_path = write_source(tmp_path, seeds={"urls": seeds})
+    first = summary_of(await collect(source=str(source_path)))
+    assert (first["refused_at_plan"], first["stored"]) == (1, 1)
+
+    write_source(tmp_path, seeds={"urls": [*seeds, plain]})  # both forms: still refused once
+    both = summary_of(await collect(source=str(source_path)))
+    assert (both["refused_at_plan"], both["replanned"], both["stored"]) == (1, 0, 1)
+    assert both["deadletter_reasons"] == {"plan/refused_url": 1}
+
+    write_source(
+        tmp_path,
+        seeds={"urls": [site.url("/items/1.json"), plain]},
+        limits={"headers": {"Authorization": "Basic Ym9iOnMzY3IzdC1wdw=="}},
+    )
+    fixed = summary_of(await collect(source=str(source_path)))
+    assert (fixed["refused_at_plan"], fixed["replanned"]) == (0, 1)
+    assert fixed["deadletter_reasons"] == {} and fixed["balanced"]
+
+    source = load_source(source_path)
+    store = SqliteDeadLetterStore(source.deadletter_path)
+    try:
+        (letter,) = store.list(source=source.name, status=None)
+    finally:
+        store.close()
+    assert (letter.status, letter.resolution_kind) == ("resolved", "reenqueued")
+    assert letter.resolution == "re-planned: the URL is listed without credentials now"
+    assert SECRET not in letter.url and SECRET not in letter.url_digest

@@ -47,6 +47,8 @@ __all__ = [
     "count_status_kinds",
     "dead_letter_id",
     "reason_label",
+    "url_digest",
+    "without_userinfo",
 ]
 
 Stage = Literal["plan", "fetch", "parse", "validate", "store"]
@@ -60,6 +62,34 @@ CAUSES = ("", "retries_exhausted", "max_total_exceeded")
 def dead_letter_id(source: str, url: str, stage: str, error_class: str, key: str = "") -> str:
     raw = "\x1f".join((source, url, stage, error_class, key))
     return hashlib.blake2b(raw.encode(), digest_size=12).hexdigest()
+
+
+def url_digest(url: str) -> str:
+    """The digest an entry keeps of its real URL, userinfo removed (``DeadLetter.url_digest``).
+
+    An entry's ``url`` is scrubbed (``user:password@`` and secret query values masked), so it
+    cannot be compared with the URLs a later plan offers. The digest can: it is taken before
+    scrubbing, with the userinfo left out, so a seed refused for its credentials matches the
+    same URL listed without them (the fix the refusal asks for), and a masked query value
+    matches the same value offered again. No password is in it; a query value is, one-way.
+    """
+    data = without_userinfo(url).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=16, person=b"collector-url").hexdigest()
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without its ``user:password@`` (masked or not), read on the raw text as
+    :func:`collector.policy.urls.shown` reads it: the authority follows the first ``//`` up to
+    ``/``, ``?`` or ``#``, and its userinfo ends at its last ``@``."""
+    slashes = url.find("//")
+    start = 0 if slashes < 0 else slashes + 2
+    stop = len(url)
+    for end in "/?#":
+        found = url.find(end, start)
+        if 0 <= found < stop:
+            stop = found
+    at = url.rfind("@", start, stop)
+    return url if at < 0 else url[:start] + url[at + 1 :]
 
 
 def reason_label(stage: str, cause: str, error_class: str) -> str:
@@ -97,6 +127,7 @@ class DeadLetter:
     cause: str = ""  # one of CAUSES: why fetching gave up on a recoverable error
     resolution_kind: ResolutionKind | None = None  # set exactly when status is resolved
     trace_id: str = ""  # OpenTelemetry trace id of the run that quarantined it, when traced
+    url_digest: str = ""  # url_digest() of the real URL: what a re-plan matches (run/replan.py)
     id: str = ""
 
     def __post_init__(self) -> None:

@@ -87,6 +87,7 @@ _LATER_COLUMNS = (
     ("deadletters", "cause", "TEXT NOT NULL DEFAULT ''"),  # layout 2
     ("deadletters", "resolution_kind", "TEXT"),  # layout 2
     ("deadletters", "trace_id", "TEXT NOT NULL DEFAULT ''"),  # layout 2
+    ("deadletters", "url_digest", "TEXT NOT NULL DEFAULT ''"),  # '' in entries written before
     ("reviews", "source", "TEXT NOT NULL DEFAULT ''"),  # layout 2
 )
 _POLL_S = 0.05  # take_for_review(block_ms=...) looks for new messages this often
@@ -94,7 +95,7 @@ _POLL_S = 0.05  # take_for_review(block_ms=...) looks for new messages this ofte
 _COLUMNS = (
     "id, source, url, stage, error_class, message, attempts, first_seen, last_seen, record_key,"
     " payload, failed_expectations, flow_run_id, status, resolution, cause, resolution_kind,"
-    " trace_id"
+    " trace_id, url_digest"
 )
 _READ = _COLUMNS + ", requeues"  # requeues is the store's own count, never written by put
 
@@ -115,7 +116,7 @@ def split_legacy(error_class: str, resolution: str | None, status: str) -> tuple
 
 def _row_to_entry(row: tuple[Any, ...]) -> DeadLetter:
     (eid, source, url, stage, error_class, message, attempts, first, last, key, payload,
-     failed, run_id, status, resolution, cause, kind, trace_id, requeues) = row  # fmt: skip
+     failed, run_id, status, resolution, cause, kind, trace_id, digest, requeues) = row  # fmt: skip
     return DeadLetter(
         id=eid,
         source=source,
@@ -136,6 +137,7 @@ def _row_to_entry(row: tuple[Any, ...]) -> DeadLetter:
         cause=cause or "",
         resolution_kind=kind,
         trace_id=trace_id or "",
+        url_digest=digest or "",
     )
 
 
@@ -150,6 +152,7 @@ def _entry_to_row(e: DeadLetter) -> tuple[Any, ...]:
         *(e.id, e.source, e.url, e.stage, e.error_class, e.message, e.attempts),
         *(e.first_seen, e.last_seen, e.record_key, payload, failed),
         *(e.flow_run_id, e.status, e.resolution, e.cause, e.resolution_kind, e.trace_id),
+        e.url_digest,
     )
 
 
@@ -232,13 +235,13 @@ class SqliteDeadLetterStore(Closing):
                 )
             }
             db.executemany(
-                f"INSERT INTO deadletters ({_COLUMNS}) VALUES ({','.join('?' * 18)})"
+                f"INSERT INTO deadletters ({_COLUMNS}) VALUES ({','.join('?' * 19)})"
                 " ON CONFLICT (id) DO UPDATE SET message = excluded.message,"
                 " attempts = MAX(deadletters.attempts, excluded.attempts),"
                 " last_seen = excluded.last_seen, payload = excluded.payload,"
                 " failed_expectations = excluded.failed_expectations,"
                 " flow_run_id = excluded.flow_run_id, cause = excluded.cause,"
-                " trace_id = excluded.trace_id,"
+                " trace_id = excluded.trace_id, url_digest = excluded.url_digest,"
                 " claimed_by = CASE WHEN deadletters.status = 'resolved' THEN NULL"
                 "                   ELSE deadletters.claimed_by END,"
                 " status = CASE WHEN deadletters.status = 'resolved' THEN 'open'"

@@ -44,7 +44,7 @@ from collector.fetch.circuit import GO, CircuitBoard, CircuitListener, RedisCirc
 from collector.fetch.decoding import ACCEPT_ENCODING, BodyTooLarge, bounded_decoder
 from collector.fetch.ratelimit import RateLimiter, rate_limiter
 from collector.fetch.transport import POOL_ERROR as _POOL_ERROR
-from collector.fetch.transport import TransportKind, make_clients, pool_failure
+from collector.fetch.transport import TransportKind, connect_failure, make_clients, pool_failure
 from collector.frontier.base import ClaimedItem
 from collector.ops import metrics
 from collector.policy.retry import RetryBudget, RetryDecision, RetrySettings, is_recoverable_status
@@ -589,7 +589,7 @@ class FetchEngine:
                 f"cannot decode response body: {exc}", error_class="decode_error"
             )
         if isinstance(exc, httpx.ConnectError):
-            return RecoverableFetchError(f"cannot connect: {exc}", error_class="connect_error")
+            return connect_failure(exc)  # host:port and the system's reason, in one line
         # Any other transport failure: the server or the network may behave next time.
         return RecoverableFetchError(f"{type(exc).__name__}: {exc}", error_class="network_error")
 

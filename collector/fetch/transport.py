@@ -23,6 +23,7 @@ the URL check and then re-resolves to a private address (DNS rebinding) is refus
 from __future__ import annotations
 
 import math
+import os
 import socket
 import ssl
 from typing import Literal
@@ -37,7 +38,14 @@ from collector import defaults
 from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
 from collector.policy.urls import HostPolicy
 
-__all__ = ["POOL_ERROR", "RefusedAddress", "TransportKind", "make_clients", "pool_failure"]
+__all__ = [
+    "POOL_ERROR",
+    "RefusedAddress",
+    "TransportKind",
+    "connect_failure",
+    "make_clients",
+    "pool_failure",
+]
 
 # What the aiohttp pool raises as it is (httpx-aiohttp maps only some of aiohttp's errors).
 POOL_ERROR = aiohttp.ClientError
@@ -199,9 +207,72 @@ def pool_failure(exc: BaseException) -> FetchError | None:
         text = text[: _MESSAGE_CHARS - 3] + "..."
     what = type(cause).__name__
     if isinstance(cause, aiohttp.ClientConnectorError):
-        return RecoverableFetchError(f"cannot connect: {text}", error_class="connect_error")
+        # Its own text names aiohttp's connection key ("ssl:default" even for plain http):
+        # say where and what happened instead, as httpx's own pool does (connect_failure).
+        reason = (
+            cause.certificate_error
+            if isinstance(cause, aiohttp.ClientConnectorCertificateError)
+            else cause.os_error
+        )
+        return _cannot_connect(cause.host, cause.port, reason)
     if isinstance(cause, aiohttp.ClientResponseError):
         return RecoverableFetchError(
             f"malformed response ({what}): {text}", error_class="network_error"
         )
     return RecoverableFetchError(f"{what}: {text}", error_class="network_error")
+
+
+def connect_failure(exc: httpx.ConnectError) -> FetchError:
+    """httpx's own pool failing to connect, as one line naming ``host:port`` and what happened.
+
+    httpx says only "All connection attempts failed"; the operating system's reason (refused,
+    unreachable, a name that does not resolve, a TLS handshake) is further down the chain.
+    """
+    try:
+        url = exc.request.url
+        host, port = url.host, url.port or (443 if url.scheme == "https" else 80)
+    except RuntimeError:  # no request attached: nothing to name
+        host, port = "", None
+    return _cannot_connect(host, port, _deepest_os_error(exc))
+
+
+def _deepest_os_error(exc: BaseException) -> BaseException | None:
+    """The innermost ``OSError`` under ``exc`` (the one with the system's reason), if any."""
+    found: BaseException | None = None
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError):
+            found = current
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def _cannot_connect(host: str, port: int | None, error: BaseException | None) -> FetchError:
+    """``cannot connect to host:port: what happened`` (recoverable: the server may come up)."""
+    where = f"[{host}]" if ":" in host else host
+    place = f" to {where}:{port}" if host and port else f" to {where}" if host else ""
+    text = " ".join(_connect_reason(error).split())
+    if len(text) > _MESSAGE_CHARS:
+        text = text[: _MESSAGE_CHARS - 3] + "..."
+    return RecoverableFetchError(f"cannot connect{place}: {text}", error_class="connect_error")
+
+
+def _connect_reason(error: BaseException | None) -> str:
+    """What the operating system (or the TLS layer) said, in words, without Python's repr."""
+    if error is None:
+        return "the connection failed"
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return f"TLS certificate not accepted ({error.verify_message or error.reason})"
+    if isinstance(error, ssl.SSLError):
+        return f"TLS handshake failed ({error.reason or error})"
+    if isinstance(error, socket.gaierror):
+        return f"the name does not resolve ({error.strerror or error})"
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    errno = getattr(error, "errno", None)
+    if isinstance(errno, int) and errno > 0:
+        said = os.strerror(errno)
+        return said[:1].lower() + said[1:]  # "connection refused", "network is unreachable"
+    return str(error) or type(error).__name__

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from collector.backends import open_deadletters, open_frontier, open_sink
 from collector.config import Source
 from collector.deadletter import DeadLetter, DeadLetterStore
+from collector.deadletter.base import url_digest
 from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
 from collector.fetch.engine import FetchEngine, FetchResult
 from collector.frontier import (
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
 __all__ = ["BatchReport", "Collection"]
 
 _T = TypeVar("_T")
+_log = logging.getLogger(__name__)
 _BODY_EXCERPT = 2048  # bytes of a failing body kept in its dead letter
 _REFUSED_CHUNK = 500  # refused seeds written to the dead letters at a time (bounded memory)
 
@@ -133,6 +136,11 @@ class Collection:
         self.replanned = 0  # open plan refusals closed because the policy allows them now
         self.renewed = 0  # queued items past their queue TTL that the plan asked for again
         self.hosts: dict[str, Any] = {}  # the engine's view of hosts after the last fetch
+        # hash(record key) -> URL of the page whose record of that key this run stored last:
+        # a later record with the same key from another page is a key collision. One entry per
+        # distinct key of the run (~80 bytes measured; the URL string is the page's own).
+        self._run_keys: dict[int, str] = {}
+        self.key_collision: tuple[str, str, str] | None = None  # (key, first URL, later URL)
 
     def __enter__(self) -> Collection:
         return self
@@ -520,6 +528,7 @@ class Collection:
         self.ledger.records_written += written.written
         self.ledger.records_unchanged += written.unchanged
         self.ledger.stale_writes += written.stale
+        self._count_key_collisions(good, written.stale_keys)
         self.deadletters.put(letters)
         self.errors.report(letters)
         metrics.count_dead_letters(self.source.name, letters)
@@ -630,6 +639,47 @@ class Collection:
         }
         return good, failed_items
 
+    def _count_key_collisions(self, good: list[SinkRecord], refused: list[str]) -> None:
+        """Count the records that replaced, in the sink, an earlier record of this run.
+
+        The sink keeps one record per key (an idempotent upsert), so two pages yielding the
+        same key in one run leave only the later one. Counted: a key seen earlier in this batch
+        (from any page, the same one included), or in an earlier batch from another page (the
+        same page stored again, after its lease passed to a new claim, is no collision).
+        Records the fence refused replaced nothing.
+        """
+        if not good:
+            return
+        stale = set(refused)
+        seen = self._run_keys
+        batch: dict[str, str] = {}
+        for record in good:
+            key, url = record.key, record.url
+            if stale and key in stale:
+                continue
+            earlier = batch.get(key)
+            if earlier is None and (before := seen.get(hash(key))) is not None and before != url:
+                earlier = before
+            if earlier is not None:
+                self.ledger.key_collisions += 1
+                if self.key_collision is None:
+                    self.key_collision = (key, earlier, url)
+            batch[key] = url
+        for key, url in batch.items():
+            seen[hash(key)] = url
+
+    def _warn_key_collisions(self) -> None:
+        """One warning line per run: how many records replaced another, and one example."""
+        if not self.ledger.key_collisions or self.key_collision is None:
+            return
+        key, first, later = self.key_collision
+        _log.warning(
+            "%s: %d records replaced an earlier record of this run with the same key (e.g. key "
+            "%r from %s, then from %s): the sink keeps one record per key; check record.key",
+            self.source.name, self.ledger.key_collisions, key,
+            self.scrub.url(first), self.scrub.url(later),
+        )  # fmt: skip
+
     # --- helpers -------------------------------------------------------------------------------
     def _retry_later(
         self,
@@ -683,6 +733,7 @@ class Collection:
             flow_run_id=self.run_id,
             cause=cause,
             trace_id=tracing.trace_id_of_current(),  # the batch's trace (the plan's at plan)
+            url_digest=url_digest(url),  # the real URL, matchable once scrubbed (run/replan.py)
         )
         tracing.dead_letter_event(letter)
         return letter
@@ -749,6 +800,7 @@ class Collection:
         else:
             self.ledger.close_claims()
         self.errors.finish()
+        self._warn_key_collisions()
         return self.ledger
 
     def _validation_summary(self) -> dict[str, Any]:
@@ -803,8 +855,15 @@ class Collection:
             deadletter_reasons=self.deadletters.reasons(self.source.name),
             replanned=self.replanned,
             renewed=self.renewed,
+            key_collision=self._key_collision_example(),
             **how,
         )
+
+    def _key_collision_example(self) -> dict[str, str]:
+        if self.key_collision is None:
+            return {}
+        key, first, later = self.key_collision
+        return {"key": key, "first_url": self.scrub.url(first), "later_url": self.scrub.url(later)}
 
 
 def _per(total: float, count: int, scale: float) -> float | None:

@@ -38,6 +38,12 @@ When such workers help a run, the run's items they settled show in the frontier 
 run's acks: the run counts them as ``stored_by_others`` /
 ``dead_by_others`` (never negative), and each helper's own claim check covers them.
 
+Records are counted beside the items (``records_written``, ``records_unchanged``,
+``records_quarantined``), and so is what the sink's one-record-per-key upsert hides:
+``key_collisions``, the records of this run whose key an earlier record of this run already
+had (two pages naming the same item, or a page listing a key twice). Each replaced the earlier
+record in the sink; the run logs one warning naming an example (the key and both URLs).
+
 Compensation (a written batch found bad afterwards) is recorded in the source's
 :class:`LedgerBook` (``<state_dir>/ledger.jsonl``): which batch, how many records it removed,
 why and when.
@@ -83,6 +89,10 @@ class Ledger:
     records_quarantined: int = 0  # records failing validation (their item may still be stored)
     stale_acks: int = 0  # outcomes refused because our lease had passed to someone else
     stale_writes: int = 0  # sink writes refused by the fencing token
+    # records whose key an earlier record of this run (another page, or the same page) already
+    # had: the sink keeps one record per key, so each replaced the earlier one (not a term of
+    # the equation: records, not items; counted by the process that settled them)
+    key_collisions: int = 0
     leases_reclaimed: int = 0
     claimed: int = 0  # items leased by this run's claims (an item claimed twice counts twice)
     returned: int = 0  # claimed items acked back to the queue (retry later, batch time)

@@ -55,6 +55,9 @@ class RunSummary:
     records_quarantined: int = 0
     stale_acks: int = 0
     stale_writes: int = 0
+    key_collisions: int = 0  # records that replaced an earlier record of this run (same key)
+    # one of them: {"key", "first_url", "later_url"} (URLs scrubbed), empty when none
+    key_collision: dict[str, str] = field(default_factory=dict)
     leases_reclaimed: int = 0
     claimed: int = 0
     returned: int = 0

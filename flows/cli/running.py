@@ -153,7 +153,43 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, RunSummary | None,
 
     The last is looked up only after a run that ended normally and refused seeds at plan
     (:func:`_refusal_looked_up`): the message of one open ``plan/refused_url`` dead letter.
+
+    The stop's signal handlers (:class:`collector.run.stop.StopRequest`) are installed first,
+    whatever the process inherited: a shell's background job starts with SIGINT ignored, and
+    Python leaves it ignored, so a SIGINT before the flow installs its own would be lost (one
+    that came while the command imported was recorded by :mod:`flows.command`). A stop
+    requested before the flow starts ends the command there (nothing claimed); one requested
+    while it starts is honoured by the flow (its ledger says ``interrupted``).
     """
+    from collector.run.stop import process_stop
+    from flows import command
+
+    process_stop.reset()  # a request of an earlier command in this process is not this one's
+    try:
+        with process_stop.on_signals():
+            early = command.hand_over()  # a signal while the command was importing
+            if early is not None:
+                process_stop.request(early)
+            return _run_stoppable(source, args)
+    finally:
+        command.restore()
+
+
+def _stopped_before_the_flow() -> tuple[int, None, None] | None:
+    """The command's end when a stop was requested before the flow started, else None."""
+    from collector.run.stop import EXIT_CODES, process_stop
+
+    reason = process_stop.reason
+    if reason is None:
+        return None
+    print(f"collector: interrupted by {reason} before the run started; nothing was claimed",
+          file=sys.stderr)  # fmt: skip
+    return EXIT_CODES.get(reason, EXIT_FAILED), None, None
+
+
+def _run_stoppable(
+    source: str, args: argparse.Namespace
+) -> tuple[int, RunSummary | None, str | None]:
     problem = _metrics_environment(getattr(args, "metrics_port", None))
     if problem:
         print(f"collector: {problem}", file=sys.stderr)
@@ -169,6 +205,8 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, RunSummary | None,
         print(f"collector: {exc}", file=sys.stderr)
         return EXIT_FAILED, None, None
     print_warnings(loaded, source)  # e.g. every seed refused: said before, not discovered after
+    if (stopped := _stopped_before_the_flow()) is not None:
+        return stopped
     progress = _Progress(enabled=not args.json and sys.stderr.isatty())
     progress.start("starting Prefect ...")  # the imports and server start take seconds
     summary: RunSummary | None = None
@@ -190,6 +228,9 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, RunSummary | None,
         from flows._locks import quiet_console_for_the_command
         from flows.collect import progress_listeners, run_collect
 
+        if (stopped := _stopped_before_the_flow()) is not None:
+            progress.finish(None)
+            return stopped
         quiet_console_for_the_command()  # busy, stopped, bad suite: said once below
         progress_listeners.append(progress)
         try:
@@ -304,6 +345,7 @@ def _print_summary(summary: RunSummary, refusal: str | None = None) -> None:
         )
         for problem in summary.problems:
             console.print(f"[red]  {problem}")
+        _print_key_collisions(summary, console)
         return
     table = Table(title=f"Ledger of {summary.source}", show_header=True)
     table.add_column("terminal state")
@@ -395,6 +437,7 @@ def _print_summary(summary: RunSummary, refusal: str | None = None) -> None:
         )
     for problem in summary.problems:
         console.print(f"[red]  {problem}")
+    _print_key_collisions(summary, console)
     if summary.renewed:
         console.print(
             f"renewed:      {summary.renewed} queued items an earlier run left were past their "
@@ -412,6 +455,27 @@ def _print_summary(summary: RunSummary, refusal: str | None = None) -> None:
         )
     console.print(f"records:      {summary.sink}")
     console.print(f"dead letters: {summary.deadletters} (archive {summary.deadletter_archive})")
+
+
+def _print_key_collisions(summary: RunSummary, console: Any) -> None:
+    """Records this run stored under a key an earlier record of the run had (the sink keeps
+    the later one): how many, and one example."""
+    from rich.markup import escape
+
+    if not summary.key_collisions:
+        return
+    example = summary.key_collision
+    where = (
+        f" (e.g. key {example['key']!r} from {example['first_url']}, then from "
+        f"{example['later_url']})"
+        if example
+        else ""
+    )
+    console.print(
+        f"[yellow]key collisions: {summary.key_collisions} records replaced an earlier record "
+        f"of this run with the same key{escape(where)}; the sink keeps one record per key: "
+        "check record.key"
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:

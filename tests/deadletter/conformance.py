@@ -98,6 +98,7 @@ class StoreConformance:
             failed_expectations=[{"expectation": "expect_column_values_to_be_between"}],
             flow_run_id="run-42",
             trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
+            url_digest="0f" * 16,
         )
         store.put([entry])
         got = store.get(entry.id)
@@ -124,6 +125,22 @@ class StoreConformance:
         assert (got.attempts, got.last_seen) == (5, T0 + 200)
         assert len(store.list(status=None)) == 1
         assert store.counts()["open"] == 1
+
+    def test_url_digest_is_kept_and_follows_the_latest_put(self, store: DeadLetterStore) -> None:
+        """The digest of the real URL (the stored URL is scrubbed) is what a re-plan matches:
+        kept by every read, replaced when the same failure is seen again, empty when absent."""
+        masked = "https://[redacted]@example.test/1"
+        first = letter(masked, stage="plan", error_class="refused_url", url_digest="aa" * 16)
+        store.put([first, letter("https://example.test/2")])
+        got = store.get(first.id)
+        assert got is not None and got.url_digest == "aa" * 16
+        listed = {e.url: e.url_digest for e in store.list(source="src")}
+        assert listed == {masked: "aa" * 16, "https://example.test/2": ""}
+        again = letter(masked, stage="plan", error_class="refused_url", url_digest="bb" * 16,
+                       seen=T0 + 5)  # fmt: skip
+        assert store.put([again]) == 0
+        got = store.get(first.id)
+        assert got is not None and (got.url_digest, got.last_seen) == ("bb" * 16, T0 + 5)
 
     def test_duplicates_within_one_put_count_once(self, store: DeadLetterStore) -> None:
         assert store.put([letter(attempts=1), letter(attempts=4, seen=T0 + 1)]) == 1

@@ -1,7 +1,7 @@
--- ARGV[3] events maxlen, then 22 values per entry in the order put() sends them.
+-- ARGV[3] events maxlen, then 23 values per entry in the order put() sends them.
 -- Returns how many ids were new.
 local new = 0
-for i = 4, #ARGV, 22 do
+for i = 4, #ARGV, 23 do
   local id = ARGV[i]
   local key = P .. id
   local last = ARGV[i + 8]
@@ -17,7 +17,7 @@ for i = 4, #ARGV, 22 do
                'first_seen', ARGV[i + 7], 'last_seen', last, 'record_key', ARGV[i + 9],
                'payload', ARGV[i + 10], 'failed_expectations', ARGV[i + 11],
                'codec', ARGV[i + 17], 'status', st, 'cause', cause, 'trace_id', ARGV[i + 21],
-               'v', '2')
+               'url_digest', ARGV[i + 22], 'v', '2')
     if ARGV[i + 13] == '1' then redis.call('HSET', key, 'flow_run_id', ARGV[i + 12]) end
     if ARGV[i + 16] == '1' then redis.call('HSET', key, 'resolution', ARGV[i + 15]) end
     if ARGV[i + 20] ~= '' then redis.call('HSET', key, 'resolution_kind', ARGV[i + 20]) end
@@ -31,7 +31,8 @@ for i = 4, #ARGV, 22 do
     if tonumber(cur.attempts) > tonumber(attempts) then attempts = cur.attempts end
     redis.call('HSET', key, 'message', ARGV[i + 5], 'attempts', attempts, 'last_seen', last,
                'payload', ARGV[i + 10], 'failed_expectations', ARGV[i + 11],
-               'codec', ARGV[i + 17], 'cause', cause, 'trace_id', ARGV[i + 21])
+               'codec', ARGV[i + 17], 'cause', cause, 'trace_id', ARGV[i + 21],
+               'url_digest', ARGV[i + 22])
     if ARGV[i + 13] == '1' then
       redis.call('HSET', key, 'flow_run_id', ARGV[i + 12])
     else
