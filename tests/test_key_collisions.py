@@ -19,6 +19,7 @@ from collector.config import load_source
 from collector.demo.site import FaultSite
 from collector.fetch.engine import FetchResult
 from collector.frontier import Lease
+from collector.run import collection as collection_module
 from collector.run.collection import Collection
 from collector.run.drain import DrainPolicy, drain
 from collector.run.summary import RunSummary
@@ -88,3 +89,30 @@ def test_a_run_without_shared_keys_counts_none(tmp_path: Path, site: FaultSite) 
     summary = _run(path, "run-1", 1)
     assert (summary.key_collisions, summary.key_collision) == (0, {})
     assert summary.records_in_sink == 10
+
+
+def test_a_run_remembers_a_bounded_number_of_keys_and_says_so(
+    tmp_path: Path,
+    site: FaultSite,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Memory stays bounded for runs of millions of records: past KEYS_REMEMBERED distinct
+    keys, new keys are checked against the remembered ones but not kept, and the warning says
+    the count is against those."""
+    monkeypatch.setattr(collection_module, "KEYS_REMEMBERED", 10)
+    first, overlapping = site.url("/items?start=0&count=10"), site.url("/items?start=5&count=10")
+    later = site.url("/items?start=40&count=5")
+    path = write_source(
+        tmp_path,
+        seeds={"urls": [first, overlapping, later, site.url("/items?start=40&count=5&again=1")]},
+        record={"key": "id", "records_path": "items"},
+    )
+    with caplog.at_level(logging.WARNING, logger="collector.run.collection"):
+        summary = _run(path, "run-1", 1)
+    assert summary.balanced
+    # the first page's 10 keys are remembered: the overlap (5) counts; keys 40-44 came after
+    # the memory was full, so their second page is not counted
+    assert summary.key_collisions == 5
+    (line,) = [r.getMessage() for r in caplog.records if "records replaced" in r.getMessage()]
+    assert "counted against the first 10 keys of the run" in line

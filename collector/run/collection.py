@@ -62,6 +62,9 @@ __all__ = ["BatchReport", "Collection"]
 
 _T = TypeVar("_T")
 _log = logging.getLogger(__name__)
+# Record keys a run remembers to count key collisions (~80 bytes each): a run of millions of
+# records stays in bounded memory; later keys are still checked against the remembered ones.
+KEYS_REMEMBERED = 1_000_000
 _BODY_EXCERPT = 2048  # bytes of a failing body kept in its dead letter
 _REFUSED_CHUNK = 500  # refused seeds written to the dead letters at a time (bounded memory)
 
@@ -141,6 +144,7 @@ class Collection:
         # distinct key of the run (~80 bytes measured; the URL string is the page's own).
         self._run_keys: dict[int, str] = {}
         self.key_collision: tuple[str, str, str] | None = None  # (key, first URL, later URL)
+        self.keys_forgotten = False  # more distinct keys than KEYS_REMEMBERED: counted among those
 
     def __enter__(self) -> Collection:
         return self
@@ -666,7 +670,10 @@ class Collection:
                     self.key_collision = (key, earlier, url)
             batch[key] = url
         for key, url in batch.items():
-            seen[hash(key)] = url
+            if len(seen) < KEYS_REMEMBERED or hash(key) in seen:
+                seen[hash(key)] = url
+            else:  # bounded memory: keys after the first KEYS_REMEMBERED are checked, not kept
+                self.keys_forgotten = True
 
     def _warn_key_collisions(self) -> None:
         """One warning line per run: how many records replaced another, and one example."""
@@ -675,9 +682,11 @@ class Collection:
         key, first, later = self.key_collision
         _log.warning(
             "%s: %d records replaced an earlier record of this run with the same key (e.g. key "
-            "%r from %s, then from %s): the sink keeps one record per key; check record.key",
+            "%r from %s, then from %s): the sink keeps one record per key; check record.key%s",
             self.source.name, self.ledger.key_collisions, key,
             self.scrub.url(first), self.scrub.url(later),
+            f" (counted against the first {KEYS_REMEMBERED:,} keys of the run)"
+            if self.keys_forgotten else "",
         )  # fmt: skip
 
     # --- helpers -------------------------------------------------------------------------------
