@@ -30,7 +30,7 @@ from prefect.client.schemas.objects import State, TaskRun
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 from prefect.settings import PREFECT_CLIENT_METRICS_ENABLED
-from prefect.states import Cancelled
+from prefect.states import Cancelled, Failed
 from pydantic import Field
 
 from collector import defaults
@@ -281,6 +281,9 @@ async def collect(
     if not summary.balanced:
         logger.error("ledger does not balance: %s", "; ".join(summary.problems))
         raise ConservationError("ledger does not balance: " + "; ".join(summary.problems))
+    if summary.all_refused:  # a source that cannot collect anything: Failed, so it is noticed
+        logger.error(summary.refused_all)
+        return Failed(message=summary.refused_all, data=summary.as_dict())
     return summary.as_dict()
 
 

@@ -157,7 +157,8 @@ def test_a_local_site_without_the_flag_is_explained_and_healed(
     assert "allow_private_networks" in checked.stderr
 
     run = collector("run", str(path), api=prefect_api)
-    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.returncode == 1, run.stderr[-2000:]  # a source that can collect nothing failed
+    assert "every seed URL of test-items was refused at plan (20)" in run.stderr
     assert "refused:      20 seed URLs before fetching" in run.stdout
     assert "allow_private_networks" in run.stdout
     assert "nothing fetched: 20 refused at plan" in run.stdout

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prefect.client.schemas.objects import TaskRun
+from prefect.client.schemas.objects import State, TaskRun
 
 from collector.config import load_source
 from collector.deadletter import SqliteDeadLetterStore
@@ -241,12 +241,18 @@ async def test_refused_urls_are_dead_lettered_at_plan_without_a_request(
         seeds={"urls": ["http://127.0.0.1:9/x.json", "http://10.1.2.3/y.json"]},
         allow_private_networks=False,
     )
-    summary = summary_of(await collect(source=str(source_path)))
+    # every seed refused: the source can collect nothing, so the run ends Failed (noticed by
+    # the automations), with its summary as the state's data
+    state = await collect(source=str(source_path), return_state=True)
+    assert isinstance(state, State) and state.is_failed()
+    assert (state.message or "").startswith("every seed URL of test-items was refused at plan (2)")
+    summary = await state.aresult(raise_on_failure=False)
+    assert isinstance(summary, dict)
     assert _terminal(summary) == {
         "discovered": 2, "stored": 0, "fresh_skipped": 0,
         "expired": 0, "dead_lettered": 2, "queued": 0,
     }  # fmt: skip
-    assert summary["refused_at_plan"] == 2
+    assert summary["refused_at_plan"] == 2 and summary["balanced"]
     assert summary["deadletter_reasons"] == {"plan/refused_url": 2}
 
 

@@ -167,9 +167,12 @@ async def test_the_refusal_closes_once_the_seed_is_listed_without_its_credential
     first = summary_of(await collect(source=str(source_path)))
     assert (first["refused_at_plan"], first["stored"]) == (1, 1)
 
-    write_source(tmp_path, seeds={"urls": [*seeds, plain]})  # both forms: still refused once
+    # both forms listed: a difference plan offers the new line only; the credential form, still
+    # listed in the unchanged lines, keeps its entry open (not refused again: not offered)
+    write_source(tmp_path, seeds={"urls": [*seeds, plain]})
     both = summary_of(await collect(source=str(source_path)))
-    assert (both["refused_at_plan"], both["replanned"], both["stored"]) == (1, 0, 1)
+    assert both["plan"] == "difference"
+    assert (both["refused_at_plan"], both["replanned"], both["stored"]) == (0, 0, 1)
     assert both["deadletter_reasons"] == {"plan/refused_url": 1}
 
     write_source(

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from collector.backends import open_deadletters, open_frontier, open_sink
 from collector.config import Source
 from collector.deadletter import DeadLetter, DeadLetterStore
-from collector.deadletter.base import url_digest
+from collector.deadletter.base import url_digest, without_userinfo
 from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
 from collector.fetch.engine import FetchEngine, FetchResult
 from collector.frontier import (
@@ -49,7 +49,14 @@ from collector.policy.retry import RetryBudget
 from collector.policy.urls import HostPolicy
 from collector.run.ledger import Ledger
 from collector.run.replan import LiftedRefusals
-from collector.run.seedlist import ListChange, ListCopies, ListCopy, list_change, listed_digest
+from collector.run.seedlist import (
+    ListChange,
+    ListCopies,
+    ListCopy,
+    list_change,
+    listed_digest,
+    named_in,
+)
 from collector.run.seeds import SeedCheck, range_change
 from collector.run.summary import Role, RunSummary
 from collector.settle.parse import RecordParser, dotted_get
@@ -269,12 +276,19 @@ class Collection:
                     retire=retire,
                 )  # fmt: skip
             added = (source.template_urls(r.start, r.stop) for r in range_diff.added)
-            result = self._offer_seeds(chain.from_iterable(added), now, rank_for)
+            # the policy is unchanged and every refused number is still listed: nothing lifts
+            result = self._offer_seeds(chain.from_iterable(added), now, rank_for, left=set())
             ledger.discovered += adopt().total  # the unchanged part, as an unchanged plan takes it
             ledger.plan = "difference"
         elif (list_diff := self._list_change(copies, listed, stored, mark)) is not None:
             assert listed is not None
-            result = self._offer_seeds(listed.urls(*list_diff.added), now, rank_for)
+            # a refusal lifts only when its refused form left the list (the shared lines are
+            # not offered, so a form still listed there would not be refused again)
+            dropped = list_diff.removed
+            left = {url_digest(u) for u in dropped} | {without_userinfo(u) for u in dropped}
+            result = self._offer_seeds(
+                listed.urls(*list_diff.added), now, rank_for, left=left, listed=listed
+            )
             # after the offer: a URL that moved within the list is the run's now, and unlist
             # leaves the run's items alone
             swept = self.frontier.unlist(
@@ -317,9 +331,16 @@ class Collection:
         seeds: Iterable[str],
         now: float,
         rank_for: Callable[[str, float | None, float], float],
+        *,
+        left: set[str] | None = None,
+        listed: ListCopy | None = None,
     ) -> OfferResult:
         """Check and offer ``seeds`` (streamed), counting each in ``discovered``; refused ones
-        go to the dead letters, 500 at a time."""
+        go to the dead letters, 500 at a time.
+
+        A difference plan offers part of the list: ``left`` are the keys of the URLs that left
+        it (collector.run.replan.LiftedRefusals), ``listed`` the whole new list, read for the
+        lifted refusals' URLs when some are pending."""
         source, name, ledger = self.source, self.source.name, self.ledger
         ttl = source.ttl
         check = SeedCheck(
@@ -331,7 +352,7 @@ class Collection:
         fresh_for = ttl.fresh_for if (ttl.rules or ttl.hook) else None
         default_fresh = ttl.default_fresh_s
         refused: list[DeadLetter] = []
-        lifted = LiftedRefusals(self.deadletters, name, check.refusal)
+        lifted = LiftedRefusals(self.deadletters, name, check.refusal, left=left)
 
         def put_refused() -> None:
             self.deadletters.put(refused)
@@ -368,6 +389,10 @@ class Collection:
             once_per_run=True,
         )
         put_refused()
+        if listed is not None and lifted.pending:  # a difference plan: unchanged lines count
+            plain = {without_userinfo(entry.url) for entry in lifted.pending.values()}
+            for url in named_in(listed, plain):
+                lifted.offered(url)
         self.replanned = lifted.resolve()  # old refusals of URLs allowed now (collector.run.replan)
         return result
 

@@ -19,7 +19,11 @@ Only entries whose URL the policy now accepts *and* that this plan offered are c
 no longer in the seeds keeps its entry (its cause is not known to be gone), and so does one
 this plan refused again (a seed list naming ``https://u:p@h/x`` and ``https://h/x``: the first
 is still refused, its entry seen again). On a crash between the offer and the resolve, the
-entry stays open and the next plan closes it.
+entry stays open and the next plan closes it. A difference plan (collector.run.seedlist) offers
+only the lines that changed, so there an entry lifts only when its refused form left the list
+(``left``: a form still listed in the unchanged lines is not offered, so it would not be seen
+refused again) and its allowed form is named by the new list: offered, or found in the
+unchanged lines by one read of the list (Collection._offer_seeds).
 """
 
 from __future__ import annotations
@@ -43,7 +47,18 @@ _UNCREDENTIALED = "re-planned: the URL is listed without credentials now"
 class LiftedRefusals:
     """Open plan refusals the policy accepts now; :meth:`offered` marks those offered again."""
 
-    def __init__(self, store: DeadLetterStore, source: str, refusal: Callable[[str], str | None]):
+    def __init__(
+        self,
+        store: DeadLetterStore,
+        source: str,
+        refusal: Callable[[str], str | None],
+        *,
+        left: set[str] | None = None,
+    ):
+        """``left``: for a plan that offers only part of the list (a difference plan), the keys
+        (``url_digest`` and the URL without userinfo) of the URLs that left it; only entries
+        whose refused URL is among them can lift, since the rest of the list is not offered
+        and a form still listed there would not be refused again. None: a full plan."""
         self.store = store
         # url (entries without a digest) or url_digest -> entry; a digest (32 hex digits) is
         # never a URL, so one dict serves both and its truth says whether anything may lift
@@ -60,7 +75,9 @@ class LiftedRefusals:
                     continue  # the host or scheme is still refused: nothing can lift it now
             except RecoverableFetchError:
                 continue  # DNS does not answer now: decide at a later plan
-            self.pending[entry.url_digest or plain] = entry
+            key = entry.url_digest or plain
+            if left is None or key in left:
+                self.pending[key] = entry
 
     def offered(self, url: str) -> None:
         """Called for every URL the plan offers to the frontier (each passed the URL check)."""

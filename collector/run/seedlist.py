@@ -32,7 +32,7 @@ from typing import Any, BinaryIO
 
 from collector.errors import BackendError
 
-__all__ = ["ListChange", "ListCopies", "ListCopy", "list_change", "listed_digest"]
+__all__ = ["ListChange", "ListCopies", "ListCopy", "list_change", "listed_digest", "named_in"]
 
 _BLOCK = 1 << 20
 MAX_REMOVED = 200_000  # old lines held while their URLs are looked for in the new list
@@ -153,6 +153,14 @@ def list_change(
         read = True
         _discard_named(new, candidates)
     return ListChange((head, added_stop), frozenset(candidates), read)
+
+
+def named_in(copy: ListCopy, urls: Iterable[str]) -> set[str]:
+    """Which of ``urls`` the copy names (one read of it; see :func:`_discard_named`)."""
+    wanted = set(urls)
+    missing = set(wanted)
+    _discard_named(copy, missing)
+    return wanted - missing
 
 
 # bytes.strip() strips these; str.strip() strips \x1c-\x1f and non-ASCII spaces too

@@ -93,6 +93,25 @@ class RunSummary:
         return self.dead_lettered - self.already_dead + self.records_quarantined
 
     @property
+    def all_refused(self) -> bool:
+        """Every seed of a full plan was refused (malformed or forbidden URLs): the source as
+        written cannot collect anything, which is a failure, not a quiet no-op."""
+        return (
+            self.plan == "full"
+            and self.refused_at_plan > 0
+            and self.refused_at_plan == self.discovered
+            and not self.carried_over
+        )
+
+    @property
+    def refused_all(self) -> str:
+        """The one line that says so (logged by the flow, printed by the CLI)."""
+        return (
+            f"every seed URL of {self.source} was refused at plan ({self.refused_at_plan}): "
+            f"nothing can be collected; see collector deadletters list --stage plan"
+        )
+
+    @property
     def interruption(self) -> str:
         """The one line that says what a stop did (logged by the flow, printed by the CLI)."""
         return (

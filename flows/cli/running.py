@@ -273,6 +273,9 @@ def _run_stoppable(
     refusal = _first_refusal(loaded) if _refusal_looked_up(result) else None
     if result.skipped:
         return EXIT_OK, result, refusal
+    if result.all_refused:
+        print(f"collector: {result.refused_all}", file=sys.stderr)
+        return EXIT_FAILED, result, refusal
     return (EXIT_OK if result.balanced else EXIT_FAILED), result, refusal
 
 
