@@ -35,21 +35,26 @@ def backend(request: pytest.FixtureRequest) -> dict[str, Any]:
     return {}
 
 
-def _plan(
-    folder: Path, backend: dict[str, Any], run: str, start: int, stop: int, **seeds: Any
+def _plan_seeds(
+    folder: Path, backend: dict[str, Any], run: str, seeds: dict[str, Any]
 ) -> tuple[Ledger, StateCounts]:
-    path = write_source(
-        folder,
-        seeds={"template": TEMPLATE, "range": [start, stop], **seeds},
-        state_dir="state",
-        **backend,
-    )
+    """One plan of a source with these seeds, finished at once; its ledger (balanced) and the
+    frontier's counts after it."""
+    path = write_source(folder, seeds=seeds, state_dir="state", **backend)
     source = load_source(path)
     with Collection(source, run_id=run) as collection:
         collection.plan()
         ledger = collection.finish()
         assert ledger.balanced, ledger.problems
         return ledger, collection.frontier.counts(source.name)
+
+
+def _plan(
+    folder: Path, backend: dict[str, Any], run: str, start: int, stop: int, **seeds: Any
+) -> tuple[Ledger, StateCounts]:
+    return _plan_seeds(
+        folder, backend, run, {"template": TEMPLATE, "range": [start, stop], **seeds}
+    )
 
 
 def test_a_grown_range_offers_only_the_new_numbers(tmp_path: Path, backend: dict[str, Any]) -> None:
@@ -123,13 +128,7 @@ def _plan_file(
     folder: Path, backend: dict[str, Any], run: str, lines: list[str], **seeds: Any
 ) -> tuple[Ledger, StateCounts]:
     (folder / "seeds.txt").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-    path = write_source(folder, seeds={"file": "seeds.txt", **seeds}, state_dir="state", **backend)
-    source = load_source(path)
-    with Collection(source, run_id=run) as collection:
-        collection.plan()
-        ledger = collection.finish()
-        assert ledger.balanced, ledger.problems
-        return ledger, collection.frontier.counts(source.name)
+    return _plan_seeds(folder, backend, run, {"file": "seeds.txt", **seeds})
 
 
 def test_an_edited_seed_file_offers_the_changed_lines_only(

@@ -40,34 +40,32 @@ def _url(n: int) -> str:
 # One run: (seed list, seeds.on_removed, most items drained, clock step, keep the previous list).
 Run = tuple[frozenset[int], str, int, float, bool]
 FileRun = tuple[tuple[int, ...], str, int, float, bool]  # the list: a seed file's lines
-runs = st.lists(
-    st.tuples(
-        st.frozensets(st.integers(0, POOL - 1), min_size=1, max_size=POOL),  # the seed list
-        st.sampled_from(["retire", "collect"]),
-        st.integers(0, 30),  # how many items the run drains at most
-        st.sampled_from([0.0, 10.0, 150.0]),  # clock step before the run
-        st.booleans(),  # keep the previous list unchanged (an incremental plan)
-    ),
-    min_size=1,
-    max_size=5,
-)
+
+
+def _runs(lists: st.SearchStrategy[Any]) -> st.SearchStrategy[list[Any]]:
+    """1 to 5 runs, each (a seed list drawn from ``lists``, on_removed, items drained at most,
+    clock step, keep the previous list)."""
+    return st.lists(
+        st.tuples(
+            lists,
+            st.sampled_from(["retire", "collect"]),
+            st.integers(0, 30),  # how many items the run drains at most
+            st.sampled_from([0.0, 10.0, 150.0]),  # clock step before the run
+            st.booleans(),  # keep the previous list unchanged (an incremental plan)
+        ),
+        min_size=1,
+        max_size=5,
+    )
+
+
+runs = _runs(st.frozensets(st.integers(0, POOL - 1), min_size=1, max_size=POOL))
 
 
 # the same, with the list a template over a range: a range-only change is a difference plan
 _window = st.integers(0, POOL - 1).flatmap(
     lambda a: st.integers(a + 1, POOL).map(lambda b: frozenset(range(a, b)))
 )
-ranged_runs = st.lists(
-    st.tuples(
-        _window,
-        st.sampled_from(["retire", "collect"]),
-        st.integers(0, 30),
-        st.sampled_from([0.0, 10.0, 150.0]),
-        st.booleans(),
-    ),
-    min_size=1,
-    max_size=5,
-)
+ranged_runs = _runs(_window)
 
 
 async def _drain(run: Collection, limit: int) -> list[str]:
@@ -120,17 +118,7 @@ def test_every_run_balances_on_a_redis_frontier(redis_url: str, plan: list[Run])
 
 # the same, with the list a seed file: lines in any order, repeated, moved, spaced, commented;
 # an edit with the same on_removed is a difference plan (collector.run.seedlist)
-file_runs = st.lists(
-    st.tuples(
-        st.lists(st.integers(0, POOL - 1), min_size=1, max_size=2 * POOL).map(tuple),
-        st.sampled_from(["retire", "collect"]),
-        st.integers(0, 30),
-        st.sampled_from([0.0, 10.0, 150.0]),
-        st.booleans(),
-    ),
-    min_size=1,
-    max_size=5,
-)
+file_runs = _runs(st.lists(st.integers(0, POOL - 1), min_size=1, max_size=2 * POOL).map(tuple))
 
 
 @_EXAMPLES
