@@ -3,20 +3,21 @@
 One place decides how Collector talks to Redis, so the two backends cannot drift apart:
 
 * :func:`connect` builds a client with one set of timeouts and health checks that rides out a
-  Redis restart (below) but never replays a command that may have run.
+  Redis restart (below) but never sends a command again that may have run.
 * :func:`describe_url` / :func:`describe_client` say where a client points with the password
   masked, for messages and logs.
 * :func:`backend_error` turns any redis-py error into one :class:`BackendError` line.
 * :class:`Scripts` loads Lua scripts from ``.lua`` files shipped next to the backend (read once
   per process with :mod:`importlib.resources`) and registers them on a client once, so the first
-  call of each is a single EVALSHA.
+  call of each is a single EVALSHA; it sends a call again whose reply was lost when the script
+  says that is safe (below).
 
 **A Redis restart.** While a server the client has reached before is down or loading its data, a
 call waits for it, up to ``reconnect_s`` (:data:`RECONNECT_S`, env
 ``COLLECTOR_REDIS_RECONNECT_S``), with redis-py's :class:`~redis.retry.Retry` and
 :class:`~redis.backoff.ExponentialWithJitterBackoff`; after that it fails with one line. A server
 never reached fails the first call at once (a wrong URL, a server not started). Only what cannot
-have changed anything is retried, so every call, Lua scripts included, runs at most once:
+have changed anything is retried inside redis-py, so every command runs at most once:
 
 * *making a connection* (TCP connect and redis-py's handshake: HELLO/AUTH/SELECT/CLIENT SETINFO,
   all idempotent): nothing of the caller's has been sent yet. This covers a pooled connection the
@@ -27,30 +28,54 @@ have changed anything is retried, so every call, Lua scripts included, runs at m
 * a command the server refused with ``LOADING`` (:class:`~redis.exceptions.BusyLoadingError`:
   it is reading its append-only file or snapshot) was not run; it is sent again.
 
-What is *not* retried: a command that was sent and whose reply was lost (the server died while
-running it, a reply timeout). It may have run: replaying an ack would report its items stale, a
-claim would lease a second batch, a dead-letter put would be archived twice. That call fails
-with a BackendError and the run with it (its ledger says what it had settled); the rerun
-completes the source. A script the restarted server forgot (``NOSCRIPT``: scripts are not kept
-across restarts) did not run; redis-py's :class:`~redis.commands.core.Script` loads it again and
-sends it once.
+**A call whose reply was lost** (the server died while running it or right after, a reply
+timeout) may have run: replaying an ack as it was would report its items stale, a claim would
+lease a second batch, a dead-letter put would be archived twice. So a backend says of each
+script how it may be sent again (:class:`Scripts`):
+
+* *replayed* (every script that changes state and is not naturally idempotent): each call
+  carries a request id (a uuid4, the same on every resend of that call) as its last key,
+  ``<base>:req:<id>`` in the backend's key space (for the frontier inside the source's hash
+  tag). The script (:data:`REPLAY_LUA`, prepended to every script) first looks there: a reply
+  recorded by an earlier run of the call is returned and nothing runs again; otherwise it runs
+  and records its reply there for :data:`REPLAY_S` (``SET ... EX``: the records cannot pile up).
+  Reply and effects are written by one script, so they are kept or lost together, also by an
+  append-only file that loses its last second in a crash: the resend then runs the call anew.
+  A reply given before any write (a no-op) is not recorded: running it again is running it once;
+* *resent* (read-only scripts, and ones whose second run is a no-op that answers the same):
+  sent again as they are;
+* any other: sent once; a lost reply fails the call with one line, as before.
+
+A replayed or resent call is sent again after a connection error or a reply timeout, with the
+same backoff, while the server is away for up to ``reconnect_s`` after the failure. A replayed
+one only while its record surely lives: its resends start within ``REPLAY_S - 2 * reconnect_s -
+60`` s of its first send (a resend may still wait for ``LOADING`` about twice ``reconnect_s``),
+so a ``COLLECTOR_REDIS_RECONNECT_S`` of 270 s or more replays nothing. A client not built by
+:func:`connect` (a ready-made ``redis.Redis``) is used as it is: nothing is sent again. A
+server that restarted *without* its data has no record either: the call runs anew there, and
+the backends' own checks (the frontier's fencing token, the dead-letter store's epoch) say the
+data is gone. A script the restarted server forgot (``NOSCRIPT``: scripts are not kept across
+restarts) did not run; redis-py's :class:`~redis.commands.core.Script` loads it again.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import threading
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import Script
-from redis.exceptions import BusyLoadingError, RedisError
+from redis.exceptions import AuthenticationError, AuthorizationError, BusyLoadingError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -62,6 +87,8 @@ __all__ = [
     "CONNECT_TIMEOUT_S",
     "HEALTH_CHECK_INTERVAL_S",
     "RECONNECT_S",
+    "REPLAY_LUA",
+    "REPLAY_S",
     "SOCKET_TIMEOUT_S",
     "Scripts",
     "backend_error",
@@ -71,7 +98,11 @@ __all__ = [
     "describe_url",
     "lua_source",
     "one_line",
+    "resending",
+    "script_text",
 ]
+
+_T = TypeVar("_T")
 
 # A server that does not answer the TCP handshake in this time is down or unreachable.
 CONNECT_TIMEOUT_S = 5.0
@@ -86,6 +117,31 @@ HEALTH_CHECK_INTERVAL_S = 30
 RECONNECT_S = 30.0
 # Waits between tries: full jitter below base * 2**n, at most the cap (redis-py's backoff).
 _BACKOFF_BASE_S, _BACKOFF_CAP_S = 0.05, 2.0
+# How long a replayed script's reply is kept for a resend of its call (seconds). Long enough for
+# a restart and the wait for it; short enough that the records of a busy run stay small (a
+# claim's record is its reply: ~100 bytes an item).
+REPLAY_S = 600
+# Prepended to every script (before the backend's prelude). A replayed script starts with
+#   local again = replayed() if again ~= nil then return again end
+# and returns remember(reply) wherever it returns after a write.
+REPLAY_LUA = f"""\
+-- A call of a replayed script carries a last KEY <base>:req:<request id>, the same on every
+-- resend of the call (collector/_redis.py). replayed(): the reply an earlier run of the call
+-- recorded there (nil: none ran). remember(reply): record it for {REPLAY_S} s, in this script's
+-- write, so the record and the effects are kept or lost together. Returns reply.
+local function replayed()
+  local raw = redis.call('GET', KEYS[#KEYS])
+  if raw then return cmsgpack.unpack(raw) end
+  return nil
+end
+local function remember(reply)
+  redis.call('SET', KEYS[#KEYS], cmsgpack.pack(reply), 'EX', {REPLAY_S})
+  return reply
+end
+"""
+# Lost connections and reply timeouts: a resend may help. (A refused login will not.)
+_LOST = (RedisConnectionError, RedisTimeoutError)
+_REFUSED = (AuthenticationError, AuthorizationError)
 
 
 def backoff() -> ExponentialWithJitterBackoff:
@@ -159,11 +215,38 @@ class _Patience:
     """How long one client's connections wait for its server; shared by the pool's connections.
 
     Only once a connection has been made: a server never reached is a wrong URL or a server
-    that is not running, said at once (the backends ping on open), not after the wait.
+    that is not running, said at once (the backends ping on open), not after the wait. A thread
+    that resends a call may end its waits earlier (:meth:`until`): a replayed call's record
+    must still be there when the resend arrives.
     """
 
     wait_s: float
     reached: bool = False
+    _local: threading.local = field(default_factory=threading.local)
+
+    def deadline(self) -> float:
+        """Until when a connection made now may keep trying."""
+        now = time.monotonic()
+        if not self.reached:
+            return now
+        cap: float | None = getattr(self._local, "until", None)
+        return now + self.wait_s if cap is None else min(now + self.wait_s, cap)
+
+    def gave_up(self, now: bool | None = None) -> bool:
+        """Whether this thread's last connection gave up waiting (set it with ``now``): the
+        call failed *before* it was sent, after the whole wait."""
+        if now is not None:
+            self._local.gave_up = now
+        return bool(getattr(self._local, "gave_up", False))
+
+    @contextmanager
+    def until(self, deadline: float) -> Iterator[None]:
+        """This thread's connections try at most until ``deadline`` (monotonic)."""
+        self._local.until = deadline
+        try:
+            yield
+        finally:
+            self._local.until = None
 
 
 class _Reconnecting:
@@ -183,12 +266,13 @@ class _Reconnecting:
         if self._sock:  # type: ignore[attr-defined]
             return
         patience = self.patience
-        deadline = time.monotonic() + (patience.wait_s if patience.reached else 0.0)
+        deadline = patience.deadline()
         parent = super()
 
         def until_deadline(error: Exception) -> None:
             self.disconnect()  # type: ignore[attr-defined]  # a half-made connection goes
             if time.monotonic() >= deadline:
+                patience.gave_up(True)
                 raise error
 
         Retry(
@@ -266,23 +350,108 @@ def lua_source(package: str, prelude: str | None, name: str) -> str:
     return folder.joinpath(f"{prelude}.lua").read_text(encoding="utf-8") + "\n" + body
 
 
+def script_text(package: str, prelude: str, name: str) -> str:
+    """What :class:`Scripts` sends for ``package``'s script ``name`` (its SHA is the text's)."""
+    return REPLAY_LUA + lua_source(package, prelude, name)
+
+
 class Scripts:
     """A backend's Lua scripts, registered on one client; call them by name.
 
     Construction sends each script once (SCRIPT LOAD), so the first call is one EVALSHA; a server
     that restarted and forgot them gets them again transparently (redis-py's NOSCRIPT fallback).
+    Each script is sent after :data:`REPLAY_LUA`. ``replayed`` names the scripts that record
+    their reply under a request id, ``resent`` the ones that are safe to send again as they are;
+    both are sent again when their reply was lost (see the module docstring), the others never.
     """
 
     def __init__(
-        self, client: redis.Redis, package: str, names: Iterable[str], *, prelude: str | None
+        self,
+        client: redis.Redis,
+        package: str,
+        names: Iterable[str],
+        *,
+        prelude: str,
+        replayed: Collection[str] = (),
+        resent: Collection[str] = (),
     ) -> None:
         self._client = client
         self._scripts: dict[str, Script] = {}
+        self._replayed = frozenset(replayed)
+        self._resent = frozenset(resent)
         for name in names:
-            source = lua_source(package, prelude, name)
+            source = script_text(package, prelude, name)
             script = client.register_script(source)
             script.sha = client.script_load(source)
             self._scripts[name] = script
+        odd = (self._replayed | self._resent) - self._scripts.keys()
+        if odd or self._replayed & self._resent:
+            raise ValueError(f"scripts {sorted(odd or self._replayed & self._resent)}: "
+                             "each is replayed, resent or neither, and has a file")  # fmt: skip
 
-    def __call__(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+    def __call__(
+        self, name: str, keys: Sequence[Any], args: Sequence[Any], *, records: str = ""
+    ) -> Any:
+        """Run script ``name``; a lost reply is handled as the script allows (class docstring).
+
+        ``records`` is the key prefix of the reply records of a replayed script (``<base>:req:``,
+        in the same hash tag as ``keys``); a request id is appended to it, the last key.
+        """
+        if name in self._replayed:
+            if not records:
+                raise ValueError(f"script {name!r} is replayed: give the prefix of its records")
+            with_id = [*keys, records + uuid.uuid4().hex]  # one id for the call and its resends
+            return resending(self._client, lambda: self.send(name, with_id, args), replayed=True)
+        if name in self._resent:
+            return resending(self._client, lambda: self.send(name, keys, args))
+        return self.send(name, keys, args)
+
+    def send(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """One EVALSHA of script ``name`` with exactly these keys (a replayed script's last key
+        is its record), sent once."""
         return self._scripts[name](keys=keys, args=args, client=self._client)
+
+
+def _patience(client: redis.Redis) -> _Patience | None:
+    found = client.connection_pool.connection_kwargs.get("patience")
+    return found if isinstance(found, _Patience) else None
+
+
+def resending(client: redis.Redis, call: Callable[[], _T], *, replayed: bool = False) -> _T:
+    """``call()``, sent again after a lost connection or a reply timeout while the server is away.
+
+    ``call`` must be safe to run twice: read-only, a second run that changes nothing and answers
+    the same, or (``replayed``) a script that records its reply under a request id. Resends
+    start for up to the client's ``reconnect_s`` after the failure, a replayed call's only while
+    its record surely lives (module docstring); each resend's connection waits no longer. A
+    client not built by :func:`connect`, or a server never reached: sent once.
+    """
+    patience = _patience(client)
+    if patience is None:
+        return call()
+    first_sent = time.monotonic()
+    patience.gave_up(False)
+    try:
+        return call()
+    except _REFUSED:
+        raise
+    except _LOST as exc:
+        if not patience.reached or patience.gave_up():
+            raise  # never reached, or not sent after the whole wait: nothing to wait for again
+        error: RedisError = exc
+    until = time.monotonic() + patience.wait_s
+    if replayed:
+        until = min(until, first_sent + REPLAY_S - 2 * patience.wait_s - 60)
+    waits = backoff()
+    tries = 0
+    with patience.until(until):
+        while time.monotonic() < until:
+            try:
+                return call()
+            except _REFUSED:
+                raise
+            except _LOST as exc:
+                error = exc
+            tries += 1
+            time.sleep(max(0.0, min(waits.compute(tries), until - time.monotonic())))
+    raise error

@@ -18,6 +18,8 @@ percent-escaped so that no two indexes can share a name)::
     Pmeta                              HASH   epoch token (detects that the data vanished), layout
     Pevents                            STREAM every history event (quarantined/escalated/resolved)
     Preview:{source}                   STREAM escalated entries, consumer group ``reviewers``
+    Preq:{request id}                  STRING reply of a state-changing call, for a resend of it
+                                              (10 min; ids hold no ``:``, so no entry is named so)
 
 Layout versions (``layout`` in ``Pmeta``), migrated on open: 1 (no ``layout`` field) encoded the
 cause in ``error_class`` (``retries_exhausted:http_500``, indexed under every ``:``-suffix), the
@@ -98,6 +100,15 @@ _SCRIPTS = (
     "release",
     "ping",
 )
+# What a resend may do when a reply was lost (collector._redis): these record their reply under a
+# request id (Preq:<id>) and return it to a resend of the same call without running again (a put
+# run twice would log its events twice, a resolve run twice would answer "not resolved") ...
+_REPLAYED = frozenset({"put", "put_back", "resolve", "escalate", "finish", "release"})
+# ... these read, or write what a second run writes again and answer the same (migrate skips
+# migrated entries; a triage claim taken again by its owner; load_reviews drops moot messages).
+_RESENT = frozenset(
+    {"migrate", "get", "list", "counts", "reasons", "census", "load_reviews", "claim", "ping"}
+)
 
 
 def _text(value: Any) -> str:
@@ -166,12 +177,12 @@ def _usable_id(entry_id: str) -> bool:
 class RedisDeadLetterStore(Closing):
     """Dead letters in Redis, shared by every worker that uses the same URL and prefix.
 
-    ``url_or_client`` is a ``redis://`` URL (the store then owns its client: no automatic
-    retries, because a retried script whose reply was lost would count and log twice; stale
-    pooled connections are still re-opened transparently) or a ready ``redis.Redis`` client
-    (used as it is, never closed by the store). ``archive`` adds the local append-only JSONL
-    history of the SQLite store; the ``{prefix}:dl:events`` stream is the shared one, trimmed to
-    about ``events_maxlen`` events.
+    ``url_or_client`` is a ``redis://`` URL (the store then owns its client, which waits for a
+    restarted server and sends a script whose reply was lost again, a state-changing one with
+    the same request id so that it runs once: see :mod:`collector._redis`) or a ready
+    ``redis.Redis`` client (used as it is, nothing sent again, never closed by the store).
+    ``archive`` adds the local append-only JSONL history of the SQLite store; the
+    ``{prefix}:dl:events`` stream is the shared one, trimmed to about ``events_maxlen`` events.
     """
 
     def __init__(
@@ -205,7 +216,14 @@ class RedisDeadLetterStore(Closing):
         try:
             with self._errors("cannot connect"):
                 self._client.ping()
-                self._scripts = Scripts(self._client, __package__, _SCRIPTS, prelude="prelude")
+                self._scripts = Scripts(
+                    self._client,
+                    __package__,
+                    _SCRIPTS,
+                    prelude="prelude",
+                    replayed=_REPLAYED,
+                    resent=_RESENT,
+                )
                 self._adopt_epoch()
             self._migrate()
         except BackendError:
@@ -271,7 +289,12 @@ class RedisDeadLetterStore(Closing):
 
     def _run(self, name: str, what: str, *args: Any) -> Any:
         with self._errors(what):
-            return self._scripts(name, [self._meta_key], [self._base, self._epoch, *args])
+            return self._scripts(
+                name,
+                [self._meta_key],
+                [self._base, self._epoch, *args],
+                records=self._base + "req:",
+            )
 
     def _ensure_group(self, stream: str, *, force: bool = False) -> None:
         """Create the reviewers group of a stream once (from its start: nothing is skipped)."""

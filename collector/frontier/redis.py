@@ -39,6 +39,9 @@ a compact record holds the rest::
                       transition, so run_counts() is O(1) (one small hash per run, never deleted)
     B:err      hash   url -> last_error of items that have one (an expired item's
                       ``queue_ttl_expired`` is implied by its state)
+    B:req:ID   string the reply of a state-changing script's call with request id ID (msgpack),
+                      so that a resend of the call whose reply was lost gets it without the
+                      call running again; expires after 10 min (collector._redis.REPLAY_S)
     PREFIX:fencing_token  string, INCR by every claim
 
 Records are found by a 100-bit digest of the URL, not by the URL, because one copy of the URL
@@ -86,9 +89,12 @@ yes`` for a frontier you care about.
 The scripts are the files in ``collector/frontier/lua/``. The client, its timeouts and the error
 translation are :mod:`collector._redis`'s: errors from redis-py become
 :class:`~collector.errors.BackendError` with one line naming the frontier (password removed) and
-the step. A call waits for a restarted server (up to ``COLLECTOR_REDIS_RECONNECT_S``), but no
-script is sent twice: one whose reply was lost may have run, and replaying an ack would report
-its items stale (see :mod:`collector._redis`).
+the step. A call waits for a restarted server (up to ``COLLECTOR_REDIS_RECONNECT_S``), and one
+whose reply was lost is sent again: the state-changing scripts (``_REPLAYED``) with the same
+request id, so a call that ran answers from its ``B:req`` record and runs once (an ack sent
+again as it was would report its items stale, a claim would lease a second batch); the others
+(``_RESENT``) read, or write what they wrote before, and are sent again as they are (see
+:mod:`collector._redis`).
 """
 
 from __future__ import annotations
@@ -103,7 +109,14 @@ import redis
 from redis.exceptions import RedisError
 
 from collector._closing import Closing
-from collector._redis import Scripts, backend_error, connect, describe_client, describe_url
+from collector._redis import (
+    Scripts,
+    backend_error,
+    connect,
+    describe_client,
+    describe_url,
+    resending,
+)
 from collector.errors import BackendError
 from collector.frontier.base import (
     STATES,
@@ -158,6 +171,15 @@ _SCRIPTS = (
     "unlist",
     "renew_queue_ttl",
 )
+# What a resend may do when a reply was lost (collector._redis): these record their reply under a
+# request id (B:req:<id>) and return it to a resend of the same call without running again ...
+_REPLAYED = frozenset(
+    {"claim", "revoke", "ack", "renew", "release", "requeue", "make_stale", "revive",
+     "offer_apply", "sweep", "adopt_tag", "sweep_due", "unlist", "renew_queue_ttl"}
+)  # fmt: skip
+# ... these read, or write what a second run writes again and answer the same (beat: a heartbeat;
+# due_read drops only index entries of items that moved on): sent again as they are.
+_RESENT = frozenset({"beat", "holders", "offer_read", "counts", "next_event", "due_read"})
 
 
 def _chunks(items: Iterable[_T], size: int) -> Iterator[list[_T]]:
@@ -203,7 +225,14 @@ class RedisFrontier(Closing):
         self._token_lock = threading.Lock()
         try:
             self._client.ping()
-            self._scripts = Scripts(self._client, __package__, _SCRIPTS, prelude="prelude")
+            self._scripts = Scripts(
+                self._client,
+                __package__,
+                _SCRIPTS,
+                prelude="prelude",
+                replayed=_REPLAYED,
+                resent=_RESENT,
+            )
         except RedisError as exc:
             self._close_owned()
             raise backend_error(f"frontier {self.url}: cannot connect", exc) from exc
@@ -218,11 +247,12 @@ class RedisFrontier(Closing):
         return "{" + f"{self.prefix}:{source}" + "}"
 
     def _run(self, what: str, name: str, source: str, args: Sequence[Any]) -> Any:
-        keys = [self._base(source)]
+        base = self._base(source)
+        keys = [base]
         if name == "claim":
             keys.append(self._token_key)
         try:
-            return self._scripts(name, keys, args)
+            return self._scripts(name, keys, args, records=f"{base}:req:")
         except RedisError as exc:
             raise backend_error(f"frontier {self.url}: {what} failed", exc) from exc
 
@@ -413,8 +443,9 @@ class RedisFrontier(Closing):
             result.already_dead += part.already_dead
 
     def plan_mark(self, source: str) -> str | None:
+        key = self._base(source) + ":plan"
         try:
-            mark = self._client.get(self._base(source) + ":plan")
+            mark = resending(self._client, lambda: self._client.get(key))
         except RedisError as exc:
             raise backend_error(f"frontier {self.url}: plan mark failed", exc) from exc
         if isinstance(mark, bytes):
@@ -425,9 +456,9 @@ class RedisFrontier(Closing):
         key = self._base(source) + ":plan"
         try:
             if mark is None:
-                self._client.delete(key)
+                resending(self._client, lambda: self._client.delete(key))
             else:
-                self._client.set(key, mark)
+                resending(self._client, lambda: self._client.set(key, mark))
         except RedisError as exc:
             raise backend_error(f"frontier {self.url}: plan mark failed", exc) from exc
 

@@ -1,5 +1,7 @@
 -- ARGV[3] maxlen, ARGV[4] id, ARGV[5] reason, ARGV[6] event data (without the message id).
 -- Returns the review message id (in the source's review stream), or false if not open.
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local id = ARGV[4]
 local key = P .. id
 local cur = current(key)
@@ -9,4 +11,4 @@ redis.call('HSET', key, 'status', 'review', 'review_msg', msg, 'review_reason', 
 redis.call('HDEL', key, 'claimed_by', 'claim_expires')
 move(id, cur.src, cur.lab, 'open', 'review')
 event(ARGV[3], 'escalated', id, ARGV[6])
-return msg
+return remember(msg)

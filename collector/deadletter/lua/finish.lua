@@ -1,6 +1,8 @@
 -- ARGV[3] maxlen, ARGV[4] message id, ARGV[5] entry id, ARGV[6] kind, ARGV[7] detail,
 -- ARGV[8] event data. Acks the message whatever happens; returns 1 if this call resolved the
 -- entry.
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local msg, id = ARGV[4], ARGV[5]
 local key = P .. id
 local cur = current(key)
@@ -8,9 +10,9 @@ if not cur then return 0 end
 local wrong = check_message(cur.src, msg, id)
 if wrong then return redis.error_reply(wrong) end
 drop_message(cur.src, msg)
-if cur.status ~= 'review' or cur.msg ~= msg then return 0 end
+if cur.status ~= 'review' or cur.msg ~= msg then return remember(0) end
 redis.call('HSET', key, 'status', 'resolved', 'resolution_kind', ARGV[6], 'resolution', ARGV[7])
 redis.call('HDEL', key, 'review_msg', 'review_reason')
 move(id, cur.src, cur.lab, 'review', 'resolved')
 event(ARGV[3], 'resolved', id, ARGV[8])
-return 1
+return remember(1)

@@ -1,5 +1,7 @@
 -- ARGV[3] events maxlen, then 23 values per entry in the order put() sends them.
 -- Returns how many ids were new.
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local new = 0
 for i = 4, #ARGV, 23 do
   local id = ARGV[i]
@@ -53,4 +55,4 @@ for i = 4, #ARGV, 23 do
   redis.call('ZADD', P .. 'ix:seen:' .. esc(src), last, id)
   event(ARGV[3], 'quarantined', id, ARGV[i + 18])
 end
-return new
+return remember(new)

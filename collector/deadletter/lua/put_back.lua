@@ -1,6 +1,8 @@
 -- ARGV[3] message id, ARGV[4] entry id. Hands a held review back to the queue: the message is
 -- replaced by a new one at the end of the source's review stream, which no reviewer holds.
 -- Returns the new message id, or false when the message is not the entry's current review.
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local msg, id = ARGV[3], ARGV[4]
 local key = P .. id
 local cur = current(key)
@@ -11,4 +13,4 @@ if cur.status ~= 'review' or cur.msg ~= msg then return false end
 drop_message(cur.src, msg)
 local new = redis.call('XADD', rkey(cur.src), '*', 'entry', id, 'reason', cur.reason or '')
 redis.call('HSET', key, 'review_msg', new)
-return new
+return remember(new)

@@ -3,6 +3,8 @@
 --                | 'r' url not_before rank attempts first_attempt_at error
 --                | 'd' url attempts error      (numbers as text, so they stay exact)
 -- Returns accepted, then the 1-based positions of stale outcomes.
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local token, now = tonumber(ARGV[1]), tonumber(ARGV[2])
 local A = cjson.decode(ARGV[3])
 local i, n, accepted = 1, 0, 0
@@ -47,4 +49,4 @@ if #released > 0 then bulk('ZREM', K_L, released, 1000) end
 flush_expiry()
 flush_counts()
 out[1] = accepted
-return out
+return remember(out)

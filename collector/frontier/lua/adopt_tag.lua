@@ -2,6 +2,8 @@
 -- queued and leased items not yet the run's join it (tagged with it), one page per call so that
 -- Redis is never held for long (see page_sets). Returns tagged, the next set and position, and
 -- how many are left to tag (exact: the source's queued and leased minus the run's).
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local run = run_number(ARGV[1])
 local left = not_ours(run)
 local tagged = 0
@@ -18,4 +20,4 @@ local ki, pos = page_sets({K_L, K_Q, K_D}, tonumber(ARGV[2]), tonumber(ARGV[3]),
     return false
   end, function() return tagged < left end)
 flush_counts()
-return {tagged, ki, pos, left - tagged}
+return remember({tagged, ki, pos, left - tagged})

@@ -1,6 +1,8 @@
--- KEYS: base, token key. ARGV: now, lease_expires, limit, holder ('' for an anonymous claim).
+-- KEYS: base, token key, request record. ARGV: now, lease_expires, limit, holder ('' for an anonymous claim).
 -- Returns token, reclaimed, expired, and a JSON array of url, attempts, first_attempt_at,
 -- enqueued_at per item (times as exact text), or '' when nothing was leased.
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local now_s, lexp, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now = tonumber(now_s)
 
@@ -96,4 +98,4 @@ if holder ~= '' and taken > 0 then
   redis.call('SADD', B .. ':ht:' .. holder, token)
 end
 flush_counts()
-return {token, reclaimed, expired, taken > 0 and cjson.encode(out) or ''}
+return remember({token, reclaimed, expired, taken > 0 and cjson.encode(out) or ''})

@@ -1,4 +1,6 @@
 -- ARGV: urls. Returns how many done items lost their freshness (the next plan queues them).
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local stale = 0
 for i = 1, #ARGV do
   local rec, k, f = load(ARGV[i])
@@ -8,4 +10,4 @@ for i = 1, #ARGV do
     stale = stale + 1
   end
 end
-return stale
+return remember(stale)

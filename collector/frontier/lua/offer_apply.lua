@@ -2,6 +2,8 @@
 -- 't' tag), url, the version read ('' for none), queue score = -rank ('' for tags). A url whose
 -- record is no longer the version that was read is left alone; returns the 1-based positions of
 -- those.
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local now, exp = tonumber(ARGV[1]), tonumber(ARGV[2])
 local run = run_number(ARGV[3])
 local A = cjson.decode(ARGV[4])
@@ -48,4 +50,4 @@ end
 if #queued > 0 then bulk('ZADD', K_Q, queued, 1000) end
 flush_expiry()
 flush_counts()
-return conflicts
+return remember(conflicts)

@@ -1,4 +1,6 @@
 -- ARGV: token, now, urls of the lease. Returns how many went back to the queue.
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local token, now = tonumber(ARGV[1]), tonumber(ARGV[2])
 local released = 0
 for i = 3, #ARGV do
@@ -12,4 +14,4 @@ for i = 3, #ARGV do
 end
 flush_expiry()
 flush_counts()
-return released
+return remember(released)

@@ -1,4 +1,6 @@
 -- ARGV: token, lease_expires, urls of the lease. Returns how many were renewed.
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local token = tonumber(ARGV[1])
 local renewed = 0
 for i = 3, #ARGV do
@@ -8,4 +10,4 @@ for i = 3, #ARGV do
     renewed = renewed + 1
   end
 end
-return renewed
+return remember(renewed)

@@ -2,6 +2,8 @@
 -- the earliest expiry buckets' entries (at or before now), a page at a time; entries of items
 -- that moved on are dropped, as a claim drops them. Returns how many were renewed and 1 when
 -- buckets at or before now are left (the caller runs the script again), else 0.
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local now_s, budget = ARGV[1], tonumber(ARGV[3])
 local now, new_exp = tonumber(now_s), tonumber(ARGV[2])
 local renewed = 0
@@ -30,4 +32,4 @@ while budget > 0 do
 end
 flush_expiry()
 local left = redis.call('ZRANGEBYSCORE', K_XB, '-inf', now_s, 'LIMIT', 0, 1)
-return {renewed, #left}
+return remember({renewed, #left})

@@ -1,4 +1,6 @@
 -- ARGV: now, expires_at, urls. Returns how many dead or expired items were queued again.
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local now, exp = tonumber(ARGV[1]), tonumber(ARGV[2])
 local requeued = 0
 for i = 3, #ARGV do
@@ -15,4 +17,4 @@ for i = 3, #ARGV do
 end
 flush_expiry()
 flush_counts()
-return requeued
+return remember(requeued)

@@ -1,5 +1,7 @@
 -- ARGV: a JSON array of url, fresh_until, fetched_at, cost per page (numbers as exact text).
 -- Dead items become done as if acked Completed. Returns how many were dead.
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local A = cjson.decode(ARGV[1])
 local revived = 0
 for i = 1, #A, 4 do
@@ -15,4 +17,4 @@ for i = 1, #A, 4 do
   end
 end
 flush_counts()
-return revived
+return remember(revived)

@@ -1,5 +1,7 @@
 -- ARGV: holder, now. Every item the holder leases goes back to the queue unchanged; its tokens
 -- and heartbeat are forgotten. Returns how many items came back.
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local holder, now = ARGV[1], tonumber(ARGV[2])
 local set = B .. ':ht:' .. holder
 local tokens = {}
@@ -24,4 +26,4 @@ redis.call('DEL', set)
 redis.call('HDEL', K_HB, holder)
 flush_expiry()
 flush_counts()
-return revoked
+return remember(revoked)

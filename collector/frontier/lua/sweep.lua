@@ -3,6 +3,8 @@
 -- list no longer names: it is tagged with the run and marked unlisted; with retire, queued ones
 -- leave the queue for the retired state. One page per call (see page_sets). Returns carried,
 -- retired, the next set and position, and how many are left (exact, as in adopt_tag).
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local run = run_number(ARGV[1])
 local retire = ARGV[2] == '1'
 local left = not_ours(run)
@@ -36,4 +38,4 @@ local ki, pos = page_sets({K_L, K_Q, K_D}, tonumber(ARGV[3]), tonumber(ARGV[4]),
     return false
   end, function() return carried + retired < left end)
 flush_counts()
-return {carried, retired, ki, pos, left - carried - retired}
+return remember({carried, retired, ki, pos, left - carried - retired})

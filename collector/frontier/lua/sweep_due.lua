@@ -3,6 +3,8 @@
 -- unlisted and leave their index, so an unchanged plan never queues them again; they are not
 -- the run's business and keep their run. One page per call (see page_sets). Returns the next
 -- set and position.
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local run = run_number(ARGV[1])
 local ki, pos = page_sets({K_F, K_E}, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
   function(url, key)
@@ -16,4 +18,4 @@ local ki, pos = page_sets({K_F, K_E}, tonumber(ARGV[2]), tonumber(ARGV[3]), tonu
     redis.call('ZREM', key, url)
     return true
   end, function() return true end)
-return {ki, pos}
+return remember({ki, pos})

@@ -2,6 +2,8 @@
 -- is settled as sweep settles an item the list no longer names: queued or leased and not the
 -- run's -> tagged with it and marked unlisted (queued ones retired with retire); done or expired
 -- -> marked unlisted and out of the due index. Others are left alone. Returns carried, retired.
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local run = run_number(ARGV[1])
 local retire = ARGV[2] == '1'
 local carried, retired = 0, 0
@@ -28,4 +30,4 @@ for _, url in ipairs(cjson.decode(ARGV[3])) do
   end
 end
 flush_counts()
-return {carried, retired}
+return remember({carried, retired})
