@@ -46,6 +46,12 @@ def sink_lines(folder: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def complete_lines(folder: Path) -> int:
+    """How many whole records the JSONL sink holds so far, read while a run writes: a line
+    still being written (no line break yet) is not counted, nor parsed."""
+    return sum(file.read_bytes().count(b"\n") for file in folder.glob("*.jsonl"))
+
+
 def duplicate_keys(rows: list[dict[str, Any]]) -> list[str]:
     counts = Counter(str(row["_collector"]["key"]) for row in rows)
     return [key for key, n in counts.items() if n > 1]

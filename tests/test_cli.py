@@ -14,7 +14,7 @@ import pytest
 
 from collector.demo.site import FaultSite
 from collector.run.summary import RunSummary
-from tests.helpers import duplicate_keys, sink_lines, write_source
+from tests.helpers import complete_lines, duplicate_keys, sink_lines, write_source
 
 COLLECTOR = [sys.executable, "-m", "flows.cli"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def test_sigkill_mid_run_then_rerun_loses_nothing_and_duplicates_nothing(
     )
     deadline = time.monotonic() + 120
     try:
-        while len(sink_lines(tmp_path / "out")) < 60:
+        while complete_lines(tmp_path / "out") < 60:
             assert victim.poll() is None, "the run ended before it could be killed"
             assert time.monotonic() < deadline, "the run never got going"
             time.sleep(0.05)

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import duplicate_keys, sink_lines, write_source
+from tests.helpers import complete_lines, duplicate_keys, sink_lines, write_source
 from tests.worker_site import WorkerSite
 
 COLLECTOR = [sys.executable, "-m", "flows.cli"]
@@ -73,7 +73,7 @@ def _wait_for_records(folder: Path, at_least: int, proc: subprocess.Popen[str]) 
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"the run ended before it could be interrupted: {proc.stderr}")
-        if len(sink_lines(folder)) >= at_least:
+        if complete_lines(folder) >= at_least:
             return
         time.sleep(0.2)
     raise AssertionError(f"fewer than {at_least} records after 180 s")

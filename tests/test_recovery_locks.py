@@ -24,7 +24,7 @@ from collector.frontier.sqlite import SqliteFrontier
 from collector.run.locks import source_lock_name
 from flows._locks import ensure_limit
 from flows.collect import collect
-from tests.helpers import sink_lines, summary_of, write_source
+from tests.helpers import complete_lines, summary_of, write_source
 from tests.servers import free_port
 from tests.worker_site import WorkerSite
 
@@ -74,7 +74,7 @@ def _wait_for_records(folder: Path, at_least: int, proc: subprocess.Popen[str]) 
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         assert proc.poll() is None, "the run ended before the command could overlap it"
-        if len(sink_lines(folder)) >= at_least:
+        if complete_lines(folder) >= at_least:
             return
         time.sleep(0.1)
     raise AssertionError(f"fewer than {at_least} records after 180 s")

@@ -103,7 +103,7 @@ _SCRIPTS = (
 # What a resend may do when a reply was lost (collector._redis): these record their reply under a
 # request id (Preq:<id>) and return it to a resend of the same call without running again (a put
 # run twice would log its events twice, a resolve run twice would answer "not resolved") ...
-_REPLAYED = frozenset({"put", "put_back", "resolve", "escalate", "finish", "release"})
+_REPLAYED = frozenset({"put", "put_back", "resolve", "escalate", "finish", "release", "take_entry"})
 # ... these read, or write what a second run writes again and answer the same (migrate skips
 # migrated entries; a triage claim taken again by its owner; load_reviews drops moot messages).
 _RESENT = frozenset(
@@ -545,7 +545,11 @@ class RedisDeadLetterStore(Closing):
         idle = -1 if idle_ms is None else max(int(idle_ms), 0)
         args = [self._base, self._epoch, source, entry_id, reviewer, idle]
         got = self._with_group(
-            stream, what, partial(self._scripts, "take_entry", [self._meta_key], args)
+            stream,
+            what,
+            partial(
+                self._scripts, "take_entry", [self._meta_key], args, records=self._base + "req:"
+            ),
         )
         if not got or _text(got) == "held":
             return []

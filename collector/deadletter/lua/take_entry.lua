@@ -9,6 +9,8 @@
 -- list (XCLAIM FORCE), and the group's last-delivered id moved to it (so `>` never hands it to
 -- anyone else); the messages that were waiting before it are re-added after it, in their order,
 -- so nobody's place is lost. Cost: the messages waiting (a human-sized queue).
+local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
+if again ~= nil then return again end
 local src, id, reviewer, idle = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 local key = P .. id
 local cur = current(key)
@@ -19,7 +21,7 @@ if #pending > 0 then
   local holder, held_ms = pending[1][2], tonumber(pending[1][3])
   if holder ~= reviewer and (idle < 0 or held_ms < idle) then return 'held' end
   redis.call('XCLAIM', stream, 'reviewers', reviewer, 0, cur.msg, 'JUSTID')
-  return cur.msg
+  return remember(cur.msg)
 end
 -- Waiting (not delivered yet): the group's last-delivered id says where `>` reads from.
 local last = '0-0'
@@ -51,4 +53,4 @@ for _, message in ipairs(waiting) do
     end
   end
 end
-return new
+return remember(new)
