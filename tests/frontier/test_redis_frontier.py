@@ -27,7 +27,17 @@ from collector.frontier.redis import RedisFrontier
 from collector.frontier.sqlite import SqliteFrontier
 from tests.servers import RedisServer, free_port
 
-from .conformance import FRESH, LEASE, QUEUE_TTL, SRC, T0, FrontierConformance, claim, offer, url
+from .conformance import (
+    FRESH,
+    LEASE,
+    QUEUE_TTL,
+    SRC,
+    T0,
+    FrontierConformance,
+    claim,
+    offer,
+    url,
+)
 
 
 class TestRedisFrontier(FrontierConformance):
@@ -590,3 +600,79 @@ def test_claims_between_pages_leave_no_item_out_of_the_run(redis_url: str, scrip
     finally:
         helper.close()
         frontier.close()
+
+
+# --- expiry lists: urls packed, the previous layout still read ----------------------------------
+def _expiry_entries(client: redis.Redis) -> list[Any]:
+    """Every entry of the source's expiry lists (B:x:T)."""
+    keys = client.keys("{collector:src}:x:*")
+    return [e for k in keys for e in client.lrange(k, 0, -1)]
+
+
+def test_expiry_lists_pack_urls_and_every_one_expires(
+    frontier: RedisFrontier, redis_url: str
+) -> None:
+    """URLs that share a prefix longer than a byte can say, rests over 255 bytes, URLs that are
+    prefixes of others, control characters and non-ASCII, over more than one packed entry: each
+    one comes out of its list and expires."""
+    long = "https://example.test/" + "p" * 300
+    odd = [
+        long,
+        long + "/a",
+        long + "/b" + "r" * 70_000,
+        url(""),
+        url("nl\nx\x00y"),
+        url("é/😀"),
+        "x",
+        "",
+    ]
+    many = [url(i) for i in range(2_345)]
+    assert offer(frontier, odd + many, queue_ttl_s=100).enqueued == len(odd) + len(many)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        entries = _expiry_entries(client)
+    finally:
+        client.close()
+    assert 3 <= len(entries) <= 10  # packed: a few entries, not one per url
+    lease = claim(frontier, 1, now=T0 + 100)
+    assert lease.expired == len(odd) + len(many)
+    assert frontier.counts(SRC) == StateCounts(expired=len(odd) + len(many))
+    again = frontier.requeue(SRC, odd, now=T0 + 200, queue_ttl_s=100)
+    assert again == len(odd)
+    assert claim(frontier, 1, now=T0 + 300).expired == len(odd)
+
+
+def test_an_expiry_list_costs_a_few_bytes_a_url(frontier: RedisFrontier, redis_url: str) -> None:
+    """The expiry list held each url whole (~39 bytes for these); packed, it is a few bytes."""
+    n = 20_000
+    offer(frontier, [f"http://127.0.0.1:9/items/{i}.json" for i in range(n)], queue_ttl_s=100)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        (key,) = client.keys("{collector:src}:x:*")
+        used = client.memory_usage(key, samples=0)
+    finally:
+        client.close()
+    assert used is not None
+    assert used / n < 12
+
+
+def test_expiry_lists_of_the_previous_layout_still_expire(
+    frontier: RedisFrontier, redis_url: str
+) -> None:
+    """Layout 1 pushed each url as an entry of its own; a frontier written so keeps working: its
+    items expire on time, beside entries packed since."""
+    old = [url(i) for i in range(30)]
+    offer(frontier, old, queue_ttl_s=100)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        (key,) = client.keys("{collector:src}:x:*")
+        client.delete(key)
+        client.rpush(key, *old)  # exactly what layout 1's claim found there
+        offer(frontier, [url("new")], queue_ttl_s=100, run_id="run-2")
+        assert client.llen(key) == len(old) + 1
+    finally:
+        client.close()
+    assert claim(frontier, 0, now=T0 + 99).expired == 0
+    lease = claim(frontier, 1, now=T0 + 100)
+    assert lease.expired == len(old) + 1
+    assert frontier.counts(SRC) == StateCounts(expired=len(old) + 1)
