@@ -37,6 +37,7 @@ from .conformance import (
     claim,
     offer,
     url,
+    urls_of,
 )
 
 
@@ -676,3 +677,31 @@ def test_expiry_lists_of_the_previous_layout_still_expire(
     lease = claim(frontier, 1, now=T0 + 100)
     assert lease.expired == len(old) + 1
     assert frontier.counts(SRC) == StateCounts(expired=len(old) + 1)
+
+
+def test_records_of_every_state_stay_within_a_listpack_value(
+    frontier: RedisFrontier, redis_url: str
+) -> None:
+    """A bucket holding one value over 64 bytes (Redis' hash-max-listpack-value) becomes a
+    hashtable for good, ~90 bytes a record instead of ~40: a done item with a cost, a retried
+    item leased again, a dead one all fit (holes in a record are packed as an array's)."""
+    first = T0 + 1 / 3  # times and ranks of many digits: msgpack doubles, 9 bytes each
+    offer(frontier, [url(1), url(2), url(3)], now=first, rank_for=lambda u, age, fresh: 1 / 7)
+    lease = claim(frontier, 3, now=first)
+    outcomes: list[Outcome] = [
+        Completed(url(1), first + 86_400, first, cost=1 / 3),
+        RetryLater(url(2), first, -T0 / 7, 2, first, "boom"),
+        DeadLettered(url(3), 3, "dead"),
+    ]
+    frontier.ack(lease, outcomes, now=first)
+    assert urls_of(claim(frontier, 3, now=first + 1)) == [url(2)]
+    client = redis.Redis.from_url(redis_url)
+    try:
+        buckets = client.keys("{collector:src}:r:*")
+        sizes = [client.hstrlen(b, f) for b in buckets for f in client.hkeys(b)]
+        encodings = {client.object("encoding", b) for b in buckets}
+    finally:
+        client.close()
+    assert len(sizes) == 3
+    assert max(sizes) <= 64, sizes
+    assert encodings == {b"listpack"}
