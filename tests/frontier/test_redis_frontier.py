@@ -7,11 +7,13 @@ import random
 import threading
 from collections.abc import Callable, Iterator
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
+from collector._redis import Scripts, lua_source
 from collector.errors import BackendError
 from collector.frontier.base import (
     Completed,
@@ -23,7 +25,7 @@ from collector.frontier.base import (
     RetryLater,
     StateCounts,
 )
-from collector.frontier.redis import RedisFrontier
+from collector.frontier.redis import _SCRIPTS, RedisFrontier
 from collector.frontier.sqlite import SqliteFrontier
 from tests.servers import RedisServer, free_port
 
@@ -705,3 +707,80 @@ def test_records_of_every_state_stay_within_a_listpack_value(
     assert len(sizes) == 3
     assert max(sizes) <= 64, sizes
     assert encodings == {b"listpack"}
+
+
+# --- a frontier written by layout 1 (one url an expiry entry, records with holes as maps) -------
+_LAYOUT_1 = Path(__file__).parent / "redis_layout1"  # its prelude and claim, verbatim
+_PACKAGE = "collector.frontier"
+
+
+class _Layout1Scripts(Scripts):
+    """The scripts as layout 1 ran them: its prelude before every script, its claim."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self._scripts = {}
+        prelude = (_LAYOUT_1 / "prelude.lua").read_text(encoding="utf-8")
+        for name in _SCRIPTS:
+            old = _LAYOUT_1 / f"{name}.lua"
+            body = old.read_text("utf-8") if old.exists() else lua_source(_PACKAGE, None, name)
+            self._scripts[name] = client.register_script(prelude + "\n" + body)
+
+
+def test_a_frontier_of_the_previous_layout_keeps_working(redis_url: str) -> None:
+    """Layout 1 writes queued, leased, retried, done (with a cost) and dead items; the current
+    scripts then claim, expire, ack and plan on that data with the same results as SQLite."""
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    old = RedisFrontier(client)
+    old._scripts = _Layout1Scripts(client)
+    new, ref = RedisFrontier(client), SqliteFrontier(":memory:")
+    t = T0 + 1 / 3  # times and ranks of many digits: msgpack doubles
+
+    def rank_for(u: str, age: float | None, fresh: float) -> float:
+        return int(u.rsplit("/", 1)[1]) / 7 + (age or 0.0) / 1_000
+
+    def both(step: Callable[[Frontier], Any], first: Frontier = old) -> Any:
+        got, want = step(first), step(ref)
+        assert got == want
+        return got
+
+    urls = [url(i) for i in range(40)]
+    both(lambda f: f.offer(SRC, [Offer(u, FRESH) for u in urls], now=t, queue_ttl_s=100,
+                           rank_for=rank_for, run_id="r1"))  # fmt: skip
+    leases = {f: claim(f, 12, now=t) for f in (old, ref)}
+    assert urls_of(leases[old]) == urls_of(leases[ref])
+
+    def outcomes(lease: Lease) -> list[Outcome]:
+        items = [i.url for i in lease.items]
+        return [
+            *(Completed(u, t + 50, t, cost=1 / 3) for u in items[:4]),
+            *(RetryLater(u, t + 10, 1 / 9, 2, t, "boom") for u in items[4:8]),
+            *(DeadLettered(u, 3, "dead") for u in items[8:10]),
+        ]  # the last two stay leased
+
+    assert old.ack(leases[old], outcomes(leases[old]), now=t) == ref.ack(
+        leases[ref], outcomes(leases[ref]), now=t
+    )
+    entries = _expiry_entries(client)
+    assert len(entries) == 40 + 4 and not any(e.startswith(b"\0") for e in entries)
+    records = [v for b in client.keys("{collector:src}:r:*") for v in client.hvals(b)]
+    maps = [v for v in records if isinstance(v, bytes) and v[0] & 0xF0 == 0x80]
+    assert len(maps) == 4 + 4 + 2 + 2  # msgpack maps: done, retried, dead, leased
+    # from here on, the current scripts (new) on layout 1's data
+    both(lambda f: f.counts(SRC), new)
+    later = t + LEASE + 1  # the leases expired: the two leased items are reclaimed
+    got, want = claim(new, 3, now=later), claim(ref, 3, now=later)
+    assert (urls_of(got), got.reclaimed, got.expired) == (urls_of(want), 2, 0)
+    gone = t + 200  # past every queue TTL: the rest expires
+    got, want = claim(new, 0, now=gone), claim(ref, 0, now=gone)
+    assert got.expired == want.expired > 0
+    both(lambda f: f.counts(SRC), new)
+    again = gone + 100  # the done items are stale: a plan queues them with the rank of their age
+    both(lambda f: f.offer(SRC, [Offer(u, FRESH) for u in urls], now=again, queue_ttl_s=100,
+                           rank_for=rank_for, run_id="r2"), new)  # fmt: skip
+    got, want = claim(new, 100, now=again), claim(ref, 100, now=again)
+    assert urls_of(got) == urls_of(want)
+    assert [i.enqueued_at for i in got.items] == [i.enqueued_at for i in want.items]
+    both(lambda f: f.run_counts(SRC, "r2"), new)
+    client.close()
