@@ -13,9 +13,11 @@ a source lives in one slot. Where an item *is* (which sorted set) says what the 
 a compact record holds the rest::
 
     B:r:HHHH   hash   records. 16 bits of sha1(url) pick one of <= 65,536 buckets; the field is
-                      the next 84 bits (12 bytes), the value a msgpack array/map of the item's
-                      fields, zero and empty ones omitted. Buckets stay small enough for Redis'
-                      listpack encoding (~45 bytes an item, against ~170 for a hash per item).
+                      the next 84 bits (12 bytes), the value a msgpack array of the item's
+                      fields, zero and empty ones false (layout 1 saved records with holes as
+                      maps, still read). Buckets stay small enough for Redis' listpack encoding
+                      (~45 bytes an item, against ~170 for a hash per item); one value over 64
+                      bytes (hash-max-listpack-value) turns its bucket into a hashtable for good
     B:q        zset   queued items that are due: member url, score -rank (so equal ranks come
                       out in url order, as from SQLite's index); while an item is here its rank
                       is only this score
@@ -51,12 +53,12 @@ memory target allows. Two URLs with the same digest would share a record; for 10
 chance is ~4 x 10^-13, which we accept.
 
 Memory per queued URL (bench/plan.py, template URLs of 36-37 characters; docs/performance.md):
-~199 bytes at 1 M, ~204 at 10 M. At 10 M: the queue zset ~153 (the URL's string 48, skiplist node
-~53, dict entry 32, dict table 13, plus ~6 while Redis still moves the table to its doubled size
-after 8.4 M members: that rehash advances only as the zset is used), records ~42 (~152 a bucket,
-the buckets stay listpacks: <= 512 entries and values <= 64 bytes, Redis' defaults), the expiry
-list ~8. Over ~25 M queued items some buckets pass 512 records and become hashtables (~90 bytes
-a record instead of ~40).
+198.8 bytes at 1 M, 203.8 at 10 M (was 228.8 and 234.9). At 10 M: the queue zset ~153 (the
+URL's string 48, skiplist node ~53, dict entry 32, dict table 13, plus ~6 while Redis still
+moves the table to its doubled size after 8.4 M members: that rehash advances only as the zset
+is used), records ~42 (~152 a bucket: the buckets stay listpacks, <= 512 entries and values <=
+64 bytes, Redis' defaults), the expiry list ~8. Over ~25 M queued items some buckets pass 512
+records and become hashtables (~90 bytes a record instead of ~40).
 
 The fencing token is store-wide because tokens must grow across sources, so the claim script
 touches a second slot: fine on one Redis or behind Sentinel, refused (CROSSSLOT) by a Redis
