@@ -169,6 +169,7 @@ def bench_backend(
         assert client is not None
         used = int(client.info("memory")["used_memory"]) - base_memory
         figures["bytes_per_url"] = used / n
+        figures["breakdown"] = redis_breakdown(client, n)
     figures["unchanged"] = plan_in_child(path, "bench-unchanged")
     if client is not None:
         figures["unchanged"]["longest_ms"] = longest_script_ms(client)
@@ -206,6 +207,27 @@ def bench_backend(
     if client is not None:
         client.close()
     return figures
+
+
+def redis_breakdown(client: Any, n: int, sample: int = 1_000) -> dict[str, float]:
+    """Bytes per URL by kind of key (``MEMORY USAGE``; record buckets ``B:r:HHHH`` and expiry
+    lists ``B:x:T`` sampled and scaled). Redis counts a zset's dict entries at 24 bytes, which
+    jemalloc rounds to 32, and no key's place in the keyspace: the sum is below used_memory."""
+    import random
+
+    sizes: dict[str, float] = {}
+    groups: dict[str, list[Any]] = {}
+    for key in client.scan_iter(count=10_000):
+        kind = key.decode().rsplit("}", 1)[-1]
+        for many in (":r:", ":x:", ":rc:"):
+            if kind.startswith(many):
+                kind = many + "*"
+        groups.setdefault(kind, []).append(key)
+    for kind, keys in groups.items():
+        picked = random.sample(keys, min(sample, len(keys)))
+        total = sum(client.memory_usage(key, samples=0) or 0 for key in picked)
+        sizes[kind] = total * len(keys) / len(picked) / n
+    return sizes
 
 
 def all_done(kind: str, folder: Path, redis_url: str | None) -> None:
@@ -288,6 +310,10 @@ def report(figures: dict[str, Any]) -> None:
         f"  storage         {figures['bytes_per_url']:8.1f} bytes per queued URL"
         f"  (target <= {storage_target}; ratio {figures['bytes_per_url'] / storage_target:.2f})"
     )
+    if "breakdown" in figures:
+        parts = sorted(figures["breakdown"].items(), key=lambda kv: -kv[1])
+        kinds = ", ".join(f"{kind} {size:.1f}" for kind, size in parts if size >= 0.05)
+        print(f"  by key kind     {kinds} (bytes per URL, MEMORY USAGE)")
     print(f"  peak RSS        {peak:8.0f} MB (target <= {TARGETS['rss_mb']})")
     if "longest_ms" in new:
         held = ", ".join(

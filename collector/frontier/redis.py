@@ -13,9 +13,11 @@ a source lives in one slot. Where an item *is* (which sorted set) says what the 
 a compact record holds the rest::
 
     B:r:HHHH   hash   records. 16 bits of sha1(url) pick one of <= 65,536 buckets; the field is
-                      the next 84 bits (12 bytes), the value a msgpack array/map of the item's
-                      fields, zero and empty ones omitted. Buckets stay small enough for Redis'
-                      listpack encoding (~45 bytes an item, against ~170 for a hash per item).
+                      the next 84 bits (12 bytes), the value a msgpack array of the item's
+                      fields, zero and empty ones false (layout 1 saved records with holes as
+                      maps, still read). Buckets stay small enough for Redis' listpack encoding
+                      (~45 bytes an item, against ~170 for a hash per item); one value over 64
+                      bytes (hash-max-listpack-value) turns its bucket into a hashtable for good
     B:q        zset   queued items that are due: member url, score -rank (so equal ranks come
                       out in url order, as from SQLite's index); while an item is here its rank
                       is only this score
@@ -25,10 +27,14 @@ a compact record holds the rest::
                       next_event_at reports the earliest not_before exactly as SQLite does
     B:l        zset   leased items, score lease_expires (reclaim = score <= now)
     B:xb       zset   expiry buckets, member and score an expires_at
-    B:x:T      list   urls that entered the queue with expires_at T. Lazy: an item that left the
-                      queue keeps its entry, and the claim that drains the bucket checks each
-                      record, so a list entry (~34 bytes) replaces a zset entry (~140 bytes) per
-                      queued item; stale entries live until their bucket's time
+    B:x:T      list   urls that entered the queue with expires_at T, packed: an entry holds up to
+                      1,000 urls, each as the length of the prefix it shares with the one before,
+                      the length of the rest and the rest (lua/prelude.lua, pack_urls), so the
+                      urls of one site cost a few bytes each (~8 for the bench's, against ~39 as
+                      one entry a url: layout 1, still read). Lazy: an item that left the queue
+                      keeps its entry, and the claim that drains the bucket checks each record,
+                      so the list replaces a zset entry (~140 bytes) per queued item; stale
+                      entries live until their bucket's time
     B:n        hash   state -> count, so counts() is O(1)
     B:runs     hash   run_id -> small run number (kept in each record)
     B:f        zset   the due index: done items by fresh_until (-inf once made stale), so an
@@ -45,9 +51,17 @@ a compact record holds the rest::
     PREFIX:fencing_token  string, INCR by every claim
 
 Records are found by a 100-bit digest of the URL, not by the URL, because one copy of the URL
-(in the sorted set that holds a live item) is all the memory target allows: 1M queued URLs take
-~225 MB, ~225 bytes a URL. Two URLs with the same digest would share a record; for 10^9 URLs the
+(in the sorted set that holds a live item, besides its packed one in the expiry list) is all the
+memory target allows. Two URLs with the same digest would share a record; for 10^9 URLs the
 chance is ~4 x 10^-13, which we accept.
+
+Memory per queued URL (bench/plan.py, template URLs of 36-37 characters; docs/performance.md):
+198.8 bytes at 1 M, 203.8 at 10 M (was 228.8 and 234.9). At 10 M: the queue zset ~153 (the
+URL's string 48, skiplist node ~53, dict entry 32, dict table 13, plus ~6 while Redis still
+moves the table to its doubled size after 8.4 M members: that rehash advances only as the zset
+is used), records ~42 (~152 a bucket: the buckets stay listpacks, <= 512 entries and values <=
+64 bytes, Redis' defaults), the expiry list ~8. Over ~25 M queued items some buckets pass 512
+records and become hashtables (~90 bytes a record instead of ~40).
 
 The fencing token is store-wide because tokens must grow across sources, so the claim script
 touches a second slot: fine on one Redis or behind Sentinel, refused (CROSSSLOT) by a Redis

@@ -7,11 +7,13 @@ import random
 import threading
 from collections.abc import Callable, Iterator
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
+from collector._redis import Scripts, lua_source
 from collector.errors import BackendError
 from collector.frontier.base import (
     Completed,
@@ -23,11 +25,22 @@ from collector.frontier.base import (
     RetryLater,
     StateCounts,
 )
-from collector.frontier.redis import RedisFrontier
+from collector.frontier.redis import _SCRIPTS, RedisFrontier
 from collector.frontier.sqlite import SqliteFrontier
 from tests.servers import RedisServer, free_port
 
-from .conformance import FRESH, LEASE, QUEUE_TTL, SRC, T0, FrontierConformance, claim, offer, url
+from .conformance import (
+    FRESH,
+    LEASE,
+    QUEUE_TTL,
+    SRC,
+    T0,
+    FrontierConformance,
+    claim,
+    offer,
+    url,
+    urls_of,
+)
 
 
 class TestRedisFrontier(FrontierConformance):
@@ -590,3 +603,184 @@ def test_claims_between_pages_leave_no_item_out_of_the_run(redis_url: str, scrip
     finally:
         helper.close()
         frontier.close()
+
+
+# --- expiry lists: urls packed, the previous layout still read ----------------------------------
+def _expiry_entries(client: redis.Redis) -> list[Any]:
+    """Every entry of the source's expiry lists (B:x:T)."""
+    keys = client.keys("{collector:src}:x:*")
+    return [e for k in keys for e in client.lrange(k, 0, -1)]
+
+
+def test_expiry_lists_pack_urls_and_every_one_expires(
+    frontier: RedisFrontier, redis_url: str
+) -> None:
+    """URLs that share a prefix longer than a byte can say, rests over 255 bytes, URLs that are
+    prefixes of others, control characters and non-ASCII, over more than one packed entry: each
+    one comes out of its list and expires."""
+    long = "https://example.test/" + "p" * 300
+    odd = [
+        long,
+        long + "/a",
+        long + "/b" + "r" * 70_000,
+        url(""),
+        url("nl\nx\x00y"),
+        url("é/😀"),
+        "x",
+        "",
+    ]
+    many = [url(i) for i in range(2_345)]
+    assert offer(frontier, odd + many, queue_ttl_s=100).enqueued == len(odd) + len(many)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        entries = _expiry_entries(client)
+    finally:
+        client.close()
+    assert 3 <= len(entries) <= 10  # packed: a few entries, not one per url
+    lease = claim(frontier, 1, now=T0 + 100)
+    assert lease.expired == len(odd) + len(many)
+    assert frontier.counts(SRC) == StateCounts(expired=len(odd) + len(many))
+    again = frontier.requeue(SRC, odd, now=T0 + 200, queue_ttl_s=100)
+    assert again == len(odd)
+    assert claim(frontier, 1, now=T0 + 300).expired == len(odd)
+
+
+def test_an_expiry_list_costs_a_few_bytes_a_url(frontier: RedisFrontier, redis_url: str) -> None:
+    """The expiry list held each url whole (~39 bytes for these); packed, it is a few bytes."""
+    n = 20_000
+    offer(frontier, [f"http://127.0.0.1:9/items/{i}.json" for i in range(n)], queue_ttl_s=100)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        (key,) = client.keys("{collector:src}:x:*")
+        used = client.memory_usage(key, samples=0)
+    finally:
+        client.close()
+    assert used is not None
+    assert used / n < 12
+
+
+def test_expiry_lists_of_the_previous_layout_still_expire(
+    frontier: RedisFrontier, redis_url: str
+) -> None:
+    """Layout 1 pushed each url as an entry of its own; a frontier written so keeps working: its
+    items expire on time, beside entries packed since."""
+    old = [url(i) for i in range(30)]
+    offer(frontier, old, queue_ttl_s=100)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        (key,) = client.keys("{collector:src}:x:*")
+        client.delete(key)
+        client.rpush(key, *old)  # exactly what layout 1's claim found there
+        offer(frontier, [url("new")], queue_ttl_s=100, run_id="run-2")
+        assert client.llen(key) == len(old) + 1
+    finally:
+        client.close()
+    assert claim(frontier, 0, now=T0 + 99).expired == 0
+    lease = claim(frontier, 1, now=T0 + 100)
+    assert lease.expired == len(old) + 1
+    assert frontier.counts(SRC) == StateCounts(expired=len(old) + 1)
+
+
+def test_records_of_every_state_stay_within_a_listpack_value(
+    frontier: RedisFrontier, redis_url: str
+) -> None:
+    """A bucket holding one value over 64 bytes (Redis' hash-max-listpack-value) becomes a
+    hashtable for good, ~90 bytes a record instead of ~40: a done item with a cost, a retried
+    item leased again, a dead one all fit (holes in a record are packed as an array's)."""
+    first = T0 + 1 / 3  # times and ranks of many digits: msgpack doubles, 9 bytes each
+    offer(frontier, [url(1), url(2), url(3)], now=first, rank_for=lambda u, age, fresh: 1 / 7)
+    lease = claim(frontier, 3, now=first)
+    outcomes: list[Outcome] = [
+        Completed(url(1), first + 86_400, first, cost=1 / 3),
+        RetryLater(url(2), first, -T0 / 7, 2, first, "boom"),
+        DeadLettered(url(3), 3, "dead"),
+    ]
+    frontier.ack(lease, outcomes, now=first)
+    assert urls_of(claim(frontier, 3, now=first + 1)) == [url(2)]
+    client = redis.Redis.from_url(redis_url)
+    try:
+        buckets = client.keys("{collector:src}:r:*")
+        sizes = [client.hstrlen(b, f) for b in buckets for f in client.hkeys(b)]
+        encodings = {client.object("encoding", b) for b in buckets}
+    finally:
+        client.close()
+    assert len(sizes) == 3
+    assert max(sizes) <= 64, sizes
+    assert encodings == {b"listpack"}
+
+
+# --- a frontier written by layout 1 (one url an expiry entry, records with holes as maps) -------
+_LAYOUT_1 = Path(__file__).parent / "redis_layout1"  # its prelude and claim, verbatim
+_PACKAGE = "collector.frontier"
+
+
+class _Layout1Scripts(Scripts):
+    """The scripts as layout 1 ran them: its prelude before every script, its claim."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self._scripts = {}
+        prelude = (_LAYOUT_1 / "prelude.lua").read_text(encoding="utf-8")
+        for name in _SCRIPTS:
+            old = _LAYOUT_1 / f"{name}.lua"
+            body = old.read_text("utf-8") if old.exists() else lua_source(_PACKAGE, None, name)
+            self._scripts[name] = client.register_script(prelude + "\n" + body)
+
+
+def test_a_frontier_of_the_previous_layout_keeps_working(redis_url: str) -> None:
+    """Layout 1 writes queued, leased, retried, done (with a cost) and dead items; the current
+    scripts then claim, expire, ack and plan on that data with the same results as SQLite."""
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    old = RedisFrontier(client)
+    old._scripts = _Layout1Scripts(client)
+    new, ref = RedisFrontier(client), SqliteFrontier(":memory:")
+    t = T0 + 1 / 3  # times and ranks of many digits: msgpack doubles
+
+    def rank_for(u: str, age: float | None, fresh: float) -> float:
+        return int(u.rsplit("/", 1)[1]) / 7 + (age or 0.0) / 1_000
+
+    def both(step: Callable[[Frontier], Any], first: Frontier = old) -> Any:
+        got, want = step(first), step(ref)
+        assert got == want
+        return got
+
+    urls = [url(i) for i in range(40)]
+    both(lambda f: f.offer(SRC, [Offer(u, FRESH) for u in urls], now=t, queue_ttl_s=100,
+                           rank_for=rank_for, run_id="r1"))  # fmt: skip
+    leases = {f: claim(f, 12, now=t) for f in (old, ref)}
+    assert urls_of(leases[old]) == urls_of(leases[ref])
+
+    def outcomes(lease: Lease) -> list[Outcome]:
+        items = [i.url for i in lease.items]
+        return [
+            *(Completed(u, t + 50, t, cost=1 / 3) for u in items[:4]),
+            *(RetryLater(u, t + 10, 1 / 9, 2, t, "boom") for u in items[4:8]),
+            *(DeadLettered(u, 3, "dead") for u in items[8:10]),
+        ]  # the last two stay leased
+
+    assert old.ack(leases[old], outcomes(leases[old]), now=t) == ref.ack(
+        leases[ref], outcomes(leases[ref]), now=t
+    )
+    entries = _expiry_entries(client)
+    assert len(entries) == 40 + 4 and not any(e.startswith(b"\0") for e in entries)
+    records = [v for b in client.keys("{collector:src}:r:*") for v in client.hvals(b)]
+    maps = [v for v in records if isinstance(v, bytes) and v[0] & 0xF0 == 0x80]
+    assert len(maps) == 4 + 4 + 2 + 2  # msgpack maps: done, retried, dead, leased
+    # from here on, the current scripts (new) on layout 1's data
+    both(lambda f: f.counts(SRC), new)
+    later = t + LEASE + 1  # the leases expired: the two leased items are reclaimed
+    got, want = claim(new, 3, now=later), claim(ref, 3, now=later)
+    assert (urls_of(got), got.reclaimed, got.expired) == (urls_of(want), 2, 0)
+    gone = t + 200  # past every queue TTL: the rest expires
+    got, want = claim(new, 0, now=gone), claim(ref, 0, now=gone)
+    assert got.expired == want.expired > 0
+    both(lambda f: f.counts(SRC), new)
+    again = gone + 100  # the done items are stale: a plan queues them with the rank of their age
+    both(lambda f: f.offer(SRC, [Offer(u, FRESH) for u in urls], now=again, queue_ttl_s=100,
+                           rank_for=rank_for, run_id="r2"), new)  # fmt: skip
+    got, want = claim(new, 100, now=again), claim(ref, 100, now=again)
+    assert urls_of(got) == urls_of(want)
+    assert [i.enqueued_at for i in got.items] == [i.enqueued_at for i in want.items]
+    both(lambda f: f.run_counts(SRC, "r2"), new)
+    client.close()

@@ -25,14 +25,16 @@ local buckets = redis.call('ZRANGEBYSCORE', K_XB, '-inf', now_s)
 for _, name in ipairs(buckets) do
   local lk = B .. ':x:' .. name
   local n = redis.call('LLEN', lk)
-  for s = 0, n - 1, 5000 do
-    for _, url in ipairs(redis.call('LRANGE', lk, s, s + 4999)) do
-      local rec, k, f = load(url)
-      if rec and rec[1] == Q and rec[5] <= now then
-        if not rec[3] then rec[3] = -tonumber(redis.call('ZSCORE', K_Q, url) or '0') end
-        leave_queue(url, rec); move(rec, E); clear_error(url, rec); save(k, f, rec)
-        redis.call('ZADD', K_E, now_s, url)
-        expired = expired + 1
+  for s = 0, n - 1, 50 do
+    for _, entry in ipairs(redis.call('LRANGE', lk, s, s + 49)) do
+      for _, url in ipairs(unpack_urls(entry)) do
+        local rec, k, f = load(url)
+        if rec and rec[1] == Q and rec[5] <= now then
+          if not rec[3] then rec[3] = -tonumber(redis.call('ZSCORE', K_Q, url) or '0') end
+          leave_queue(url, rec); move(rec, E); clear_error(url, rec); save(k, f, rec)
+          redis.call('ZADD', K_E, now_s, url)
+          expired = expired + 1
+        end
       end
     end
   end

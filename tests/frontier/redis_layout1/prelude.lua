@@ -1,0 +1,146 @@
+-- Shared by every script: key names, record access, counters, queue and expiry indexes.
+-- Record fields: 1 state, 2 run, 3 rank (false while the item's B:q score holds it), 4 enqueued_at,
+-- 5 expires_at, 6 not_before, 7 attempts, 8 first_attempt_at, 9 lease_token, 10 fresh_until,
+-- 11 last_fetched_at, 12 cost, 13 has a last_error in B:err, 14 unlisted (a changed seed list no
+-- longer names it: adopt leaves it alone once settled). Absent fields are nil (zero), so they
+-- take no space.
+local B = KEYS[1]
+local K_Q, K_D, K_P, K_L = B .. ':q', B .. ':d', B .. ':p', B .. ':l'
+local K_XB, K_N, K_RUNS, K_ERR = B .. ':xb', B .. ':n', B .. ':runs', B .. ':err'
+local K_F, K_E = B .. ':f', B .. ':e'  -- due index: done items by fresh_until; expired items
+-- lease holders: B:lh token -> holder, B:ht:<holder> its tokens, B:hb holder -> last heartbeat
+local K_LH, K_HB = B .. ':lh', B .. ':hb'
+local Q, L, D, X, E, R = 1, 2, 3, 4, 5, 6
+
+-- exact text of a double (Redis turns Lua numbers into text with only 14 digits)
+local function fmt(x) return string.format('%.17g', x) end
+local function nz(x) if x == 0 then return nil end return x end
+-- fmt remembered: the items of one offer share their times, and formatting is the costly part
+local fmt_seen = {}
+local function cfmt(x)
+  if x ~= x then return fmt(x) end  -- NaN cannot be a table key
+  local s = fmt_seen[x]
+  if not s then s = fmt(x); fmt_seen[x] = s end
+  return s
+end
+
+local function loc(url)
+  local h = redis.sha1hex(url)
+  -- 52 + 32 bits of the digest as a double and an int: 12 bytes, and the cheapest Lua we found
+  return B .. ':r:' .. string.sub(h, 1, 4),
+    struct.pack('>dI4', tonumber(string.sub(h, 5, 17), 16), tonumber(string.sub(h, 18, 25), 16))
+end
+local function load(url)
+  local k, f = loc(url)
+  local raw = redis.call('HGET', k, f)
+  if raw then return cmsgpack.unpack(raw), k, f, raw end
+  return nil, k, f, nil
+end
+local function save(k, f, rec) redis.call('HSET', k, f, cmsgpack.pack(rec)) end
+-- last_error lives in B:err; field 13 of the record says there is one to clear
+local function set_error(url, rec, text) redis.call('HSET', K_ERR, url, text); rec[13] = 1 end
+local function clear_error(url, rec)
+  if rec[13] then redis.call('HDEL', K_ERR, url); rec[13] = nil end
+end
+
+-- many-argument calls, in slices small enough for unpack()
+local function bulk(cmd, key, args, step)
+  for i = 1, #args, step do
+    redis.call(cmd, key, unpack(args, i, math.min(i + step - 1, #args)))
+  end
+end
+
+-- counter deltas per run and state, written once at the end of the script
+local delta = {}
+local function bump(run, state, n)
+  local d = delta[run]
+  if not d then d = {}; delta[run] = d end
+  d[state] = (d[state] or 0) + n
+end
+local function move(rec, to)
+  bump(rec[2], rec[1], -1); bump(rec[2], to, 1); rec[1] = to
+end
+local function flush_counts()
+  local total = {}
+  for run, d in pairs(delta) do
+    for state, n in pairs(d) do
+      if n ~= 0 then
+        redis.call('HINCRBY', B .. ':rc:' .. run, state, n)
+        total[state] = (total[state] or 0) + n
+      end
+    end
+  end
+  for state, n in pairs(total) do
+    if n ~= 0 then redis.call('HINCRBY', K_N, state, n) end
+  end
+  delta = {}
+end
+
+-- every time an item enters the queue it gets an entry in the bucket of its expires_at
+local pushes = {}
+local function push_expiry(url, exp)
+  local name = fmt(exp)
+  local p = pushes[name]
+  if not p then p = {}; pushes[name] = p end
+  p[#p + 1] = url
+end
+local function flush_expiry()
+  for name, urls in pairs(pushes) do
+    redis.call('ZADD', K_XB, name, name)
+    bulk('RPUSH', B .. ':x:' .. name, urls, 1000)
+  end
+  pushes = {}
+end
+
+-- put a queued record in its indexes (the caller has set rec[1] = Q and saves it)
+local function enter_queue(url, rec, now)
+  local nb = rec[6]
+  if nb and nb > now then
+    redis.call('ZADD', K_D, fmt(nb), url)
+  else
+    redis.call('ZADD', K_Q, fmt(-rec[3]), url)
+    if nb then redis.call('ZADD', K_P, fmt(nb), url) end
+  end
+  push_expiry(url, rec[5])
+end
+local function leave_queue(url, rec)
+  if rec[6] then redis.call('ZREM', K_D, url); redis.call('ZREM', K_P, url) end
+  redis.call('ZREM', K_Q, url)
+end
+
+-- the small number of a run id (kept in each record), created on first use
+local function run_number(run_id)
+  local run = redis.call('HGET', K_RUNS, run_id)
+  if run then return tonumber(run) end
+  run = redis.call('HLEN', K_RUNS) + 1
+  redis.call('HSET', K_RUNS, run_id, run)
+  return run
+end
+
+-- queued and leased items of the source not tagged with run: exact, from the counters
+local function not_ours(run)
+  local n = redis.call('HMGET', K_N, Q, L)
+  local r = redis.call('HMGET', B .. ':rc:' .. run, Q, L)
+  return (tonumber(n[1]) or 0) + (tonumber(n[2]) or 0) - (tonumber(r[1]) or 0)
+    - (tonumber(r[2]) or 0)
+end
+
+-- One page of a walk over the sorted sets keys[1..]: from set ki, position pos, at most budget
+-- members while more() is true. fn(url, key) returns true when it removed the member (the next
+-- one then takes its position). Returns where the next page starts (ki = #keys + 1: all read).
+-- Between pages other clients may move members, so a walk by position may miss some: callers
+-- that must see every member go round again until an exact count says none is left.
+local function page_sets(keys, ki, pos, budget, fn, more)
+  while ki <= #keys and budget > 0 and more() do
+    local page = redis.call('ZRANGE', keys[ki], pos, pos + math.min(budget, 1000) - 1)
+    if #page == 0 then
+      ki, pos = ki + 1, 0
+    else
+      for _, url in ipairs(page) do
+        if not fn(url, keys[ki]) then pos = pos + 1 end
+        budget = budget - 1
+      end
+    end
+  end
+  return ki, pos
+end
