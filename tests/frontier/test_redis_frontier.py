@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from collector._redis import Scripts, lua_source
+from collector._redis import REPLAY_LUA, Scripts, lua_source
 from collector.errors import BackendError
 from collector.frontier.base import (
     Completed,
@@ -25,7 +25,7 @@ from collector.frontier.base import (
     RetryLater,
     StateCounts,
 )
-from collector.frontier.redis import _SCRIPTS, RedisFrontier
+from collector.frontier.redis import _REPLAYED, _SCRIPTS, RedisFrontier
 from collector.frontier.sqlite import SqliteFrontier
 from tests.servers import RedisServer, free_port
 
@@ -720,7 +720,10 @@ class _Layout1Scripts(Scripts):
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
         self._scripts = {}
-        prelude = (_LAYOUT_1 / "prelude.lua").read_text(encoding="utf-8")
+        # layout 1's own scripts had no reply records: sent once, with the keys they expect
+        self._replayed = frozenset(_REPLAYED) - {"claim"}
+        self._resent = frozenset()
+        prelude = REPLAY_LUA + (_LAYOUT_1 / "prelude.lua").read_text(encoding="utf-8")
         for name in _SCRIPTS:
             old = _LAYOUT_1 / f"{name}.lua"
             body = old.read_text("utf-8") if old.exists() else lua_source(_PACKAGE, None, name)

@@ -1,6 +1,6 @@
 -- ARGV: now, the new expires_at, page size. Queued items past their queue TTL get the new one:
--- the earliest expiry buckets' entries (at or before now), a page at a time; entries of items
--- that moved on are dropped, as a claim drops them. Returns how many were renewed and 1 when
+-- the earliest expiry buckets' entries (at or before now, each a packed run of urls), about a
+-- page of urls at a time; urls of items that moved on are dropped, as a claim drops them. Returns how many were renewed and 1 when
 -- buckets at or before now are left (the caller runs the script again), else 0.
 local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
 if again ~= nil then return again end
@@ -12,22 +12,22 @@ while budget > 0 do
   if #first == 0 then break end
   local name = first[1]
   local lk = B .. ':x:' .. name
-  local entries = redis.call('LRANGE', lk, 0, budget - 1)
-  for _, url in ipairs(entries) do
-    local rec, k, f = load(url)
-    if rec and rec[1] == Q and rec[5] <= now then
-      rec[5] = new_exp
-      push_expiry(url, new_exp)
-      save(k, f, rec)
-      renewed = renewed + 1
+  local entry = redis.call('LINDEX', lk, 0)  -- up to PACK urls (pack_urls)
+  if entry then
+    for _, url in ipairs(unpack_urls(entry)) do
+      local rec, k, f = load(url)
+      if rec and rec[1] == Q and rec[5] <= now then
+        rec[5] = new_exp
+        push_expiry(url, new_exp)
+        save(k, f, rec)
+        renewed = renewed + 1
+      end
+      budget = budget - 1
     end
-  end
-  budget = budget - #entries
-  if redis.call('LLEN', lk) <= #entries then  -- the bucket is read to its end
+    redis.call('LPOP', lk)
+  else  -- the bucket is read to its end
     redis.call('DEL', lk)
     redis.call('ZREM', K_XB, name)
-  else
-    redis.call('LTRIM', lk, #entries, -1)
   end
 end
 flush_expiry()
