@@ -646,10 +646,8 @@ class Source(_Section):
                     listed.update(block)
                 list_digest = listed.hexdigest()
             return f"sha256:{digest.hexdigest()} list={list_digest}"
-        if self.seeds.file is not None:
-            with self.path(self.seeds.file).open("rb") as handle:
-                while block := handle.read(1 << 20):
-                    digest.update(block)
+        for block in self.seed_list_blocks(b""):  # the seed file's bytes (a template beside it)
+            digest.update(block)
         mark = "sha256:" + digest.hexdigest()
         if template_only and self.seeds.range is not None:
             start, stop = self.seeds.range
