@@ -5,7 +5,9 @@
 Encodes and decodes the same records (a typical parsed page with its ``_collector`` metadata)
 with bare orjson (fast, inexact beyond 64 bits) and with the codec every store uses, side by side,
 and prints each as records per second and the codec's ratio to orjson. The digest is the sinks'
-(sorted keys) encoding.
+(sorted keys) encoding. "parse page" is the fetch path (collector.settle.parse): a page of 50
+such records (no ``_collector``), read with bare orjson (before issue 24) and with
+``_json.parse``.
 """
 
 from __future__ import annotations
@@ -59,6 +61,12 @@ def main() -> None:
     records = [record(i) for i in range(args.records)]
     lines = [orjson.dumps(r) for r in records]
     sort = orjson.OPT_SORT_KEYS
+    pages = [
+        orjson.dumps(
+            [{k: v for k, v in r.items() if k != "_collector"} for r in records[i : i + 50]]
+        )
+        for i in range(0, len(records), 50)
+    ]
     cases: list[tuple[str, Callable[[], object], Callable[[], object]]] = [
         (
             "encode",
@@ -74,6 +82,11 @@ def main() -> None:
             "decode",
             lambda: [orjson.loads(b) for b in lines],
             lambda: [_json.loads(b) for b in lines],
+        ),
+        (
+            "parse page (50 rec.)",
+            lambda: [orjson.loads(b) for b in pages],
+            lambda: [_json.parse(b) for b in pages],
         ),
     ]
     print(f"{args.records:,} records, best of {args.runs} runs")

@@ -1,21 +1,33 @@
-"""Politeness: the circuit breaker and the adaptive window, side by side with their absence.
+"""Politeness: host profiles, each a real local server, fetched side by side.
 
-    .venv/bin/python bench/politeness.py [outage|pool|ratelimit|nginx|all] [--quick]
+    .venv/bin/python bench/politeness.py [fast|slow|noise|bucket|pool|outage|mix|all] [--quick]
 
-* ``outage``: a host goes down for 20 s (``--quick``: 5 s) once a quarter of the items are
-  stored, then comes back. One run with the breaker, one with ``circuit: false``; for each:
-  requests sent while it was down, items stored, dead-lettered, deferred by the breaker, and
-  whether the ledger balances (the collect loop on a Collection, as the flow runs it);
-* ``pool``: a host with a fixed pool of K workers (each request takes S seconds; more than K
-  in flight only queue). Sweeps fixed ``per_domain_concurrency`` 1..32 and runs adaptive;
-  prints pages/s of each and adaptive / best fixed (target >= 0.9) and the windows it settled on;
-* ``ratelimit``: a host that answers 429 above R requests a second without saying so: share
-  of 429s after warm-up (the first third), adaptive (target < 2 %) vs fixed;
-* ``nginx``: a fast healthy host (bench/throughput.py's nginx): pages/s adaptive vs fixed 32,
-  alternated over several rounds (target: adaptive >= 0.95 x fixed).
+Each profile is a real aiohttp server in a process of its own (tests/politeness_site.py) on
+127.0.0.x, fetched by the real engine (collector.fetch.engine) in three ways, one after the
+other in the same run, so the box's load weighs on each: a sweep of fixed windows
+(``adaptive: false``), the adaptive defaults, and Scrapy's AutoThrottle (a faithful port of its
+delay formula, scrapy 2.19 ``scrapy/extensions/throttle.py`` with its defaults: start delay 5 s,
+target concurrency 1, max delay 60 s, per-domain concurrency 8, a +-50 % jitter on the delay;
+it drives the same engine, whose retry policy also serves it). Ratios are printed:
 
-The test hosts run in their own process (tests/politeness_site.py), so the client's figures are
-not shared with the server's GIL. The load average is printed: this box is shared, read ratios.
+* ``fast``: a healthy fast host. adaptive / best fixed pages/s (goal >= 0.9);
+* ``slow``: a healthy slow host (100-300 ms a page). adaptive / best fixed (>= 0.9);
+* ``noise``: a fast host where 6 % of requests, at random and at any rate, answer 503 or 429
+  (a quarter of them with Retry-After: 1). adaptive / best fixed (>= 0.9);
+* ``bucket``: a token bucket of 100/s that answers 429 above it, without and with Retry-After.
+  pages/s after warm-up (the first third) / the bucket's rate (>= 0.9), and the share of 429s
+  after warm-up (<= 2 %);
+* ``pool``: 8 workers of 50 ms each (max goodput 160/s, latency floor 50 ms): adaptive pages/s
+  / the pool's max (>= 0.8) at a mean latency / its floor (<= 2);
+* ``outage``: a host down for 20 s (``--quick``: 5 s) once a quarter of the items are stored:
+  the circuit breaker vs none (requests sent while down, dead letters: none for the outage);
+* ``mix``: a fast and a slow healthy host and a bucket of 20/s in one batch, with
+  ``concurrency`` 96 (room for each host's ceiling of 32) and 32 (the default, shared): each
+  healthy host's pages/s in the mix / alone at the same concurrency (>= 0.9). Lent first
+  come, first served, 32 shared clients went to the slow host's 200 ms requests and the fast
+  host got 0.11x its rate alone; they are lent fewest-held first now (fetch/sharing.py).
+
+The load average is printed: this box is shared, read ratios.
 """
 
 from __future__ import annotations
@@ -23,8 +35,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
-import subprocess
+import random
 import sys
 import tempfile
 import time
@@ -36,50 +49,70 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from collector.config import AdaptiveSettings, load_source  # noqa: E402
+from collector.fetch.adaptive import HostGate, Signal  # noqa: E402
 from collector.fetch.engine import FetchEngine  # noqa: E402
 from collector.frontier.base import ClaimedItem  # noqa: E402
 from collector.policy.retry import RetryBudget, RetrySettings  # noqa: E402
 from collector.policy.urls import HostPolicy  # noqa: E402
 from collector.run.collection import Collection  # noqa: E402
 from tests.helpers import write_source  # noqa: E402
-from tests.politeness_site import PolitenessSite  # noqa: E402
-from tests.servers import free_port  # noqa: E402
+from tests.politeness_site import PolitenessSite, SiteProcess  # noqa: E402
 
 
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-class _SiteProcess:
-    """tests/politeness_site.py in a process of its own."""
+class _AutoThrottleGate(HostGate):
+    """Scrapy's AutoThrottle on the engine's gate: at most ``ceiling`` in flight (Scrapy's
+    CONCURRENT_REQUESTS_PER_DOMAIN, 8) and one send per ``delay`` x uniform(0.5, 1.5); each 200
+    moves the delay as scrapy/extensions/throttle.py ``_adjust_delay`` does (target = latency /
+    1.0; new = max(target, (delay + target) / 2), within [0, 60]); any other answer may only
+    raise it, and the engine reports no latency for errors, so it never does (as in Scrapy for
+    quick error pages)."""
 
-    def __init__(self, **options: Any) -> None:
-        self.port = free_port()
-        self.args = [f"--{k.replace('_', '-')}={v}" for k, v in options.items() if v is not None]
-        self._process: subprocess.Popen[bytes] | None = None
+    def __init__(self, ceiling: int) -> None:
+        super().__init__(ceiling, None)
+        self.delay = 5.0  # AUTOTHROTTLE_START_DELAY
+        self._last = -math.inf
+        self._jitter = random.Random(25)
 
-    def url(self, i: int) -> str:
-        return f"http://127.0.0.1:{self.port}/item/{i}"
+    async def acquire(self) -> bool:
+        await super().acquire()
+        try:
+            while (wait := self._last + self.delay * self._jitter.uniform(0.5, 1.5)) > (
+                now := time.monotonic()
+            ):
+                await asyncio.sleep(wait - now)
+        except asyncio.CancelledError:
+            self.release()
+            raise
+        self._last = time.monotonic()
+        return False
 
-    def __enter__(self) -> _SiteProcess:
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "tests.politeness_site", str(self.port), *self.args], cwd=ROOT
-        )
-        import socket
+    def observe(
+        self,
+        signal: Signal,
+        *,
+        sent_at: float,
+        latency_s: float,
+        paced: bool,
+        url: str | None = None,
+        raw_latency_s: float | None = None,
+    ) -> None:
+        target = latency_s / 1.0
+        new = min(max(0.0, max(target, (self.delay + target) / 2)), 60.0)
+        if signal != "ok" and new <= self.delay:
+            return
+        self.delay = new
 
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("politeness site did not start")
 
-    def __exit__(self, *exc: object) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            self._process.wait(timeout=10)
+class _AutoThrottleEngine(FetchEngine):
+    def _gate(self, host: str) -> HostGate:
+        gate = self._gates.get(host)
+        if gate is None:
+            gate = self._gates[host] = _AutoThrottleGate(self.per_domain_concurrency)
+        return gate
 
 
 def _engine(per_domain: int, adaptive: bool, *, concurrency: int = 32) -> FetchEngine:
@@ -92,21 +125,208 @@ def _engine(per_domain: int, adaptive: bool, *, concurrency: int = 32) -> FetchE
     )
 
 
+def _make(mode: str, concurrency: int = 32) -> FetchEngine:
+    """``fixed-N``, ``adaptive`` (ceiling 32) or ``autothrottle`` (8 per domain)."""
+    if mode == "autothrottle":
+        return _AutoThrottleEngine(
+            retry=RetrySettings(base_s=0.05, cap_s=0.5, max_attempts=100, max_total_s=3600),
+            host_policy=HostPolicy(allow_private_networks=True),
+            concurrency=concurrency,
+            per_domain_concurrency=8,
+        )
+    if mode == "adaptive":
+        return _engine(32, True, concurrency=concurrency)
+    return _engine(int(mode.split("-")[1]), False, concurrency=concurrency)
+
+
+LIMIT_S = 40.0  # a mode that has not fetched everything by then is halted (AutoThrottle's 5 s
+#                 start delay on a slow host: ~5 pages/s); pages/s counts what it fetched
+
+
 async def _fetch(
-    engine: FetchEngine, urls: list[str], batch: int = 500
-) -> tuple[float, int, list[int]]:
-    """Fetch every URL (failed ones again until ok): (seconds, requests, window per batch)."""
+    engine: FetchEngine, urls: list[str], batch: int = 500, limit_s: float = LIMIT_S
+) -> tuple[float, int, int, dict[str, str]]:
+    """Fetch every URL (failed ones again until ok), for at most ``limit_s`` (then the engine
+    halts): (seconds, pages fetched, requests, slowed hosts)."""
     budget = RetryBudget(ratio=100.0, min_retries=10_000_000)
-    windows: list[int] = []
     async with engine:
         started = time.monotonic()
+        halt = asyncio.get_running_loop().call_later(limit_s, engine.halt)
         todo = [ClaimedItem(u, 0, None, 0.0) for u in urls]
-        while todo:
+        waiting: list[tuple[float, str]] = []  # (due, url): handed back with a not-before time
+        slowed: dict[str, str] = {}
+        fetched = 0
+        while (todo or waiting) and not engine.halted:
+            now = time.time()
+            todo += [ClaimedItem(u, 0, None, 0.0) for due, u in waiting if due <= now]
+            waiting = [(due, u) for due, u in waiting if due > now]
+            if not todo:  # as the frontier does: nothing due, wait for the first that will be
+                await asyncio.sleep(min(due for due, _ in waiting) - now)
+                continue
             part, todo = todo[:batch], todo[batch:]
             results = await engine.fetch_batch(part, budget=budget)
-            todo += [ClaimedItem(r.url, 0, None, 0.0) for r in results if r.status != "ok"]
-            windows += list(engine.windows().values())
-        return time.monotonic() - started, engine.requests_sent, windows
+            fetched += sum(r.status == "ok" for r in results)
+            now = time.time()
+            for r in results:
+                if r.status == "ok":
+                    continue
+                later = r.decision.delay_s if r.decision and r.decision.action == "later" else 0
+                waiting.append((max(now + later, r.not_before), r.url))
+            slowed.update(engine.slowed())
+        halt.cancel()
+        return time.monotonic() - started, fetched, engine.requests_sent, slowed
+
+
+def _run(mode: str, urls: list[str], batch: int = 500, concurrency: int = 32) -> dict[str, Any]:
+    engine = _make(mode, concurrency)
+    seconds, fetched, requests, slowed = asyncio.run(_fetch(engine, urls, batch))
+    out: dict[str, Any] = {"pages_per_s": round(fetched / seconds, 1), "requests": requests}
+    if fetched < len(urls):
+        out["halted_after"] = f"{fetched} of {len(urls)} in {seconds:.0f} s"
+    if slowed:
+        out["slowed"] = slowed
+    return out
+
+
+def _after_warm_up(stats: dict[str, Any]) -> dict[str, float]:
+    """Answers after the first third of the run: 200s per second and the share of 429s."""
+    log = sorted((at, status) for at, status in stats["log"])
+    start, end = log[0][0], log[-1][0]
+    warm = start + (end - start) / 3
+    later = [status for at, status in log if at >= warm]
+    return {
+        "ok_per_s": round(later.count(200) / max(end - warm, 1e-9), 1),
+        "share_429": round(later.count(429) / max(len(later), 1), 4),
+    }
+
+
+FIXED = ("fixed-8", "fixed-16", "fixed-32")
+
+
+def _versus_fixed(name: str, pages: int, site_options: dict[str, Any]) -> dict[str, Any]:
+    """Profiles (a)-(c): a sweep of fixed windows, adaptive and AutoThrottle on fresh sites."""
+    out: dict[str, Any] = {"pages": pages, "load": _load()}
+    for mode in (*FIXED, "adaptive", "autothrottle"):
+        with SiteProcess(**site_options) as site:
+            out[mode] = _run(mode, [site.url(i) for i in range(pages)])
+        print(f"{name} {mode}: {out[mode]}", flush=True)
+    best = max(out[m]["pages_per_s"] for m in FIXED)
+    out["best_fixed"] = best
+    for mode in ("adaptive", "autothrottle"):
+        out[f"{mode}_x_best_fixed"] = round(out[mode]["pages_per_s"] / best, 3)
+    print(f"{name}: adaptive {out['adaptive_x_best_fixed']} x best fixed ({best}/s), "
+          f"autothrottle {out['autothrottle_x_best_fixed']} x", flush=True)  # fmt: skip
+    return out
+
+
+def bench_fast(quick: bool) -> dict[str, Any]:
+    return _versus_fixed("fast", 4000 if quick else 10000, {})
+
+
+def bench_slow(quick: bool) -> dict[str, Any]:
+    return _versus_fixed("slow", 500 if quick else 1200, {"latency_min": 0.1, "latency_max": 0.3})
+
+
+def bench_noise(quick: bool) -> dict[str, Any]:
+    return _versus_fixed("noise", 2000 if quick else 5000, {"noise": 0.06})
+
+
+def bench_bucket(quick: bool) -> dict[str, Any]:
+    rate, pages = 100.0, 600 if quick else 1500
+    out: dict[str, Any] = {"rate": rate, "pages": pages, "load": _load()}
+    for label, retry_after in (("no_retry_after", None), ("retry_after_1", 1.0)):
+        for mode in ("fixed-16", "adaptive", "autothrottle"):
+            site = SiteProcess(bucket=rate, bucket_retry_after=retry_after)
+            with site:
+                run = _run(mode, [site.url(i) for i in range(pages)], batch=100)
+            run.update(_after_warm_up(site.stats()))
+            run["ok_x_rate"] = round(run["ok_per_s"] / rate, 3)
+            out[f"{label} {mode}"] = run
+            print(f"bucket {label} {mode}: {run}", flush=True)
+    return out
+
+
+def bench_pool(quick: bool) -> dict[str, Any]:
+    workers, service_s = 8, 0.05
+    pages = 800 if quick else 2000
+    best = workers / service_s
+    out: dict[str, Any] = {"workers": workers, "service_s": service_s, "max_per_s": best}
+    out["load"] = _load()
+    for mode in ("fixed-4", "fixed-8", "fixed-16", "fixed-32", "adaptive", "autothrottle"):
+        site = SiteProcess(workers=workers, service_s=service_s)
+        with site:
+            run = _run(mode, [site.url(i) for i in range(pages)])
+        latencies = site.stats()["latencies"]
+        run["x_max_goodput"] = round(run["pages_per_s"] / best, 3)
+        run["latency_x_floor"] = round(sum(latencies) / len(latencies) / service_s, 2)
+        out[mode] = run
+        print(f"pool {mode}: {run}", flush=True)
+    return out
+
+
+def bench_mix(quick: bool) -> dict[str, Any]:
+    """Three hosts in one batch; the healthy ones' pages/s with the bad one beside them."""
+    pages = 600 if quick else 1500
+    kinds = {
+        "127.0.0.2": {},  # fast healthy
+        "127.0.0.3": {"latency_min": 0.1, "latency_max": 0.3},  # slow healthy
+        "127.0.0.4": {"bucket": 20.0},  # rate-limited
+    }
+    healthy = ("127.0.0.2", "127.0.0.3")
+    out: dict[str, Any] = {"pages_per_host": pages, "load": _load()}
+
+    def rate_of(stats: dict[str, Any]) -> float:
+        oks: list[float] = sorted(at for at, status in stats["log"] if status == 200)
+        return round(len(oks) / max(oks[-1] - oks[0], 1e-9), 1)
+
+    # 96: room for every host's ceiling (what is measured is the hosts' gates); 32: the
+    # default `concurrency`, shared by the three hosts (collector.fetch.sharing lends the
+    # clients fewest-held first, so the slow host's long requests cannot hold them all)
+    for concurrency in (96, 32):
+        for host in healthy:
+            site = SiteProcess(host, **kinds[host])
+            with site:
+                urls = [site.url(i) for i in range(pages)]
+                _run("adaptive", urls, batch=10 * pages, concurrency=concurrency)
+            out[f"alone {host} @{concurrency}"] = rate_of(site.stats())
+        sites = {host: SiteProcess(host, **options) for host, options in kinds.items()}
+        for site in sites.values():
+            site.__enter__()
+        try:
+            urls = [site.url(i) for i in range(pages) for site in sites.values()]
+            out[f"mix run @{concurrency}"] = _run(
+                "adaptive", urls, batch=10 * len(urls), concurrency=concurrency
+            )
+        finally:
+            for site in sites.values():
+                site.__exit__()
+        for host in healthy:
+            mixed = rate_of(sites[host].stats())
+            out[f"mixed {host} @{concurrency}"] = mixed
+            out[f"ratio {host} @{concurrency}"] = round(
+                mixed / out[f"alone {host} @{concurrency}"], 3
+            )
+        # the goal's own question: does the *bad* host slow a healthy one? Each healthy host
+        # beside the rate-limited one only (the three-host mix above also shares the client's
+        # CPU between two healthy hosts, which no gate can give back)
+        bad = "127.0.0.4"
+        for host in healthy:
+            pair = {h: SiteProcess(h, **kinds[h]) for h in (host, bad)}
+            for site in pair.values():
+                site.__enter__()
+            try:
+                urls = [site.url(i) for i in range(pages) for site in pair.values()]
+                _run("adaptive", urls, batch=10 * len(urls), concurrency=concurrency)
+            finally:
+                for site in pair.values():
+                    site.__exit__()
+            beside = rate_of(pair[host].stats())
+            out[f"beside the bad host {host} @{concurrency}"] = beside
+            out[f"ratio beside bad {host} @{concurrency}"] = round(
+                beside / out[f"alone {host} @{concurrency}"], 3
+            )
+    print(f"mix: {out}", flush=True)
+    return out
 
 
 # --- outage ----------------------------------------------------------------------------------
@@ -138,9 +358,9 @@ async def _collect_with_outage(folder: Path, site: PolitenessSite, items: int, d
             watcher = asyncio.create_task(outage())
             started = time.monotonic()
             while True:
-                lease = run.claim(100)
+                lease = await run.claim(100)
                 if not lease.items:
-                    wait = run.seconds_until_claimable()
+                    wait = await run.seconds_until_claimable()
                     if wait is None and watcher.done():
                         break
                     await asyncio.sleep(min(max(wait or 0.05, 0.02), 0.5))
@@ -173,98 +393,27 @@ def bench_outage(quick: bool) -> dict[str, Any]:
     return out
 
 
-# --- pool ------------------------------------------------------------------------------------
-def bench_pool(quick: bool) -> dict[str, Any]:
-    workers, service_s = 8, 0.05
-    pages = 1200 if quick else 3000
-    out: dict[str, Any] = {"workers": workers, "service_s": service_s, "pages": pages}
-    out["load_before"] = _load()
-    fixed: dict[int, float] = {}
-    with _SiteProcess(workers=workers, service_s=service_s) as site:
-        urls = [site.url(i) for i in range(pages)]
-        for per_domain in (1, 2, 4, 8, 16, 32):
-            seconds, _, _ = asyncio.run(_fetch(_engine(per_domain, False), urls))
-            fixed[per_domain] = round(pages / seconds, 1)
-            print(f"pool fixed {per_domain:>2}: {fixed[per_domain]} pages/s", flush=True)
-        seconds, _, windows = asyncio.run(_fetch(_engine(32, True), urls))
-    adaptive = round(pages / seconds, 1)
-    best = max(fixed.values())
-    out.update(
-        fixed=fixed,
-        adaptive=adaptive,
-        ratio_to_best_fixed=round(adaptive / best, 3),
-        windows=windows,
-        load_after=_load(),
-    )
-    print(f"pool adaptive: {adaptive} pages/s, {out['ratio_to_best_fixed']} x best fixed "
-          f"({best}); windows per batch {windows}", flush=True)  # fmt: skip
-    return out
-
-
-# --- ratelimit -------------------------------------------------------------------------------
-def bench_ratelimit(quick: bool) -> dict[str, Any]:
-    rate = 100
-    pages = 1000 if quick else 3000
-    out: dict[str, Any] = {"rate": rate, "pages": pages, "load": _load()}
-    for label, adaptive in (("adaptive", True), ("fixed", False)):
-        with PolitenessSite(rate=rate) as site:
-            seconds, requests, _ = asyncio.run(
-                _fetch(_engine(16, adaptive), [site.url(i) for i in range(pages)], batch=100)
-            )
-            log = sorted(site.log)
-        start, end = log[0][0], log[-1][0]
-        later = [status for at, status in log if at > start + (end - start) / 3]
-        out[label] = {
-            "requests": requests,
-            "share_429_after_warm_up": round(later.count(429) / max(len(later), 1), 4),
-            "share_429_all": round(sum(s == 429 for _, s in log) / len(log), 4),
-            "pages_per_s": round(pages / seconds, 1),
-        }
-        print(f"ratelimit {label}: {out[label]}", flush=True)
-    return out
-
-
-# --- nginx -----------------------------------------------------------------------------------
-def bench_nginx(quick: bool) -> dict[str, Any]:
-    from bench._nginx import StaticSite
-
-    pages, rounds = (5000, 3) if quick else (20000, 4)
-    figures: dict[str, list[float]] = {"fixed": [], "adaptive": []}
-    out: dict[str, Any] = {"pages": pages, "load_before": _load()}
-    with StaticSite(pages) as site:
-        urls = [site.url(i) for i in range(pages)]
-        asyncio.run(_fetch(_engine(32, False), urls[:1000]))  # warm up nginx and the OS
-        for _ in range(rounds):
-            for label in ("fixed", "adaptive"):
-                seconds, _, _ = asyncio.run(_fetch(_engine(32, label == "adaptive"), urls))
-                figures[label].append(round(pages / seconds, 1))
-                print(f"nginx {label}: {figures[label][-1]} pages/s", flush=True)
-    best = {label: max(values) for label, values in figures.items()}
-    median = {label: sorted(v)[len(v) // 2] for label, v in figures.items()}
-    out.update(
-        figures=figures,
-        ratio_best=round(best["adaptive"] / best["fixed"], 3),
-        ratio_median=round(median["adaptive"] / median["fixed"], 3),
-        load_after=_load(),
-    )
-    print(f"nginx adaptive / fixed: best {out['ratio_best']}, median {out['ratio_median']}")
-    return out
+BENCHES = {
+    "fast": bench_fast,
+    "slow": bench_slow,
+    "noise": bench_noise,
+    "bucket": bench_bucket,
+    "pool": bench_pool,
+    "outage": bench_outage,
+    "mix": bench_mix,
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "which", nargs="?", default="all", choices=["outage", "pool", "ratelimit", "nginx", "all"]
-    )
+    # checked below, not with ``choices``: Python 3.11's argparse refuses an empty "*" list then
+    parser.add_argument("which", nargs="*", help=f"any of {', '.join([*BENCHES, 'all'])}")
     parser.add_argument("--quick", action="store_true", help="shorter runs (5 s outage)")
     args = parser.parse_args()
-    benches = {
-        "outage": bench_outage,
-        "pool": bench_pool,
-        "ratelimit": bench_ratelimit,
-        "nginx": bench_nginx,
-    }
-    chosen = benches if args.which == "all" else {args.which: benches[args.which]}
+    which = args.which or ["all"]
+    if unknown := sorted(set(which) - {*BENCHES, "all"}):
+        parser.error(f"unknown profile(s) {', '.join(unknown)}; choose from {', '.join(BENCHES)}")
+    chosen = BENCHES if "all" in which else {k: BENCHES[k] for k in which}
     report = {name: bench(args.quick) for name, bench in chosen.items()}
     print(json.dumps(report, indent=1))
 

@@ -13,7 +13,7 @@ server with ``collector blocks register`` (or ``prefect block register -m blocks
 from __future__ import annotations
 
 from blocks.backends import CollectorBackends
-from blocks.source import CollectorSource, block_name_of, register_block_types
+from blocks.source import BLOCK_TYPES, CollectorSource, block_name_of, register_block_types
 
 __all__ = [
     "BLOCK_TYPES",
@@ -22,5 +22,3 @@ __all__ = [
     "block_name_of",
     "register_block_types",
 ]
-
-BLOCK_TYPES = (CollectorBackends, CollectorSource)

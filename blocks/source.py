@@ -107,13 +107,16 @@ class CollectorSource(Block):
         return Path(self.base_dir).expanduser().resolve()
 
 
+# Every Collector block type (re-exported by the package; here so that registering them needs no
+# import of the package from inside it).
+BLOCK_TYPES = (CollectorBackends, CollectorSource)
+
+
 def register_block_types() -> list[str]:
     """Register every Collector block type with the current Prefect API; returns their slugs.
 
     Idempotent: registering again updates the schemas in place.
     """
-    from blocks import BLOCK_TYPES
-
     for block_type in BLOCK_TYPES:
         block_type.register_type_and_schema(_sync=True)  # type: ignore[call-arg]
     return [block_type.get_block_type_slug() for block_type in BLOCK_TYPES]

@@ -21,18 +21,24 @@ the hot paths (every record written, every line of a JSONL segment read at open)
   Infinity and lone surrogates, which the stdlib writes and reads): those go to the stdlib, which
   is exact. The check is a bytes.translate and a substring search (``bench/json_codec.py``).
 
-NaN and infinities written by orjson become ``null`` (orjson's choice); parsers never produce
-them, because JSON has no literal for them.
+* :func:`parse` reads a fetched page (:mod:`collector.settle.parse`) the same way, so that the
+  record is exactly the page's value from the first step on (a big integer stayed a float there
+  before, issue 24), but only accepts JSON: NaN, Infinity, numbers beyond a double's range,
+  invalid UTF-8 and a byte order mark are refused, as orjson refuses them.
+
+NaN and infinities written by orjson become ``null`` (orjson's choice); :func:`parse` never
+produces them, because JSON has no literal for them.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
 
-__all__ = ["JSONDecodeError", "dumps", "loads"]
+__all__ = ["JSONDecodeError", "dumps", "loads", "parse"]
 
 JSONDecodeError = json.JSONDecodeError  # orjson.JSONDecodeError derives from it
 
@@ -72,3 +78,38 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
         except orjson.JSONDecodeError:
             pass
     return json.loads(data)
+
+
+def _not_json(literal: str) -> Any:
+    raise ValueError(f"{literal} is not JSON")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if number in (_INF, -_INF):
+        raise ValueError(f"number {text[:40]} is beyond a double's range")
+    return number
+
+
+_INF = float("inf")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def parse(body: bytes) -> Any:
+    """The JSON value a fetched page spells, exactly; ValueError (one line) if it is not JSON.
+
+    orjson where it is exact (no run of 19 digits), the stdlib otherwise and for the one thing
+    orjson refuses but JSON allows (an escaped lone surrogate). What orjson refuses for another
+    reason is reported with orjson's message, as before; the stdlib's nesting limit (about 1,000
+    levels, orjson's is 1,024) is reported as a ValueError too, not a RecursionError.
+    """
+    if _LONG_DIGITS not in body.translate(_DIGITS_AS_ZERO):
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            if _SURROGATE_ESCAPE.search(body) is None:
+                raise
+    try:
+        return json.loads(body.decode("utf-8"), parse_constant=_not_json, parse_float=_finite)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None

@@ -81,7 +81,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from collector.errors import BackendError
-from collector.ops.scrub import is_secret_name
+from collector.ops.scrub import REDACTED, is_secret_name
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -170,13 +170,15 @@ def describe_url(url: str) -> str:
             host = parts.hostname or ""
             if ":" in host:
                 host = f"[{host}]"
-            netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+            netloc = f"{parts.username or ''}:{REDACTED}@{host}" + (
+                f":{parts.port}" if parts.port else ""
+            )
         query = parts.query
         if query:
             pairs = parse_qsl(query, keep_blank_values=True)
             query = urlencode(
-                [(n, "***" if is_secret_name(n, in_url=True) else v) for n, v in pairs],
-                safe="*",
+                [(n, REDACTED if is_secret_name(n, in_url=True) else v) for n, v in pairs],
+                safe="[]",
             )
         if netloc == parts.netloc and query == parts.query:
             return url  # nothing to hide (and urlunsplit would drop unix:// to unix:)

@@ -39,8 +39,10 @@ def _redis_url(
         from collector.ops.secrets import redis_url_from_block
 
         return redis_url_from_block(settings.block, field=f"{field}.block")
+    from collector.config import redis_url_checked
+
     assert settings.url is not None
-    return source.resolve(settings.url, field=f"{field}.url")
+    return redis_url_checked(source.resolve(settings.url, field=f"{field}.url"), field=field)
 
 
 def open_frontier(source: Source) -> Frontier:
@@ -82,7 +84,9 @@ def open_archive(source: Source) -> JsonlArchive:
     )
 
 
-def open_sink(source: Source) -> Sink:
+def open_sink(source: Source, *, readonly: bool = False) -> Sink:
+    """The source's sink; ``readonly`` for commands that only look (a JSONL sink then takes no
+    writer lock, so ``status`` works beside a run; see collector.sinks.jsonl)."""
     settings = source.sink
     if settings.type == "postgres":
         from collector.sinks.postgres import PostgresSink
@@ -92,7 +96,7 @@ def open_sink(source: Source) -> Sink:
         )
     from collector.sinks.jsonl import JsonlSink
 
-    return JsonlSink(source.sink_path, source=source.name)
+    return JsonlSink(source.sink_path, source=source.name, readonly=readonly)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +109,7 @@ class Backends:
 
 
 @contextlib.contextmanager
-def open_backends(source: Source) -> Iterator[Backends]:
+def open_backends(source: Source, *, readonly_sink: bool = False) -> Iterator[Backends]:
     """Open the source's frontier, dead-letter store and sink; close every one that opened.
 
     Opened in that order, so an unreachable server fails here with its one-line BackendError
@@ -117,6 +121,6 @@ def open_backends(source: Source) -> Iterator[Backends]:
         stack.callback(frontier.close)
         deadletters = open_deadletters(source)
         stack.callback(deadletters.close)
-        sink = open_sink(source)
+        sink = open_sink(source, readonly=readonly_sink)
         stack.callback(sink.close)
         yield Backends(frontier, deadletters, sink)

@@ -10,6 +10,9 @@ from typing import Literal
 
 # --- TTL (seconds) -------------------------------------------------------------------------
 DEFAULT_FRESH_S = 3600.0  # a fetched URL is skipped by planning for this long
+# ttl.revisit: adaptive keeps each page's learned interval within these (seconds)
+MIN_FRESH_S = 600.0
+MAX_FRESH_S = 30 * 86_400.0
 QUEUE_TTL_S = 6 * 3600.0  # a job queued (or waiting to retry) longer than this is expired
 HTTP_TIMEOUT_S = 10.0  # httpx connect/read/write/pool timeout of one request
 REQUEST_DEADLINE_S = 15.0  # hard wall-clock deadline of one request attempt (really cancels)
@@ -61,9 +64,10 @@ CIRCUIT_SYNC_S = 0.1  # a worker re-reads a shared (Redis) breaker at most this 
 ADAPTIVE_START = 4  # a host's window starts here and grows while it answers fast
 ADAPTIVE_LATENCY_FACTOR = 2.0  # latency above floor x this (and floor + margin) shrinks it
 ADAPTIVE_LATENCY_MARGIN_S = 0.025  # ...so sub-millisecond jitter of a fast host never counts
-ADAPTIVE_DECREASE = 0.5  # window x this on 429, 503, timeouts, refused connections
+ADAPTIVE_DECREASE = 0.5  # window x this on timeouts, refused connections, 502, 504
 ADAPTIVE_LATENCY_DECREASE = 0.75  # window x this when only the latency rose
-ADAPTIVE_PACE_GROWTH = 0.005  # after a 429/503, the paced rate grows this share per paced response
+ADAPTIVE_RATE_FLOOR = 1.0  # requests/s: 429/503s never pace a host below this unless it keeps
+#                            throttling at this rate (collector.fetch.pacing)
 
 # --- Run -----------------------------------------------------------------------------------
 SETTLE_BACKLOG = 8  # fetched batches that may wait for settling (validation, sink, ack) while
@@ -94,6 +98,8 @@ BACKLOG_WARNING = 0.60  # ok -> warning at or above this ratio
 BACKLOG_WARNING_CLEAR = 0.50  # warning -> ok (recovered) below this ratio
 BACKLOG_CRITICAL = 0.80  # -> critical at or above this ratio
 BACKLOG_CRITICAL_CLEAR = 0.70  # critical -> warning below this ratio
+BACKLOG_TREND_S = 300.0  # without backlog.capacity, a level rises only if the depth has not
+#                          shrunk over this long (a first run's full queue is not overload)
 BACKLOG_SAMPLES = 48  # trend samples kept per source (a Prefect Variable holds at most 5000 chars)
 BACKLOG_MAX_SAMPLES = 100  # upper bound of `backlog.samples`, so the state fits in one Variable
 
@@ -110,6 +116,26 @@ DRAIN_POLL_S = 1.0  # while draining waits for others' leases, the frontier is l
 WORK_IDLE_WAIT_S = 30.0  # `collector work` waits this long for items when the frontier is empty
 
 # --- Metrics (collector/ops/metrics.py) ----------------------------------------------------
-METRICS_MAX_HOSTS = 20  # distinct `host` label values per process; later hosts count as "other"
-#                         (env COLLECTOR_METRICS_MAX_HOSTS); bounds the series of requests_total
+METRICS_MAX_HOSTS = 20  # most `host` label values per source and process, for a source that opts
+#                         in (metrics.hosts, at most this; env COLLECTOR_METRICS_MAX_HOSTS caps it
+#                         lower); later hosts, and every host of other sources, are "other"
 METRICS_SAMPLE_S = 5.0  # frontier depth and backlog gauges are sampled at most this often per run
+
+# robots.txt (collector/fetch/robots.py, politeness.robots)
+ROBOTS = "obey"  # obey | ignore
+ROBOTS_TTL_S = 86_400.0  # a host's robots.txt is fetched again after a day (Google: up to 24 h)
+ROBOTS_UNREACHABLE_S = 1_800.0  # robots.txt answered 429/5xx: the host's pages wait this long
+
+# --- Fleet: many sources on one pool (collector/fleet/, flows/fleet.py, docs/fleet.md) ---------
+FLEET_POOL = "collector"  # the Prefect work pool every source's deployment and helper runs on
+FLEET_MAX_HELPERS = 4  # most `collector work` helpers one source gets (schedule.max_helpers)
+FLEET_BUDGET = 4  # helpers the autoscaler runs at once across all sources (the pool's share)
+FLEET_WAIT_HIGH_S = 0.05  # a due item waiting longer than this before a claim asks for a helper...
+FLEET_WAIT_HELD_S = 1.0  # ...when the wait stayed above it this long (not one sample's spike)
+FLEET_BUSY_HIGH = 0.9  # helpers busier than this share of their time ask for one more
+FLEET_CPU_HIGH = 0.75  # helpers whose process used more of a core than this ask for one more
+FLEET_REPORT_S = 2.0  # a helper reports its CPU share (a label of its flow run) this often
+FLEET_SAMPLE_S = 0.1  # the autoscaler samples each frontier this often (the 50 ms rule's scale)
+FLEET_LOAD_CAP = 4.0  # loadFactor's ceiling: a huge backlog weighs at most (1 + this) x its class
+FLEET_BACKLOG_UNIT = 1000  # due items that add 1 to loadFactor (log-scaled above it)
+FLEET_HELPER_IDLE_S = 5.0  # a helper ends after its frontier had nothing due this long

@@ -16,7 +16,11 @@ translated at the boundary where they happen, with the original kept as ``__caus
     ├── StoppedWaiting            a stop (Ctrl-C, SIGTERM) came while the run waited for its
     │                             source lock (collector.run.stop; nothing was claimed; the
     │                             CLI exits 130 / 143)
-    └── ConservationError         a run could not prove that every item reached one terminal state
+    ├── ConservationError         a run could not prove that every item reached one terminal state
+    │                             (raised by the flow with ``summary``: the run's summary dict)
+    └── RunFailed                 a run that balanced but cannot count as a success: every seed
+                                  refused, or its hosts down (``summary``: the run's summary dict;
+                                  the data of the flow run's Failed state)
 
 A fencing token that is no longer current is not an error: the frontier and the sinks refuse
 those writes and report them in their results (``AckResult.stale``, ``WriteResult.stale_keys``),
@@ -30,6 +34,8 @@ are outside the tree.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BackendError",
     "CollectorError",
@@ -38,6 +44,7 @@ __all__ = [
     "FetchError",
     "PermanentFetchError",
     "RecoverableFetchError",
+    "RunFailed",
 ]
 
 
@@ -91,4 +98,25 @@ class BackendError(CollectorError):
 
 
 class ConservationError(CollectorError):
-    """The run's ledger does not balance: some item is lost or counted twice."""
+    """The run's ledger does not balance: some item is lost or counted twice.
+
+    Raised by the ``collect`` flow with the run's summary (``RunSummary.as_dict()``) as
+    ``summary``, so the failed flow run's state still says what the run did.
+    """
+
+    def __init__(self, message: str, summary: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.summary: dict[str, Any] = summary or {}
+
+
+class RunFailed(CollectorError):
+    """A run that balanced but ended Failed (every seed refused, or its hosts down).
+
+    The flow run's Failed state carries it as its data, so calling the ``collect`` flow in
+    process raises it (Prefect resolves a Failed state's data into the exception it raises),
+    with the run's summary (``RunSummary.as_dict()``) as ``summary``.
+    """
+
+    def __init__(self, message: str, summary: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.summary: dict[str, Any] = summary or {}

@@ -1,10 +1,15 @@
-"""Cross-worker locks on Prefect global concurrency limits (names from ``collector.run.locks``).
+"""Cross-worker locks on Prefect global concurrency limits (names from ``collector.run.locks``),
+through Prefect's public client only (read a limit, increment with a lease, renew, release).
 
 ``source_lock``: ``source:<name>`` (limit 1, created when missing) held for a whole ``run``, with a
-lease Prefect renews every 3/4 of ``locks.lease_s`` from a thread, and a heartbeat Variable that
-lets a waiter recognise a holder that died and take its slot back (see ``_heartbeat``): the same
-rhythm as the frontier's holders (a beat every ``HEARTBEAT_S``, dead after ``HOLDER_DEAD_AFTER_S``
-of silence), so a rerun after a SIGKILL takes the source back as soon as it revokes the leases.
+lease renewed every ``locks.lease_s / 4`` from a thread, and a beat Variable
+(``collector-lock-<name>``, a :class:`~collector.run.liveness.LockBeat`: run id, time, machine,
+pid, lease id) rewritten every ``HEARTBEAT_S`` from the same thread. A waiter that finds the lock
+taken judges that beat (:func:`~collector.run.liveness.judge_beat`): a holder whose process is
+gone from this machine is dead at once (a rerun after a SIGKILL starts without waiting), one
+silent for ``HOLDER_DEAD_AFTER_S`` is dead wherever it ran. A dead holder's lease is released by
+id, its flow run marked Crashed, its frontier leases revoked by the run taking over
+(``flows/_dead_runs.py``).
 
 ``call_under_source_lock``: the same lock around an operator's change made outside a run (triage,
 ``collector deadletters retry``, a review's accept): they turn dead pages back into queued or done
@@ -19,30 +24,35 @@ never hold part of each other's hosts while waiting), released when the batch's 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
+import dataclasses
 import logging
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Literal, TypeVar
 from uuid import UUID
 
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-from prefect.client.schemas.objects import ConcurrencyLeaseHolder
-from prefect.concurrency.asyncio import (
-    ConcurrencySlotAcquisitionError,
-    concurrency,
+import httpx
+from prefect.client.orchestration import PrefectClient, get_client
+from prefect.client.schemas.actions import (
+    GlobalConcurrencyLimitCreate,
+    VariableCreate,
+    VariableUpdate,
 )
+from prefect.client.schemas.objects import ConcurrencyLeaseHolder
+from prefect.concurrency.asyncio import concurrency
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from prefect.logging import get_logger
 
 from collector import defaults
 from collector.config import Source
 from collector.errors import ConfigError
+from collector.run.liveness import LockBeat, judge_beat, machine, this_process
 from collector.run.locks import SourceBusy, domain_lock_name, source_lock_name
 from collector.run.stop import StoppedWaiting, process_stop
+from flows._dead_runs import crash_message, declare_dead_in_frontier, mark_crashed
 from flows._variables import variable_name
 
 __all__ = [
@@ -87,8 +97,8 @@ async def source_lock(
     """Hold ``source:<name>`` for the block; yields False when busy and ``on_busy`` is skip.
 
     Raises SourceBusy when ``on_busy`` is wait and the lock stayed taken for ``wait_s``.
-    ``on_wait`` hears, once, that the lock is taken and this run starts waiting (a line for
-    the terminal: otherwise a rerun after a crash looks stuck for up to 30 s).
+    ``on_wait`` hears, once, that the lock is taken, by whom and how long this run will wait
+    (a line for the terminal: otherwise a wait looks like a hang).
     """
     if not source.locks.source_lock:
         yield True
@@ -97,56 +107,33 @@ async def source_lock(
     await ensure_limit(name, 1)
     waits = on_busy == "wait" and wait_s > 0
     deadline = time.monotonic() + wait_s
-    # Poll with single non-blocking tries rather than one blocking wait: a holder that died
-    # while we wait is noticed between tries, and a try that fails leaves nothing behind (a
-    # blocking try that times out keeps retrying inside Prefect's slot service and would take
-    # the slot later for a run that stopped waiting).
-    lock_holder = _holder(holder)
-    if lock_holder is not None:
-        _expected_failures.holders.add(lock_holder.id)
-    async with contextlib.AsyncExitStack() as stack:
-        busy: BaseException | None = None
-        while True:
-            await _reclaim_if_holder_died(source, name)
-            try:
-                await stack.enter_async_context(
-                    concurrency(
-                        name,
-                        occupy=1,
-                        max_retries=0,
-                        lease_duration=source.locks.lease_s,
-                        strict=True,
-                        holder=lock_holder,
-                    )
+    # Single tries in a loop rather than one blocking wait: a holder that dies while we wait
+    # is noticed between tries, and a refused try leaves nothing behind.
+    while (lease_id := await _take(source, name, holder)) is None:
+        remaining = deadline - time.monotonic()
+        if not waits or remaining <= 0:
+            if on_busy == "wait":
+                raise SourceBusy(
+                    f"another run of {source.name!r} holds the Prefect concurrency limit "
+                    f"{name!r} (waited {wait_s:g}s); a run that died is taken over at once "
+                    f"on its own machine, elsewhere {defaults.HOLDER_DEAD_AFTER_S:g}s after "
+                    "its last heartbeat"
                 )
-                busy = None
-                break
-            except ConcurrencySlotAcquisitionError as exc:
-                if not _locked(exc):
-                    raise
-                busy = exc
-                remaining = deadline - time.monotonic()
-                if not waits or remaining <= 0:
-                    break
-                if on_wait is not None:
-                    on_wait(
-                        f"{name} is held by another run: waiting up to {wait_s:g}s (a holder "
-                        f"silent for {defaults.HOLDER_DEAD_AFTER_S:g}s is taken over)"
-                    )
-                    on_wait = None
-                if process_stop.reason is not None:  # Ctrl-C while waiting: nothing was held
-                    raise StoppedWaiting(process_stop.reason, f"the source lock {name!r}") from None
-                await asyncio.sleep(min(remaining, defaults.LOCK_POLL_S))
-        if busy is not None and on_busy == "wait":
-            raise SourceBusy(
-                f"another run of {source.name!r} holds the Prefect concurrency limit {name!r} "
-                f"(waited {wait_s:g}s); a run that died is detected "
-                f"{defaults.HOLDER_DEAD_AFTER_S:g}s after its last heartbeat, its slot taken back"
-            ) from busy
-        if busy is None:
-            beat = asyncio.create_task(_heartbeat(source, holder))
-            stack.push_async_callback(_stop_heartbeat, beat, source, holder)
-        yield busy is None
+            yield False
+            return
+        if on_wait is not None:
+            on_wait(
+                f"{name} is held by another run: waiting up to {wait_s:g}s ({await _who(source)})"
+            )
+            on_wait = None
+        if process_stop.reason is not None:  # Ctrl-C while waiting: nothing was held
+            raise StoppedWaiting(process_stop.reason, f"the source lock {name!r}")
+        await asyncio.sleep(min(remaining, defaults.LOCK_POLL_S))
+    beater = await asyncio.to_thread(_LockBeater, source, holder, lease_id)  # its first beat
+    try:
+        yield True
+    finally:
+        await asyncio.to_thread(beater.stop)
 
 
 def call_under_source_lock(source: Source, work: Callable[[], T]) -> T:
@@ -165,40 +152,6 @@ def call_under_source_lock(source: Source, work: Callable[[], T]) -> T:
             return await asyncio.to_thread(work)
 
     return asyncio.run(locked())
-
-
-class _ExpectedLockFailures(logging.Filter):
-    """Drop Prefect's ERROR record for a source-lock try that found the lock taken.
-
-    We poll for the lock (to notice a dead holder between tries), and Prefect's slot service
-    logs every refused try at ERROR with a repr of its arguments. A busy lock is expected and
-    reported by us in one line (SourceBusy), so those records, recognised by our holder id and
-    a failed future, go.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.holders: set[UUID] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        for arg in record.args if isinstance(record.args, tuple) else ():
-            if not isinstance(arg, tuple):
-                continue
-            holder = next((a for a in arg if isinstance(a, ConcurrencyLeaseHolder)), None)
-            future = next((a for a in arg if isinstance(a, concurrent.futures.Future)), None)
-            if (
-                holder is not None
-                and holder.id in self.holders
-                and future is not None
-                and future.done()
-                and future.exception() is not None
-            ):
-                return False
-        return True
-
-
-_expected_failures = _ExpectedLockFailures()
-logging.getLogger("prefect._internal.concurrency").addFilter(_expected_failures)
 
 
 class _SaidByTheCommandFilter(logging.Filter):
@@ -242,76 +195,8 @@ def quiet_console_for_the_command() -> None:
             handler.addFilter(_SaidByTheCommandFilter())
 
 
-def _heartbeat_variable(source: Source) -> str:
+def _beat_variable(source: Source) -> str:
     return variable_name("collector-lock", source.name)
-
-
-async def _heartbeat(source: Source, holder: str) -> None:
-    """Tell waiters this holder is alive: a Prefect Variable rewritten every ``HEARTBEAT_S``.
-
-    Prefect ends a dead holder's lease only through the server's repossessor service, which
-    temporary local servers do not run, and offers no API to list a limit's holders; so the
-    holder's liveness is published here, where any waiter can read it.
-    """
-    from prefect.variables import Variable
-
-    name = _heartbeat_variable(source)
-    while True:
-        with contextlib.suppress(Exception):  # a missed beat only shortens what others wait
-            await Variable.aset(name, {"holder": holder, "at": time.time()}, overwrite=True)
-        await asyncio.sleep(defaults.HEARTBEAT_S)
-
-
-async def _stop_heartbeat(beat: asyncio.Task[None], source: Source, holder: str) -> None:
-    from prefect.variables import Variable
-
-    beat.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await beat
-    name = _heartbeat_variable(source)
-    with contextlib.suppress(Exception):
-        current = await Variable.aget(name)
-        if isinstance(current, dict) and current.get("holder") == holder:
-            await Variable.aunset(name)
-
-
-async def _reclaim_if_holder_died(source: Source, name: str) -> bool:
-    """Free ``source:<name>`` when its holder's heartbeat is ``HOLDER_DEAD_AFTER_S`` old.
-
-    That is the repossessor's rule (an unrenewed lease is over) applied by the waiter, so a run
-    killed with SIGKILL does not block its source forever on a server without that service; and
-    sooner than the lease (Prefect's minimum is 60 s), on the frontier's rule for a dead holder.
-    Two waiters may both free it; the limit still lets only one of them in, and the fencing
-    tokens protect the data even if a holder that was merely paused comes back.
-    """
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
-    from prefect.variables import Variable
-
-    variable = _heartbeat_variable(source)
-    beat = await Variable.aget(variable)
-    if not isinstance(beat, dict):
-        return False  # no Collector holder on record (or it ended cleanly): nothing to judge
-    age_s = time.time() - float(beat.get("at", 0.0))
-    if age_s <= defaults.HOLDER_DEAD_AFTER_S:
-        return False
-    async with get_client() as client:
-        await client.update_global_concurrency_limit(
-            name, GlobalConcurrencyLimitUpdate(active_slots=0)
-        )
-    with contextlib.suppress(Exception):
-        await Variable.aunset(variable)
-    get_logger(__name__).warning(
-        "%s: holder %s gave no sign of life for %.0fs (dead after %gs): its slot was taken back",
-        name, beat.get("holder"), age_s, defaults.HOLDER_DEAD_AFTER_S,
-    )  # fmt: skip
-    return True
-
-
-def _locked(exc: BaseException) -> bool:
-    """True when the acquisition failed because the limit was full (HTTP 423)."""
-    cause = exc.__cause__
-    response = getattr(cause, "response", None)
-    return getattr(response, "status_code", None) == 423
 
 
 def _holder(run_id: str) -> ConcurrencyLeaseHolder | None:
@@ -319,6 +204,175 @@ def _holder(run_id: str) -> ConcurrencyLeaseHolder | None:
         return ConcurrencyLeaseHolder(type="flow_run", id=UUID(run_id))
     except ValueError:
         return None
+
+
+async def _take(source: Source, name: str, holder: str) -> UUID | None:
+    """One try at ``name`` through the public client: the lease id, or None when busy.
+
+    A full limit is read as busy (after taking a dead holder's slot back, see
+    :func:`_take_back_if_dead`); a refused increment is busy only if the limit is full when
+    read again (someone came between), any other refusal is raised.
+    """
+    async with get_client() as client:
+        limit = await client.read_global_concurrency_limit_by_name(name)
+        if limit.active_slots >= limit.limit and not await _take_back_if_dead(client, source, name):
+            return None
+        try:
+            response = await client.increment_concurrency_slots_with_lease(
+                names=[name], slots=1, mode="concurrency",
+                lease_duration=source.locks.lease_s, holder=_holder(holder),
+            )  # fmt: skip
+        except httpx.HTTPStatusError:
+            limit = await client.read_global_concurrency_limit_by_name(name)
+            if limit.active_slots >= limit.limit:
+                return None
+            raise
+    return UUID(str(response.json()["lease_id"]))
+
+
+async def _who(source: Source) -> str:
+    """Who holds the lock and what ends the wait (said once when a wait begins)."""
+    from prefect.variables import Variable
+
+    beat = LockBeat.from_json(await Variable.aget(_beat_variable(source)))
+    if beat is None:
+        return "no Collector heartbeat on record: until its holder lets go or its lease ends"
+    verdict = judge_beat(beat, now=time.time(), here=machine())
+    return (
+        f"run {beat.holder}: {verdict.why}; taken over if it stays silent "
+        f"{max(verdict.wait_s, 0.0):.0f}s more"
+    )
+
+
+async def _take_back_if_dead(client: PrefectClient, source: Source, name: str) -> bool:
+    """Free ``name`` when the holder on record is dead (:func:`judge_beat`); True if freed.
+
+    The slot is freed by :func:`release_dead_holder`. Its flow run, if still running, is
+    marked Crashed with the reason, and its frontier heartbeat is set back to the epoch so the
+    run taking over revokes its leases at once. Two waiters may both free it; the limit still
+    lets only one in, and the fencing tokens protect the data even if a holder that was merely
+    paused comes back.
+    """
+    raw, beat = await read_beat(source)
+    if beat is None:
+        return False  # no Collector holder on record (or it ended cleanly): nothing to judge
+    verdict = judge_beat(beat, now=time.time(), here=machine())
+    if not verdict.dead:
+        return False
+    await release_dead_holder(client, source, raw)
+    get_logger(__name__).warning(
+        "%s taken over from run %s, which is dead: %s", name, beat.holder, verdict.why
+    )
+    try:
+        await asyncio.to_thread(declare_dead_in_frontier, source, beat.holder)
+        await mark_crashed(
+            client, beat.holder, crash_message(verdict.why, found_by=f"a run taking {name}")
+        )
+    except Exception as exc:  # the lock is free; the drain still judges the frontier itself
+        get_logger(__name__).warning("%s: the dead holder's run was not marked: %s", name, exc)
+    return True
+
+
+async def release_dead_holder(client: PrefectClient, source: Source, raw: object) -> None:
+    """Free ``source:<name>`` from the dead holder whose beat Variable reads ``raw``.
+
+    Its lease is released by id while the server still has it (a slot freed that way can only
+    be that lease's). If the lease is lost (e.g. with a Redis that kept Prefect's lease storage)
+    or there never was one, one slot is given back, only while the limit is full and that dead
+    beat is still the one on record. The beat is then removed.
+    """
+    from prefect.variables import Variable
+
+    name = source_lock_name(source.name)
+    variable = _beat_variable(source)
+    beat = LockBeat.from_json(raw)
+    if beat is None:
+        return
+    if await _lease_on_record(client, beat.lease_id):
+        await client.release_concurrency_slots_with_lease(UUID(beat.lease_id))
+    else:  # lost or never had one: give one slot back, unless a new holder is on record
+        limit = await client.read_global_concurrency_limit_by_name(name)
+        if limit.active_slots >= limit.limit and await Variable.aget(variable) == raw:
+            await client.release_concurrency_slots(
+                names=[name], slots=1, occupancy_seconds=max(0.0, time.time() - beat.at)
+            )
+    if await Variable.aget(variable) == raw:
+        await Variable.aunset(variable)
+
+
+async def _lease_on_record(client: PrefectClient, lease_id: str) -> bool:
+    """Does the server still hold lease ``lease_id``? Asked by renewing it briefly (the public
+    API has no read of a lease; a renewal of a lost lease is refused)."""
+    try:
+        await client.renew_concurrency_lease(UUID(lease_id), lease_duration=60)
+    except (ValueError, httpx.HTTPStatusError):
+        return False
+    return True
+
+
+async def read_beat(source: Source) -> tuple[object, LockBeat | None]:
+    """The lock's beat Variable as stored, and as a :class:`LockBeat` (None: no holder)."""
+    from prefect.variables import Variable
+
+    raw = await Variable.aget(_beat_variable(source))
+    return raw, LockBeat.from_json(raw)
+
+
+class _LockBeater:
+    """The holder's beat (a Variable every ``HEARTBEAT_S``) and its lease's renewal, on a
+    thread of its own, so a loop busy with a long settle does not look dead; released on stop.
+
+    Prefect ends an unrenewed lease only through the server's repossessor service (temporary
+    local servers do not run it) and lists no holders, so the holder's liveness is published
+    here for any waiter (:func:`_take_back_if_dead`) and the dead-run sweeper to judge.
+    """
+
+    def __init__(self, source: Source, holder: str, lease_id: UUID) -> None:
+        here, pid, started = this_process()
+        self.variable = _beat_variable(source)
+        self.lease_id = lease_id
+        self.lease_s = source.locks.lease_s
+        self.beat = LockBeat(holder, 0.0, here, pid, started, str(lease_id))
+        self._stopped = threading.Event()
+        self._beat_once()  # on record before the run starts: a waiter can judge it at once
+        self._thread = threading.Thread(
+            target=self._run, name=f"lock-beat-{holder[:12]}", daemon=True
+        )
+        self._thread.start()
+
+    def _beat_once(self) -> None:
+        beat = dataclasses.replace(self.beat, at=time.time())
+        try:  # a missed beat only shortens what others wait
+            with get_client(sync_client=True) as client:
+                if client.read_variable_by_name(self.variable) is None:
+                    client.create_variable(VariableCreate(name=self.variable, value=beat.as_json()))
+                else:
+                    client.update_variable(VariableUpdate(name=self.variable, value=beat.as_json()))
+        except Exception as exc:
+            get_logger(__name__).debug("lock beat missed: %s", exc)
+
+    def _run(self) -> None:
+        renewed = time.monotonic()
+        while not self._stopped.wait(defaults.HEARTBEAT_S):
+            self._beat_once()
+            if time.monotonic() - renewed >= self.lease_s / 4:
+                try:
+                    with get_client(sync_client=True) as client:
+                        client.renew_concurrency_lease(self.lease_id, self.lease_s)
+                    renewed = time.monotonic()
+                except Exception as exc:  # retried next beat; a lost lease is said here
+                    get_logger(__name__).warning("the source lock's lease was not renewed: %s", exc)
+
+    def stop(self) -> None:
+        """End the beat, release the lease, remove the beat if it is still ours (sync)."""
+        self._stopped.set()
+        self._thread.join(timeout=defaults.HEARTBEAT_S + 30)
+        with contextlib.suppress(Exception), get_client(sync_client=True) as client:
+            client.release_concurrency_slots_with_lease(self.lease_id)
+            current = client.read_variable_by_name(self.variable)
+            beat = LockBeat.from_json(current.value if current is not None else None)
+            if beat is not None and beat.holder == self.beat.holder:
+                client.delete_variable_by_name(self.variable)
 
 
 @contextlib.asynccontextmanager

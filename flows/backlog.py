@@ -54,7 +54,9 @@ def _observe(loaded: Source) -> dict[str, Any]:
     name = state_variable(loaded.name)
     kept = Variable.get(name, default=None, _sync=True)  # type: ignore[call-overload]
     state = BacklogState.from_json(kept)
-    transition = state.observe(sample, settings.thresholds, keep=settings.samples)
+    transition = state.observe(
+        sample, settings.thresholds, keep=settings.samples, trend_s=settings.trend_s
+    )
     if transition is not None:
         # Before saving the state: a failed save repeats the event next run, never loses it.
         emit_event(

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -34,48 +36,90 @@ from prefect.states import Cancelled, Failed
 from pydantic import Field
 
 from collector import defaults
-from collector.errors import CollectorError, ConfigError, ConservationError, PermanentFetchError
+from collector.config import Source
+from collector.errors import (
+    CollectorError,
+    ConfigError,
+    ConservationError,
+    PermanentFetchError,
+    RunFailed,
+)
 from collector.fetch.engine import FetchEngine, FetchResult, host_of
 from collector.frontier import Lease
 from collector.ops import metrics
 from collector.ops.observability import init_sentry
 from collector.ops.tracing import init_tracing
+from collector.run.account import END_TERMS, INTAKE_TERMS, REPORTED_TERMS
 from collector.run.collection import BatchReport, Collection
 from collector.run.drain import DrainPolicy, drain
 from collector.run.locks import host_slots
 from collector.run.stop import process_stop
-from collector.run.summary import RunSummary
+from collector.run.summary import RunSummary, host_line
+from flows._dead_runs import say_how_it_crashed
+from flows._helper_report import HelperReport
 from flows._locks import domain_slots, source_lock
 from flows.sources import resolve_source, source_reference
 
-__all__ = ["collect", "progress_listeners"]
+__all__ = ["collect", "listening"]
 
 Role = Literal["run", "work"]
 ProgressListener = Callable[[str, dict[str, Any]], None]
-progress_listeners: list[ProgressListener] = []
-"""Callbacks ``(event, data)`` for a local progress display (the `collector run` command)."""
+RunLogger = logging.Logger | logging.LoggerAdapter[logging.Logger]  # get_run_logger()'s
+_run_listeners: ContextVar[tuple[ProgressListener, ...]] = ContextVar(
+    "collector_run_listeners", default=()
+)
+"""The listeners of the runs started in this context (``run_collect(listeners=...)``,
+:func:`listening`): the flow and its tasks run in copies of the caller's context, so they see
+them; runs started elsewhere in the process do not (no process-wide list)."""
 
-last_summary: RunSummary | None = None
-"""The summary of the last run in this process (what `collector run` prints, even when the run
-ended Cancelled because it was interrupted)."""
+
+@contextlib.contextmanager
+def listening(*listeners: ProgressListener) -> Iterator[None]:
+    """Tell ``listeners`` ``(event, data)`` of every collect run started inside the block from
+    this context (a test's recorder around ``await collect(...)``)."""
+    told = _run_listeners.set((*_run_listeners.get(), *listeners))
+    try:
+        yield
+    finally:
+        _run_listeners.reset(told)
 
 
-@dataclass
+class _CancelledIsNotAnError(logging.Filter):
+    """Prefect's flow engine logs a run's final state at ERROR unless it is Completed; a run
+    the user stopped (Ctrl-C, SIGTERM, Cancel in the UI) ends Cancelled on purpose, with its
+    summary said: that line is lowered to WARNING (console and UI alike). Failed stays ERROR.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and str(record.msg).startswith(
+            "Finished in state Cancelled"
+        ):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+logging.getLogger("prefect.flow_runs").addFilter(_CancelledIsNotAnError())
+
+
+@dataclass(frozen=True, slots=True)
 class _RunContext:
+    """The live objects of one run a ``fetch-batch`` task needs (clients, files): they travel
+    in the task's :class:`Batch`, which Prefect neither walks nor stores."""
+
     collection: Collection
     engine: FetchEngine
 
 
-# Live objects a task needs but that must not travel as task parameters (clients, files).
-_contexts: dict[str, _RunContext] = {}
+def _listeners() -> tuple[ProgressListener, ...]:
+    return _run_listeners.get()
 
 
 def _tell(event: str, **data: Any) -> None:
-    for listener in progress_listeners:
+    for listener in _listeners():
         listener(event, data)
 
 
-def _lock_busy(logger: Any, why: str) -> None:
+def _lock_busy(logger: RunLogger, why: str) -> None:
     """Said once when the source lock is taken and the run starts waiting for it (a warning:
     the CLI's console shows warnings only, and a rerun after a crash waits here up to 30 s)."""
     logger.warning(why)
@@ -128,8 +172,9 @@ def _retry_unless_permanent(task: Any, task_run: TaskRun, state: State[Any]) -> 
     retry_condition_fn=_retry_unless_permanent,
 )
 async def fetch_batch(run_key: str, batch: Batch) -> Batch:
-    """Fetch one leased batch and return it with a result per URL."""
-    context = _contexts[run_key]
+    """Fetch one leased batch and return it with a result per URL (``run_key`` names the run
+    in the task's parameters; the run itself travels in the batch)."""
+    context = batch.context
     batch.results = await context.collection.fetch(context.engine, batch.lease, batch.host_slots)
     return batch
 
@@ -142,10 +187,13 @@ class Batch:
     bodies costs milliseconds per batch for nothing.
     """
 
-    __slots__ = ("host_slots", "lease", "results")
+    __slots__ = ("context", "host_slots", "lease", "results")
 
-    def __init__(self, lease: Lease, host_slots: dict[str, int] | None = None) -> None:
+    def __init__(
+        self, lease: Lease, context: _RunContext, host_slots: dict[str, int] | None = None
+    ) -> None:
         self.lease = lease
+        self.context = context
         self.host_slots = host_slots  # slots granted by shared domain:<host> limits, if any
         self.results: list[FetchResult] = []
 
@@ -193,6 +241,7 @@ def _report_failed_run(flow: Any, flow_run: Any, state: State[Any]) -> None:
     log_prints=False,
     validate_parameters=True,
     on_failure=[_report_failed_run],
+    on_crashed=[say_how_it_crashed],
 )
 async def collect(
     source: Annotated[
@@ -235,7 +284,6 @@ async def collect(
     stops the run gracefully (collector.run.stop): the run settles what it fetched, gives the
     rest back to the queue, releases its lock, publishes its summary and ends Cancelled.
     """
-    global last_summary
     logger = get_run_logger()
     init_sentry()  # once per process, only when SENTRY_DSN is set
     init_tracing()  # once per process, only when OTEL_* asks for export
@@ -266,29 +314,70 @@ async def collect(
             if not acquired:
                 logger.warning("skipped: another run of %s holds its source lock", loaded.name)
                 metrics.run_ended(run_id, "skipped")
-                last_summary = RunSummary(
-                    loaded.name, run_id, role, ending="skipped", skipped="busy"
+                skipped = RunSummary(
+                    source=loaded.name, run_id=run_id, role=role, ending="skipped", skipped="busy"
                 )
-                return last_summary.as_dict()
-            summary = await _collect(loaded, run_id, role, policy, logger)
+                return skipped.as_dict()
+            async with _reporting(role):
+                summary = await _collect(loaded, run_id, role, policy, logger)
             summary = summary.with_(source_path=source_reference(source))  # triggered triage
-    last_summary = summary
     await _publish(summary)
-    metrics.run_ended(run_id, metrics.result_of(summary.balanced, summary.interrupted))
+    return _final_state(summary, run_id, logger)
+
+
+@contextlib.asynccontextmanager
+async def _reporting(role: Role) -> AsyncIterator[None]:
+    """A helper in a flow run reports its CPU share to the fleet (flows/_helper_report.py);
+    a run, or a helper outside Prefect (`collector work`), reports nothing."""
+    run_id = flow_run.get_id()
+    if role != "work" or not run_id:
+        yield
+        return
+    report = HelperReport(str(run_id)).__enter__()
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(report.__exit__)  # a report in flight is waited for off the loop
+
+
+def _final_state(
+    summary: RunSummary, run_id: str, logger: RunLogger
+) -> dict[str, Any] | State[Any]:
+    """How the run ends in Prefect, its summary travelling in it: Completed (the summary),
+    Cancelled (stopped; the summary as data), Failed (``RunFailed`` or ``ConservationError``
+    carrying it). Counted in the metrics the same way."""
+    result = metrics.result_of(summary.balanced, summary.interrupted)
+    if result == "ok" and (summary.all_refused or summary.hosts_down):
+        result = "failed"  # the run ends Failed below: not a success for the metrics either
+    metrics.run_ended(run_id, result)
     if summary.interrupted:
         logger.warning(summary.interruption)
         return Cancelled(message=summary.interruption, data=summary.as_dict())
     if not summary.balanced:
         logger.error("ledger does not balance: %s", "; ".join(summary.problems))
-        raise ConservationError("ledger does not balance: " + "; ".join(summary.problems))
+        said = "ledger does not balance: " + "; ".join(summary.problems)
+        raise ConservationError(said, summary.as_dict())
     if summary.all_refused:  # a source that cannot collect anything: Failed, so it is noticed
         logger.error(summary.refused_all)
-        return Failed(message=summary.refused_all, data=summary.as_dict())
+        return _failed(summary.refused_all, summary)
+    if summary.hosts_down:  # a dead site is not a success: Failed, so automations see it
+        message = "; ".join(
+            [summary.hosts_down_line]
+            + [host_line(host, facts) for host, facts in summary.hosts_down.items()]
+        )
+        logger.error(message)
+        return _failed(message, summary)
     return summary.as_dict()
 
 
+def _failed(message: str, summary: RunSummary) -> State[Any]:
+    """A Failed final state whose data is the exception a caller gets, summary included (a
+    dict there would make Prefect's in-process call fail with its own TypeError)."""
+    return Failed(message=message, data=RunFailed(message, summary.as_dict()))
+
+
 async def _collect(
-    loaded: Any, run_id: str, role: Role, policy: DrainPolicy, logger: Any
+    loaded: Source, run_id: str, role: Role, policy: DrainPolicy, logger: RunLogger
 ) -> RunSummary:
     """Plan (role run), drain and account one source, under its lock when it has one."""
     fetch_task = fetch_batch.with_options(
@@ -297,7 +386,7 @@ async def _collect(
     planned = role == "run"
     with Collection(loaded, run_id=run_id) as run:
         if planned:
-            ledger = run.plan()
+            ledger = await run.stores.frontier.lane.run(run.plan)  # off the loop
             to_fetch = (
                 ledger.discovered + ledger.carried_over - ledger.fresh_skipped
                 - ledger.dead_lettered
@@ -309,13 +398,13 @@ async def _collect(
                 ledger.dead_lettered, ledger.unlisted, ledger.retired, to_fetch,
             )  # fmt: skip
         else:
-            to_fetch = run.frontier.counts(loaded.name).queued
+            to_fetch = (await run.stores.frontier.counts(loaded.name)).queued
         _tell("planned", discovered=run.ledger.discovered, to_fetch=to_fetch)
         progress = await _ProgressArtifact.create(run, to_fetch)
 
         async def fetch(lease: Lease) -> list[FetchResult]:
             async with _batch_slots(run, lease, run_id) as slots:
-                return (await fetch_task(run_id, Batch(lease, slots))).results
+                return (await fetch_task(run_id, Batch(lease, context, slots))).results
 
         async def listen(event: str, data: dict[str, Any]) -> None:
             _tell(event, **data)
@@ -324,16 +413,16 @@ async def _collect(
 
         async with run.engine() as engine:
             engine.circuit_listeners.append(_circuit_events(loaded.name, run_id))
-            if progress_listeners:  # per-item progress for the terminal (`collector run`)
+            if _listeners():  # per-item progress for the terminal (`collector run`)
                 engine.on_item = _tell_fetched
-            _contexts[run_id] = _RunContext(run, engine)
+            context = _RunContext(run, engine)
             try:
                 end = await drain(run, fetch, policy, stop=process_stop, listener=listen)
                 await progress.update(final=True)
             finally:
-                _contexts.pop(run_id, None)
                 await run.aclose()
-        run.finish(planned=planned)
+        # the end state is read from the frontier: on its lane, as every store call of the run
+        await run.stores.frontier.lane.run(run.finish, planned=planned)
         if end.held_by_others and end.ending != "drained":
             logger.warning(
                 "%s: ended (%s) while helpers still hold %d items; they settle them",
@@ -351,7 +440,9 @@ async def _batch_slots(run: Collection, lease: Lease, run_id: str) -> AsyncItera
     wanted = host_slots(
         (host_of(item.url) for item in lease.items), run.source.limits.per_domain_concurrency
     )
+    waiting = time.monotonic()
     async with domain_slots(run.source, wanted, holder=run_id) as granted:
+        metrics.host_slots_waited(run.source.name, time.monotonic() - waiting)
         yield granted
 
 
@@ -378,8 +469,7 @@ class _ProgressArtifact:
     async def update(self, *, final: bool = False) -> None:
         if not final and time.monotonic() - self.sent_at < defaults.PROGRESS_EVERY_S:
             return
-        ledger = self.run.ledger
-        done = ledger.stored + ledger.dead_lettered - ledger.already_dead - ledger.refused_at_plan
+        done = self.run.ledger.settled_items
         # A run with nothing to fetch is complete, not stuck at 0 %.
         percent = min(100.0, 100.0 * done / self.to_fetch) if self.to_fetch > 0 else 100.0
         self.sent_at = time.monotonic()
@@ -391,17 +481,25 @@ def _artifact_key(source: str, what: str) -> str:
     return f"collector-{safe}-{what}"[:100]
 
 
+def ledger_artifact_rows(summary: RunSummary) -> list[dict[str, Any]]:
+    """The ledger artifact's rows, from the account's terms (collector.run.account): every
+    term of the balance (intake, then terminal states), the reported details, then requests,
+    throughput, the verdict and how the run ended."""
+    terms = (*INTAKE_TERMS, *END_TERMS, *REPORTED_TERMS)
+    ending = summary.ending + (f" ({summary.interrupted})" if summary.interrupted else "")
+    return [
+        *({"count": t.name, "value": getattr(summary, t.name)} for t in terms),
+        {"count": "requests", "value": summary.requests},
+        {"count": "pages_per_second", "value": summary.pages_per_second},
+        {"count": "balanced", "value": summary.balanced},
+        {"count": "ended", "value": ending},
+    ]
+
+
 async def _publish(summary: RunSummary) -> None:
     """Artifacts for the Prefect UI and an event when new dead letters appeared."""
-    counts = [
-        "discovered", "unlisted", "stored", "fresh_skipped", "expired", "dead_lettered",
-        "queued", "held_by_others", "retired", "records_written", "records_quarantined",
-        "key_collisions", "retried", "requests", "pages_per_second",
-    ]  # fmt: skip
-    ending = summary.ending + (f" ({summary.interrupted})" if summary.interrupted else "")
     await acreate_table_artifact(
-        [{"count": name, "value": getattr(summary, name)} for name in counts]
-        + [{"count": "balanced", "value": summary.balanced}, {"count": "ended", "value": ending}],
+        ledger_artifact_rows(summary),
         key=_artifact_key(summary.source, "summary"),
         description=f"Ledger of run {summary.run_id}",
     )
@@ -435,19 +533,19 @@ def run_collect(
     on_busy: Literal["wait", "skip"] | None = None,
     lock_wait_s: float | None = None,
     idle_wait_s: float = 0.0,
+    listeners: Sequence[ProgressListener] = (),
 ) -> RunSummary:
     """Run the flow in this process (`collector run` / `collector work`); returns the summary.
+    ``listeners`` are told this run's progress (``(event, data)``, see :func:`_tell`).
 
     The first SIGINT/SIGTERM stops the run gracefully (its summary says ``interrupted``); the
     second exits the process at once.
     """
-    global last_summary
     started = time.monotonic()
-    last_summary = None
     # A request made before this call (the CLI installs the handlers as the command starts) is
     # this run's: it is consumed when the run ends, not forgotten as it starts.
     try:
-        with process_stop.on_signals():
+        with listening(*listeners), process_stop.on_signals():
             state: Any = asyncio.run(
                 collect(  # type: ignore[arg-type]  # typed Awaitable by Prefect; a coroutine
                     source=source,
@@ -463,12 +561,24 @@ def run_collect(
             )
     finally:
         process_stop.reset()
-    if last_summary is None:
+    summary = summary_in(state)
+    if summary is None:
         # The flow failed before it had a summary (a backend down, a busy lock, a stop while
         # waiting): raise its own error, as calling the flow without return_state would.
         state.result(raise_on_failure=True)
         raise CollectorError(f"the collect flow ended {state.type.value} without a summary")
-    return last_summary.with_(wall_seconds=round(time.monotonic() - started, 3))
+    return summary.with_(wall_seconds=round(time.monotonic() - started, 3))
+
+
+def summary_in(state: State[Any]) -> RunSummary | None:
+    """The run's summary from the flow run's final state: its result (Completed, skipped),
+    its data (Cancelled: the run was stopped), or the summary its exception carries (Failed:
+    ``RunFailed``, ``ConservationError``). None when the run ended before it had one."""
+    data = state.result(raise_on_failure=False)
+    if isinstance(data, dict):
+        return RunSummary.from_dict(data)
+    carried = getattr(data, "summary", None)
+    return RunSummary.from_dict(carried) if isinstance(carried, dict) and carried else None
 
 
 __all__ += ["BatchReport", "CollectorError", "RunSummary", "run_collect"]

@@ -4,9 +4,22 @@ Without ``PREFECT_API_URL`` Prefect starts a temporary server for every process:
 of a small run's 15-23 s, and it shares the terminal's process group, so a Ctrl-C meant for the
 run kills the server first and the run then drowns in connection errors. Instead, the first
 ``collector run`` starts one server in its own session (a Ctrl-C never reaches it), records it
-in ``$PREFECT_HOME/collector-server.json`` and every later command reuses it after one health
-check. It serves the UI, so runs started from the terminal show there, and it stops by itself
-after ``LOCAL_SERVER_IDLE_S`` without use and without active flow runs.
+in its state folder and every later command reuses it after one health check. It serves the UI,
+so runs started from the terminal show there, and it stops by itself after
+``LOCAL_SERVER_IDLE_S`` without use and without active flow runs.
+
+One server per install: the state folder is ``$PREFECT_HOME/collector-servers/<install>/``, the
+install being this Python environment (``sys.prefix``), so a clone with its own venv never
+attaches to a server another venv started (another Prefect, perhaps another version), and
+``collector server stop`` stops only this install's. The folder also holds the server's SQLite
+database (unless the user configured one): two Prefect versions never migrate one database back
+and forth. A recorded server is used only when its Prefect version is this command's;
+otherwise it is stopped (it is this install's, left from before an upgrade) and a new one
+started.
+
+The UI is told where its API is (``PREFECT_UI_API_URL``, what ``GET /ui-settings`` answers):
+the address the server listens on, unless the user set that setting for a proxy (then theirs).
+Without it Prefect would answer its default port 4200 and every page would fail.
 
 ``collector server status`` shows it (URL, pid, idle time), ``collector server stop`` stops it.
 A user's own ``PREFECT_API_URL`` always wins: then nothing is started.
@@ -20,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import signal
@@ -34,17 +48,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from collector import defaults
+from collector.run.liveness import pid_exists
 
 __all__ = [
     "LocalServer",
     "configured_api_url",
     "ensure_local_server",
     "find_local_server",
+    "other_servers",
     "stop_local_server",
     "use_local_server",
 ]
 
 _HEALTH_TIMEOUT_S = 2.0
+_PATIENT_HEALTH_S = 15.0  # before starting another server: a loaded box answers slowly
 _ACTIVE_STATES = ["RUNNING", "PENDING", "CANCELLING"]
 
 
@@ -57,6 +74,8 @@ class LocalServer:
     port: int
     started_at: float
     log: str
+    prefect_version: str  # the Prefect that serves it (a server is used only by the same one)
+    python: str  # the interpreter that started it (sys.executable)
 
     @property
     def ui(self) -> str:
@@ -67,14 +86,31 @@ def prefect_home() -> Path:
     return Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
 
 
+def install_key() -> str:
+    """This install's name among the servers of one PREFECT_HOME: a digest of ``sys.prefix``."""
+    prefix = os.path.realpath(sys.prefix)
+    return hashlib.sha256(prefix.encode()).hexdigest()[:12]
+
+
+def state_folder() -> Path:
+    """This install's folder: the state file, the start lock, the log, the database."""
+    return prefect_home() / "collector-servers" / install_key()
+
+
 def _state_file() -> Path:
-    return prefect_home() / "collector-server.json"
+    return state_folder() / "server.json"
+
+
+def _prefect_version() -> str:
+    from importlib.metadata import version
+
+    return version("prefect")  # the metadata only: importing Prefect costs a second
 
 
 @contextlib.contextmanager
 def _exclusive() -> Iterator[None]:
     """One process at a time decides whether to start the server (two CLIs, one server)."""
-    path = prefect_home() / "collector-server.lock"
+    path = state_folder() / "server.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -100,14 +136,43 @@ def _read_state() -> LocalServer | None:
         return None
 
 
-def find_local_server() -> LocalServer | None:
-    """The recorded server if it answers its health check (and marks it used), else None."""
+def _trusted(server: LocalServer) -> bool:
+    """Served by this install's Prefect version (not one left from before an upgrade). The
+    install itself is the state folder's; its Python may be named by several links."""
+    return server.prefect_version == _prefect_version()
+
+
+def find_local_server(patience_s: float = _HEALTH_TIMEOUT_S) -> LocalServer | None:
+    """The recorded server if it is this install's and answers its health check within
+    ``patience_s`` (and marks it used), else None."""
     server = _read_state()
-    if server is None or not _healthy(server.url):
+    if server is None or not _trusted(server) or not _healthy(server.url, timeout=patience_s):
         return None
     with contextlib.suppress(OSError):
         os.utime(_state_file())  # used now: the idle clock starts again
     return server
+
+
+def other_servers() -> list[LocalServer]:
+    """Servers other installs started under this PREFECT_HOME that answer (never used or stopped
+    here), including one an earlier Collector recorded in ``$PREFECT_HOME/collector-server.json``.
+    """
+    own = _state_file()
+    paths = [prefect_home() / "collector-server.json"]
+    paths += sorted((prefect_home() / "collector-servers").glob("*/server.json"))
+    found = []
+    for path in paths:
+        if path == own:
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            earlier = {"prefect_version": "?", "python": "an earlier Collector"}
+            server = LocalServer(**{**earlier, **data})
+        except (OSError, ValueError, TypeError):
+            continue
+        if _healthy(server.url):
+            found.append(server)
+    return found
 
 
 def _free_port() -> int:
@@ -124,12 +189,15 @@ def ensure_local_server(
     if server is not None:
         return server
     with _exclusive():
-        server = find_local_server()  # another command may have started it meanwhile
+        server = find_local_server(patience_s=_PATIENT_HEALTH_S)  # started meanwhile, or slow
         if server is not None:
             return server
+        stale = _read_state()
+        if stale is not None and not _trusted(stale) and pid_exists(stale.pid):
+            stop_local_server()  # this install's, left from before an upgrade of Prefect
         port = _free_port()
         url = f"http://127.0.0.1:{port}/api"
-        log = prefect_home() / "collector-server.log"
+        log = state_folder() / "server.log"
         if on_start is not None:
             on_start(url)
         with log.open("ab") as out:
@@ -151,7 +219,9 @@ def ensure_local_server(
                 process.terminate()
                 raise RuntimeError(f"the local Prefect server did not answer in {timeout_s:g} s")
             time.sleep(0.2)
-        server = LocalServer(url, process.pid, port, time.time(), str(log))
+        server = LocalServer(
+            url, process.pid, port, time.time(), str(log), _prefect_version(), sys.executable
+        )
         _state_file().write_text(json.dumps(asdict(server)), encoding="utf-8")
         return server
 
@@ -164,28 +234,18 @@ def _import_root() -> str:
 
 
 def stop_local_server(timeout_s: float = 20.0) -> LocalServer | None:
-    """Stop the recorded server (if any); returns what was stopped."""
+    """Stop this install's recorded server (if any); returns what was stopped."""
     server = _read_state()
     if server is None:
         return None
     with contextlib.suppress(ProcessLookupError):
         os.kill(server.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while _alive(server.pid) and time.monotonic() < deadline:
+    while pid_exists(server.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     with contextlib.suppress(FileNotFoundError):
         _state_file().unlink()
     return server
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def configured_api_url() -> str | None:
@@ -247,16 +307,53 @@ def _active_runs(url: str) -> int:
         return 1  # cannot tell: not idle
 
 
-def _serve(port: int, idle_s: float) -> int:
-    import prefect
+def server_environment(port: int) -> dict[str, str]:
+    """The uvicorn process's environment: the UI told its own API, this install's database.
 
+    Prefect computes the UI's API URL (``GET /ui-settings``) from ``PREFECT_UI_API_URL``, else
+    ``PREFECT_API_URL``, else ``PREFECT_SERVER_API_HOST``:``PREFECT_SERVER_API_PORT`` (4200 by
+    default): none of them names this port, so it is set here, unless the user set it (in the
+    environment or the profile) for the address a proxy serves the server at. The database is
+    this install's (see the module's docstring) unless the user configured one.
+    """
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
     env = {
         **os.environ,
         "PREFECT_UI_ENABLED": "true",  # runs started from the terminal show in its UI
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT__SERVER_FINAL": "1",
+        "PREFECT_SERVER_API_HOST": "127.0.0.1",
+        "PREFECT_SERVER_API_PORT": str(port),
     }
     env.pop("PREFECT_API_URL", None)
+    user_set = "api_url" in settings.server.ui.model_fields_set  # env or profile: a proxy's
+    env["PREFECT_UI_API_URL"] = (
+        str(settings.server.ui.api_url) if user_set else f"http://127.0.0.1:{port}/api"
+    )
+    if "connection_url" not in settings.server.database.model_fields_set:
+        database = state_folder() / "prefect.db"
+        env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{database}"
+    return env
+
+
+def _die_with_parent() -> None:
+    """In the uvicorn child, before it runs: on Linux, SIGTERM it when its supervisor dies.
+
+    A supervisor killed outright (SIGKILL, a test's teardown, the OOM killer) cannot stop its
+    server, which then served on, idle, for good (CI runs left such servers behind)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _serve(port: int, idle_s: float) -> int:
+    import prefect
+
+    env = server_environment(port)
     server = subprocess.Popen(
         [
             sys.executable, "-m", "uvicorn",
@@ -266,6 +363,7 @@ def _serve(port: int, idle_s: float) -> int:
             "--log-level", "error", "--lifespan", "on",
         ],
         env=env,
+        preexec_fn=_die_with_parent,  # the supervisor has no threads yet: safe
     )  # fmt: skip
 
     def stop(signum: int, frame: object) -> None:

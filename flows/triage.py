@@ -32,6 +32,7 @@ from collector.backends import open_archive, open_deadletters, open_frontier, op
 from collector.config import Source
 from collector.recovery.triage import Triage, TriageReport
 from collector.run.stop import process_stop
+from flows._dead_runs import say_how_it_crashed
 from flows._locks import source_lock
 from flows.sources import resolve_source
 
@@ -68,7 +69,7 @@ def _triage(source: Source, run_id: str, limit: int, dry_run: bool) -> TriageRep
         return engine.run(limit=limit, dry_run=dry_run, stop=process_stop)
 
 
-@flow(name="triage", log_prints=False, validate_parameters=True)
+@flow(name="triage", log_prints=False, validate_parameters=True, on_crashed=[say_how_it_crashed])
 async def triage(
     source: Annotated[str, Field(description="Path to the source YAML file, or block:<name>.")],
     limit: Annotated[

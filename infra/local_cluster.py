@@ -22,7 +22,9 @@ the flow runs they started), then deletes the throwaway databases; logs stay.
 
 ``kill NAME`` is SIGKILL (a worker together with the flow runs it started: a lost machine);
 ``stop NAME`` is SIGTERM and a wait; ``start NAME`` starts a stopped component again with the
-same ports and settings and waits until it answers.
+same ports and settings and waits for a readiness signal of *this* start (its own health
+endpoint; for the services process a log line written after this start; for a worker a
+heartbeat newer than this start), then says which signal it waited for and how long.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +226,8 @@ class Cluster:
             account = _unprivileged()
             user = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
         self.log(name).parent.mkdir(parents=True, exist_ok=True)
+        log_offset = self.log(name).stat().st_size if self.log(name).exists() else 0
+        started_at = time.time()
         with self.log(name).open("ab") as log:
             process = subprocess.Popen(
                 spec["argv"], cwd=spec.get("cwd", str(ROOT)), env=env, stdout=log,
@@ -230,6 +235,8 @@ class Cluster:
                 **user,
             )  # fmt: skip
         spec["pid"] = process.pid
+        spec["started_at"] = started_at  # readiness must be newer than this (see ready)
+        spec["log_offset"] = log_offset  # a ready line must be past this
         self.save()
         return process.pid
 
@@ -239,13 +246,33 @@ class Cluster:
             return False
         return _alive(int(pid))
 
-    def start(self, name: str, *, wait: bool = True) -> None:
+    def start(self, name: str, *, wait: bool = True) -> str:
+        """Start ``name`` unless running; with ``wait``, wait for its fresh readiness signal and
+        return a line saying which signal and how long it took."""
         if name not in self.components:
             raise ClusterError(f"no component {name!r} (one of {', '.join(self.components)})")
-        if not self.running(name):
+        began = time.monotonic()
+        started = not self.running(name)
+        if started:
             self.spawn(name)
-        if wait:
-            self.wait_ready(name)
+        if not wait:
+            return f"{name}: started, not waited for"
+        self.wait_ready(name)
+        took = time.monotonic() - began
+        how = "started" if started else "already running"
+        return f"{name}: {how}, ready after {took:.1f} s ({self.signal_of(name)})"
+
+    def signal_of(self, name: str) -> str:
+        """What :meth:`ready` waits for, in words (said by ``start``)."""
+        spec = self.components[name]
+        return {
+            "postgres": "a connection to the admin database succeeded",
+            "redis": f"PING answered PONG on port {spec.get('port')}",
+            "api": f"GET /api/health answered 200 on port {spec.get('port')}",
+            "nginx": f"GET /api/health through nginx answered 200 on port {spec.get('port')}",
+            "services": "its log printed 'Starting services' after this start",
+            "worker": f"{spec.get('worker_name')} sent a heartbeat newer than this start, ONLINE",
+        }.get(spec["kind"], "it answered")
 
     def signal(self, name: str, sig: int, *, timeout: float = 30.0) -> None:
         """Send ``sig`` to the component and everything it started (a worker's flow runs)."""
@@ -291,18 +318,23 @@ class Cluster:
                     if response.status != 200:
                         return f"health {response.status}"
             elif kind == "services":
-                text = self.log(name).read_text(errors="replace") if self.log(name).exists() else ""
+                # only what this start wrote: a line left by an earlier start says nothing
+                with self.log(name).open("rb") as log:
+                    log.seek(int(spec.get("log_offset", 0)))
+                    text = log.read().decode(errors="replace")
                 if "Starting services" not in text:  # printed once its services are set up
-                    return "starting"
+                    return "starting (no 'Starting services' since this start)"
             elif kind == "worker":
-                return self._worker_online(spec["worker_name"])
+                return self._worker_online(spec["worker_name"], float(spec.get("started_at", 0)))
         except (OSError, urllib.error.URLError) as exc:
             return f"{type(exc).__name__}: {exc}"[:200]
         except Exception as exc:  # psycopg errors
             return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
         return None
 
-    def _worker_online(self, worker_name: str) -> str | None:
+    def _worker_online(self, worker_name: str, since: float) -> str | None:
+        """None when ``worker_name`` is ONLINE with a heartbeat newer than ``since`` (a killed
+        worker's record stays ONLINE under the same name for a while: not this start's)."""
         request = urllib.request.Request(
             self.api_url + "/work_pools/collector/workers/filter",
             data=b"{}",
@@ -311,8 +343,13 @@ class Cluster:
         with urllib.request.urlopen(request, timeout=5) as response:
             workers = json.loads(response.read())
         for worker in workers:
-            if worker["name"] == worker_name:
-                return None if worker["status"] == "ONLINE" else worker["status"].lower()
+            if worker["name"] != worker_name:
+                continue
+            beat = worker.get("last_heartbeat_time")
+            at = datetime.fromisoformat(beat).timestamp() if beat else 0.0
+            if at <= since:
+                return f"no heartbeat since this start (last {since - at:.0f} s before it)"
+            return None if worker["status"] == "ONLINE" else worker["status"].lower()
         return "not polling yet"
 
     def wait_ready(self, name: str, timeout: float = START_TIMEOUT_S) -> None:
@@ -595,7 +632,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"{args.command} needs a component name")
         cluster = Cluster.load(folder)
         if args.command == "start":
-            cluster.start(args.name)
+            print(cluster.start(args.name))
         elif args.command == "stop":
             cluster.stop(args.name)
         else:

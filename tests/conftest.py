@@ -3,14 +3,17 @@ throwaway Redis and Postgres servers."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from collector.demo.site import FaultSite
-from tests.servers import PostgresServer, RedisServer
+from tests import lanes
+from tests.servers import PostgresServer, RedisServer, free_port
 
 # Quiet and offline, for this process and every subprocess a test starts.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -28,6 +31,18 @@ if _WORKER or "PREFECT_HOME" not in os.environ:
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix=f"collector-tests-prefect-{_WORKER or ''}")
 os.environ.setdefault("COLLECTOR_SERVER_IDLE_S", "60")
 
+# Hypothesis properties are about results, never speed: no per-example deadline (200 ms by
+# default, which a loaded CI box overran) and no "generation too slow" health check. A test's own
+# @settings inherits these unless it names them (a suppress_health_check list replaces this one).
+settings.register_profile("collector", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("collector")
+
+
+# --- the fast lane (`./bootstrap test --fast`, `pytest -m "not slow"`): see tests/lanes.py ------
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    lanes.mark_and_order(items)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _stop_the_local_server_at_the_end() -> Iterator[None]:
@@ -38,13 +53,51 @@ def _stop_the_local_server_at_the_end() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def prefect_api() -> Iterator[str]:
-    """A real Prefect server (SQLite, subprocess) for the whole session; yields its API URL."""
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
+def prefect_api(postgres_server: PostgresServer) -> Iterator[str]:
+    """A real Prefect server (subprocess) for the whole session; yields its API URL.
 
-    with prefect_test_harness(server_startup_timeout=90):
-        yield str(PREFECT_API_URL.value())
+    Prefect's test harness, but on a database of the session's Postgres instead of SQLite:
+    several `collector` processes and the flows of this one write to it at once, and on a
+    loaded box SQLite answered "database is locked" (issue 30; a deferred transaction that must
+    upgrade to a write fails at once, whatever the busy timeout)."""
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_SERVER_DATABASE_CONNECTION_TIMEOUT,
+        PREFECT_SERVER_DATABASE_CONNECTION_URL,
+        PREFECT_SERVER_DATABASE_TIMEOUT,
+        temporary_settings,
+    )
+
+    database = postgres_server.prefect_database()
+    # Prefect's 5 s to connect to its database and 10 s per statement: at load 15-17 a
+    # connection took longer, and the server answered 500 to a helper's flow run (a fleet
+    # test, CI at 30 min). A loaded box is slow, not broken: wait a minute.
+    with temporary_settings(
+        updates={
+            PREFECT_SERVER_DATABASE_CONNECTION_URL: database,
+            PREFECT_SERVER_DATABASE_CONNECTION_TIMEOUT: 60.0,
+            PREFECT_SERVER_DATABASE_TIMEOUT: 60.0,
+        }
+    ):
+        server = SubprocessASGIServer(port=free_port())
+        server.start(timeout=120)
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+            yield server.api_url
+            _drain_prefect_workers()
+    finally:
+        server.stop()
+
+
+def _drain_prefect_workers() -> None:
+    """Send the logs and events still buffered before the server stops (as the harness does)."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    with contextlib.suppress(RuntimeError):  # never started
+        APILogWorker.drain_all()
+    EventsWorker.drain_all()
 
 
 @pytest.fixture

@@ -11,9 +11,15 @@ under test shares nothing with it but TCP):
   once, each taking ``service_s``; the others queue, so latency grows past ``workers`` requests
   in flight while throughput does not;
 * an unannounced rate limit (``rate``): more than ``rate`` requests in the last second get 429,
-  without Retry-After.
+  without Retry-After;
+* a token bucket (``bucket`` per second, a burst of a tenth of a second): 429 above it, with
+  ``Retry-After: <bucket_retry_after>`` when that is set;
+* noise (``noise``): that share of requests, at random and whatever the rate, answers 503 (half)
+  or 429 (half; every other one with ``Retry-After: 1``);
+* latency (``latency_min``..``latency_max`` seconds, uniform) on every answer.
 
-Every answer is logged as (monotonic time, status) in ``log``.
+Every answer is logged as (monotonic time, status) in ``log``; ``latencies`` holds each 200's
+time from arrival to answer (queueing in a worker pool included).
 """
 
 from __future__ import annotations
@@ -21,9 +27,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from aiohttp import web
 
@@ -34,13 +48,34 @@ class PolitenessSite:
     """``with PolitenessSite(workers=4, service_s=0.05) as site: site.url(i)``."""
 
     def __init__(
-        self, *, workers: int | None = None, service_s: float = 0.0, rate: float | None = None
+        self,
+        *,
+        workers: int | None = None,
+        service_s: float = 0.0,
+        rate: float | None = None,
+        bucket: float | None = None,
+        bucket_retry_after: float | None = None,
+        noise: float = 0.0,
+        latency_min: float = 0.0,
+        latency_max: float = 0.0,
+        host: str = "127.0.0.1",
     ) -> None:
+        self.host = host
         self.port = free_port()
         self.workers = workers
         self.service_s = service_s
         self.rate = rate
+        self.bucket = bucket
+        self.bucket_retry_after = bucket_retry_after
+        self.noise = noise
+        self.latency_min = latency_min
+        self.latency_max = max(latency_max, latency_min)
         self.log: list[tuple[float, int]] = []
+        self.latencies: list[float] = []
+        self._tokens = 0.0
+        self._refilled = time.monotonic()
+        self._random = random.Random(25)
+        self._noisy = 0
         self.up = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -50,7 +85,7 @@ class PolitenessSite:
 
     # --- control (from the test's thread) ----------------------------------------------------
     def url(self, i: int) -> str:
-        return f"http://127.0.0.1:{self.port}/item/{i}"
+        return f"http://{self.host}:{self.port}/item/{i}"
 
     def go_down(self) -> None:
         asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=10)
@@ -86,7 +121,7 @@ class PolitenessSite:
         app.router.add_get("/item/{i}", self._item)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
         self.up = True
 
@@ -97,6 +132,10 @@ class PolitenessSite:
             self._runner = None
 
     async def _item(self, request: web.Request) -> web.Response:
+        arrived = time.monotonic()
+        refused = self._refused(arrived)
+        if refused is not None:
+            return refused
         if self.rate is not None:
             now = time.monotonic()
             while self._recent and self._recent[0] <= now - 1.0:
@@ -110,9 +149,76 @@ class PolitenessSite:
                 await asyncio.sleep(self.service_s)
         elif self.service_s:
             await asyncio.sleep(self.service_s)
+        if self.latency_max:
+            await asyncio.sleep(self._random.uniform(self.latency_min, self.latency_max))
         self.log.append((time.monotonic(), 200))
+        self.latencies.append(time.monotonic() - arrived)
         body = json.dumps({"id": int(request.match_info["i"])})
         return web.Response(body=body, content_type="application/json")
+
+    def _refused(self, now: float) -> web.Response | None:
+        """A token bucket's 429, or noise's 503/429; None to answer normally."""
+        if self.bucket is not None:
+            burst = max(self.bucket / 10, 1.0)
+            self._tokens = min(burst, self._tokens + (now - self._refilled) * self.bucket)
+            self._refilled = now
+            if self._tokens < 1:
+                self.log.append((now, 429))
+                headers = {}
+                if self.bucket_retry_after is not None:
+                    headers["Retry-After"] = f"{self.bucket_retry_after:g}"
+                return web.Response(status=429, text="slow down", headers=headers)
+            self._tokens -= 1
+        if self.noise and self._random.random() < self.noise:
+            self._noisy += 1
+            status = 503 if self._noisy % 2 else 429
+            headers = {"Retry-After": "1"} if self._noisy % 4 == 0 else {}
+            self.log.append((now, status))
+            return web.Response(status=status, text="busy", headers=headers)
+        return None
+
+
+class SiteProcess:
+    """:class:`PolitenessSite` in a process of its own, off the client's GIL and event loop
+    (so a client that keeps its own loop busy does not slow the host it measures);
+    ``stats()`` after exit: the site's log."""
+
+    def __init__(self, host: str = "127.0.0.1", **options: Any) -> None:
+        self.host = host
+        self.port = free_port()
+        self._stats = Path(tempfile.mkdtemp()) / "stats.json"
+        options = {**options, "host": host, "stats": self._stats}
+        self.args = [f"--{k.replace('_', '-')}={v}" for k, v in options.items() if v is not None]
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def url(self, i: int) -> str:
+        return f"http://{self.host}:{self.port}/item/{i}"
+
+    def __enter__(self) -> SiteProcess:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "tests.politeness_site", str(self.port), *self.args],
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.2):
+                    return self
+            except OSError:
+                if self._process.poll() is not None:
+                    break
+                time.sleep(0.05)
+        self.__exit__(None, None, None)
+        raise RuntimeError(f"politeness site on port {self.port} did not start")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait(timeout=10)
+
+    def stats(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self._stats.read_text(encoding="utf-8"))
+        return data
 
 
 def main() -> None:
@@ -125,11 +231,34 @@ def main() -> None:
     parser.add_argument("--workers", type=int)
     parser.add_argument("--service-s", type=float, default=0.0)
     parser.add_argument("--rate", type=float)
+    parser.add_argument("--bucket", type=float)
+    parser.add_argument("--bucket-retry-after", type=float)
+    parser.add_argument("--noise", type=float, default=0.0)
+    parser.add_argument("--latency-min", type=float, default=0.0)
+    parser.add_argument("--latency-max", type=float, default=0.0)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--stats", help="write the log here (JSON) on SIGTERM")
     args = parser.parse_args()
-    site = PolitenessSite(workers=args.workers, service_s=args.service_s, rate=args.rate)
+    site = PolitenessSite(
+        workers=args.workers,
+        service_s=args.service_s,
+        rate=args.rate,
+        bucket=args.bucket,
+        bucket_retry_after=args.bucket_retry_after,
+        noise=args.noise,
+        latency_min=args.latency_min,
+        latency_max=args.latency_max,
+        host=args.host,
+    )
     site.port = args.port
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with site:
-        threading.Event().wait()
+        stop.wait()
+    if args.stats:
+        Path(args.stats).write_text(
+            json.dumps({"log": site.log, "latencies": site.latencies}), encoding="utf-8"
+        )
 
 
 if __name__ == "__main__":

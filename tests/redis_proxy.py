@@ -1,4 +1,10 @@
-"""A Redis that dies at the worst moment, on cue: a TCP relay in front of a real redis-server.
+"""Relays in front of real servers: a Redis that dies on cue, and a store that answers slowly.
+
+:class:`SlowRelay` passes every byte between clients and a real server (Redis, Postgres: any
+TCP protocol), holding each request chunk ``delay_s`` before it goes on: every round trip takes
+``delay_s`` longer, as from a store across a slow network (tests/test_offloop.py).
+
+A Redis that dies at the worst moment, on cue: a TCP relay in front of a real redis-server.
 
 ``ReplyLoser`` passes every byte between clients and the server, except when a chosen script
 is sent (``lose(sha, nth)``: its ``nth`` EVALSHA since armed, counted over every connection):
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -167,3 +174,61 @@ def _close(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):  # not connected (any more)
         sock.shutdown(socket.SHUT_RDWR)
     sock.close()
+
+
+class SlowRelay:
+    """``with SlowRelay(port, delay_s=0.2) as relay: relay.port`` -> a slow way to ``port``."""
+
+    def __init__(self, upstream_port: int, *, delay_s: float) -> None:
+        self.upstream_port = upstream_port
+        self.delay_s = delay_s
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._closed = False
+        self.requests = 0  # request chunks relayed (each held delay_s)
+
+    def __enter__(self) -> SlowRelay:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._closed = True
+        self._listener.close()
+        with self._lock:
+            for sock in list(self._open):
+                _close(sock)
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=5)
+            upstream.settimeout(None)
+            with self._lock:
+                self._open |= {client, upstream}
+            threading.Thread(target=self._pipe, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, False), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, target: socket.socket, slow: bool) -> None:
+        try:
+            while chunk := source.recv(65536):
+                if slow:
+                    time.sleep(self.delay_s)  # the request's way there; replies come back at once
+                    with self._lock:
+                        self.requests += 1
+                target.sendall(chunk)
+        except OSError:
+            pass
+        with self._lock:
+            for sock in (source, target):
+                self._open.discard(sock)
+                _close(sock)

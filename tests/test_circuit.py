@@ -34,6 +34,13 @@ def board(clock: Clock, **options: Any) -> tuple[CircuitBoard, list[tuple[str, d
     return circuit, events
 
 
+async def closed(circuit: CircuitBoard, host: str = "h") -> bool:
+    """Whether a request would go now (one not sent: the engine forgets its admission)."""
+    admission = await circuit.admit(host)
+    circuit.forget(host, admission)
+    return admission.go
+
+
 async def fail(circuit: CircuitBoard, host: str = "h", n: int = 1) -> None:
     for _ in range(n):
         admission = await circuit.admit(host)
@@ -46,18 +53,18 @@ def test_opens_after_consecutive_failures_and_defers_until_the_cooldown() -> Non
         clock = Clock()
         circuit, events = board(clock)
         await fail(circuit, n=2)
-        assert (await circuit.admit("h")).go  # two failures: still closed
+        assert await closed(circuit)  # two failures: still closed
         ok = await circuit.admit("h")
         await circuit.record("h", ok, failed=False)  # a success resets the run of failures
         await fail(circuit, n=2)
-        assert (await circuit.admit("h")).go
+        assert await closed(circuit)
         await fail(circuit)  # third in a row
         admission = await circuit.admit("h")
         assert not admission.go and admission.not_before == pytest.approx(clock.now + 10)
         assert circuit.deferred_until("h") == pytest.approx(clock.now + 10)
         assert [kind for kind, _ in events] == ["opened"]
         assert events[0][1]["host"] == "h" and events[0][1]["consecutive_failures"] == 3
-        assert (await circuit.admit("other")).go  # per host
+        assert await closed(circuit, "other")  # per host
 
     asyncio.run(scenario())
 
@@ -153,3 +160,92 @@ def test_settings_switches() -> None:
     assert on.enabled and on.failures == 2
     with pytest.raises(ValueError, match="failure_ratio"):
         LimitsSettings.model_validate({"circuit": {"failure_ratio": 2}})
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    answers=st.lists(
+        st.one_of(st.sampled_from(["bad-0", "bad-1"]), st.integers(0, 50).map(lambda n: f"ok-{n}")),
+        min_size=1,
+        max_size=300,
+    )
+)
+def test_a_few_pages_that_always_fail_never_open_the_breaker(answers: list[str]) -> None:
+    """Two pages that always answer 503, retried in any order among good pages (their retries
+    crowd a batch's tail), never open a breaker that opens on 3 failures in a row or half of
+    the last 6: a page failing again is evidence about the page, not about the host."""
+
+    async def scenario() -> None:
+        circuit, events = board(Clock(), window=6, failure_ratio=0.5)
+        for page in answers:
+            admission = await circuit.admit("h")
+            assert admission.go, (page, events)
+            await circuit.record("h", admission, failed=page.startswith("bad"), url=page)
+        assert events == []
+
+    asyncio.run(scenario())
+
+
+def test_distinct_pages_failing_open_it_as_before() -> None:
+    async def scenario() -> None:
+        circuit, events = board(Clock())
+        for n in range(3):
+            admission = await circuit.admit("h")
+            await circuit.record("h", admission, failed=True, url=f"page-{n}")
+        assert not (await circuit.admit("h")).go
+        assert [kind for kind, _ in events] == ["opened"]
+
+    asyncio.run(scenario())
+
+
+def _longest_run(failed: list[bool]) -> int:
+    """The plain reference: the longest run of failures in send order."""
+    longest = run = 0
+    for f in failed:
+        run = run + 1 if f else 0
+        longest = max(longest, run)
+    return longest
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), failed=st.lists(st.booleans(), min_size=1, max_size=60))
+def test_consecutive_means_consecutive_as_sent_whatever_order_the_answers_come_in(
+    data: st.DataObject, failed: list[bool]
+) -> None:
+    """All sent at once (32 in flight), answered in any order (a 503 answers in a millisecond,
+    a page in 300 ms): the breaker opens exactly when the send order holds ``failures`` failures
+    in a row, as the plain reference counts them. Counting in answer order, three fast failures
+    among slow pages opened it on a host that served every other page."""
+    answer_order = data.draw(st.permutations(range(len(failed))))
+
+    async def scenario() -> None:
+        circuit, events = board(Clock(), failures=3, window=1000, failure_ratio=1.0)
+        admissions = [await circuit.admit("h") for _ in failed]
+        for i in answer_order:
+            if circuit.open_hosts():
+                break
+            await circuit.record("h", admissions[i], failed=failed[i], url=f"page-{i}")
+        opened = [kind for kind, _ in events] == ["opened"]
+        assert opened == (_longest_run(failed) >= 3), (failed, answer_order, events)
+
+    asyncio.run(scenario())
+
+
+def test_a_request_never_sent_does_not_hold_back_a_run() -> None:
+    """The engine forgets an admission it did not use (too late for its batch, cancelled): the
+    failures around it are still a run."""
+
+    async def scenario() -> None:
+        circuit, events = board(Clock())
+        first = await circuit.admit("h")
+        unused = await circuit.admit("h")
+        second, third = await circuit.admit("h"), await circuit.admit("h")
+        for admission in (first, second, third):
+            await circuit.record("h", admission, failed=True)
+        assert events == []  # the unused one is still in flight: it could be a success
+        circuit.forget("h", unused)
+        fourth = await circuit.admit("h")
+        await circuit.record("h", fourth, failed=True)
+        assert [kind for kind, _ in events] == ["opened"]
+
+    asyncio.run(scenario())

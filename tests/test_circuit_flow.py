@@ -14,7 +14,7 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFilter
 
-from flows.collect import collect, progress_listeners
+from flows.collect import collect, listening
 from tests.helpers import summary_of, write_source
 from tests.politeness_site import PolitenessSite
 
@@ -65,11 +65,8 @@ async def test_a_host_down_at_start_is_waited_for_and_its_breaker_is_in_the_even
                 if seen == ["opened"]:  # back 1.5 s after the breaker first opened
                     threading.Timer(1.5, site.come_back).start()
 
-        progress_listeners.append(listener)
-        try:
+        with listening(listener):
             summary = summary_of(await collect(source=str(path), batch_size=10, drain_wait_s=30))
-        finally:
-            progress_listeners.remove(listener)
     assert summary["balanced"], summary["problems"]
     assert summary["stored"] == ITEMS and summary["dead_lettered"] == 0
     assert summary["deferred_by_circuit"] > 0

@@ -12,6 +12,7 @@ import pytest
 from collector.config import Source, load_source
 from collector.deadletter import DeadLetter, SqliteDeadLetterStore
 from collector.deadletter.base import Stage
+from collector.demo.site import FaultSite
 from collector.frontier import Completed, DeadLettered, Offer
 from collector.frontier.sqlite import SqliteFrontier
 from collector.run.ledger import LedgerBook
@@ -254,7 +255,9 @@ def test_retry_works_on_a_resolved_entry_whose_page_is_dead(
         frontier.close()
     assert main(["deadletters", "retry", path, entry.id]) == 1  # queued now, not dead
     captured = capsys.readouterr()
-    assert "re-enqueued 0 of 1" in captured.out and "not re-enqueued" in captured.err
+    assert "re-enqueued none of 1 dead letter: nothing to fetch again" in captured.out
+    assert "resolved already (repaired)" in captured.err  # not "the next run fetches them"
+    assert "nothing to re-enqueue" in captured.err
 
 
 def test_show_prints_the_trace_id(source: Source, capsys: pytest.CaptureFixture[str]) -> None:
@@ -325,3 +328,30 @@ def test_the_error_class_hint_names_values_the_filter_accepts(
                         ("max_total_exceeded:connect_error", [])):  # fmt: skip
         assert main(["deadletters", "list", path, "--error-class", label, "--json"]) == 0
         assert [e["url"] for e in json.loads(capsys.readouterr().out)] == urls
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_api")
+def test_tries_grow_when_a_retried_page_fails_again(
+    tmp_path: Path, site: FaultSite, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27 item 12: a real run dead-letters a page (404, one try), `deadletters retry`
+    queues it again, the next real run fails it again: the listing's TRIES says 2, not 1, and
+    there is still one entry (open again)."""
+    path = str(
+        write_source(tmp_path, seeds={"urls": [site.url("/items/7.json?status=404&times=-1")]})
+    )
+    assert main(["run", path]) == 0
+    capsys.readouterr()
+    assert main(["deadletters", "list", path, "--json"]) == 0
+    (first,) = json.loads(capsys.readouterr().out)
+    assert (first["attempts"], first["error_class"]) == (1, "http_404")
+    assert main(["deadletters", "retry", path, first["id"]]) == 0
+    assert main(["run", path]) == 0
+    capsys.readouterr()
+    assert main(["deadletters", "list", path]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 1, rows
+    column = header.index("TRIES")  # the table's columns are aligned under the header
+    assert rows[0][column:].split()[0] == "2"
+    assert rows[0].split()[1] == "open"

@@ -24,7 +24,7 @@ URLS = [f"https://items.example.test/items/{n}.json" for n in range(5)]
 async def _two_stored_three_queued(path: Path) -> None:
     with Collection(load_source(path), run_id="run-1") as run:
         run.plan()
-        lease = run.claim(2)
+        lease = await run.claim(2)
         now = run.clock()
         await run.settle(
             lease,

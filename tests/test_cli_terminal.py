@@ -213,21 +213,37 @@ def test_progress_starts_with_prefect_and_stays_as_the_last_line(
 def test_the_engine_reports_every_item_as_its_fetch_ends(
     tmp_path: Path, site: FaultSite, prefect_api: str
 ) -> None:
-    from flows.collect import progress_listeners, run_collect
+    from flows.collect import listening, run_collect
 
     path = write_source(tmp_path, seeds={"template": site.url("/items/{i}.json"), "range": [0, 25]})
     events: list[tuple[str, dict[str, Any]]] = []
-    listener = lambda event, data: events.append((event, data))  # noqa: E731
-    progress_listeners.append(listener)
-    try:
+    with listening(lambda event, data: events.append((event, data))):
         summary = run_collect(str(path), batch_size=10, max_items=None, drain_wait_s=5)
-    finally:
-        progress_listeners.remove(listener)
     assert summary.stored == 25
     fetched = [data for event, data in events if event == "fetched"]
     assert len(fetched) == 25 and {d["status"] for d in fetched} == {"ok"}
     order = [event for event, _ in events if event in ("fetched", "batch")]
     assert order.index("fetched") < order.index("batch")  # items before their batch settles
+
+
+def test_a_runs_own_listeners_hear_that_run_only(
+    tmp_path: Path, site: FaultSite, prefect_api: str
+) -> None:
+    """``run_collect(listeners=...)`` is per run: the flow and its tasks tell them (they run in
+    the caller's context), and the next run does not."""
+    from flows.collect import _listeners, run_collect
+
+    path = write_source(tmp_path, seeds={"template": site.url("/items/{i}.json"), "range": [0, 12]})
+    mine: list[str] = []
+    summary = run_collect(
+        str(path), batch_size=5, max_items=None, drain_wait_s=5,
+        listeners=[lambda event, data: mine.append(event)],
+    )  # fmt: skip
+    assert summary.stored == 12 and not _listeners()  # nothing left behind in this context
+    assert mine.count("fetched") == 12 and mine.count("batch") == 3 and "planned" in mine
+    told = len(mine)
+    run_collect(str(path), batch_size=5, max_items=None, drain_wait_s=5)
+    assert len(mine) == told  # a later run without them tells them nothing
 
 
 # --- 19.5 / 20.4 deadletters list and show ----------------------------------------------------

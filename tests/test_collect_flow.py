@@ -18,6 +18,8 @@ from collector.config import load_source
 from collector.deadletter import SqliteDeadLetterStore
 from collector.demo.scenario import DEMO_ITEMS, EXPECTED, write_demo_source
 from collector.demo.site import FaultSite
+from collector.errors import CollectorError, RunFailed
+from collector.run.summary import RunSummary
 from flows.collect import collect
 from tests.helpers import duplicate_keys, sink_lines, summary_of, write_source
 
@@ -140,7 +142,8 @@ async def test_stale_items_are_refetched_but_unchanged_records_not_rewritten(
         "expired": 0, "dead_lettered": 0, "queued": 0,
     }  # fmt: skip
     assert again["records_written"] == 0 and again["records_unchanged"] == 30
-    assert site.request_count() == 30
+    assert site.request_count("/items/") == 30
+    assert site.request_count("/robots.txt") == 1  # once per host and run (a 404: allow all)
     assert len(sink_lines(tmp_path / "out")) == 30
 
 
@@ -246,14 +249,30 @@ async def test_refused_urls_are_dead_lettered_at_plan_without_a_request(
     state = await collect(source=str(source_path), return_state=True)
     assert isinstance(state, State) and state.is_failed()
     assert (state.message or "").startswith("every seed URL of test-items was refused at plan (2)")
-    summary = await state.aresult(raise_on_failure=False)
-    assert isinstance(summary, dict)
+    failure = await state.aresult(raise_on_failure=False)
+    assert isinstance(failure, RunFailed)  # the state's data: the exception, summary carried
+    summary = failure.summary
     assert _terminal(summary) == {
         "discovered": 2, "stored": 0, "fresh_skipped": 0,
         "expired": 0, "dead_lettered": 2, "queued": 0,
     }  # fmt: skip
     assert summary["refused_at_plan"] == 2 and summary["balanced"]
     assert summary["deadletter_reasons"] == {"plan/refused_url": 2}
+
+
+async def test_calling_the_flow_on_a_run_that_ends_failed_raises_run_failed(
+    tmp_path: Path,
+) -> None:
+    """In process, a Failed run raises a CollectorError carrying the summary (Prefect used to
+    raise its own TypeError: a dict in a Failed state cannot be resolved into an exception)."""
+    source_path = write_source(
+        tmp_path, seeds={"urls": ["http://10.1.2.3/y.json"]}, allow_private_networks=False
+    )
+    with pytest.raises(RunFailed, match="every seed URL of test-items was refused") as failed:
+        await collect(source=str(source_path))
+    assert isinstance(failed.value, CollectorError)
+    assert failed.value.summary["refused_at_plan"] == 1 and failed.value.summary["balanced"]
+    assert RunSummary.from_dict(failed.value.summary).all_refused
 
 
 async def test_artifacts_are_published(tmp_path: Path, site: FaultSite) -> None:

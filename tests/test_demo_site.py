@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from collector.demo.site import FaultSite, RequestRecord, record
+from tests.helpers import as_from_a_terminal
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -161,18 +162,17 @@ def test_delay_every_time(client: httpx.Client) -> None:
 
 
 def test_delay_only_while_times_applies(client: httpx.Client) -> None:
-    url = "/items/1.json?delay=0.3&times=1"
-    t0 = time.perf_counter()
-    client.get(url)
-    assert time.perf_counter() - t0 >= 0.3
-    t0 = time.perf_counter()
-    client.get(url)
-    assert time.perf_counter() - t0 < 0.25
+    """The first request waits 30 s (the client gives up after 1 s), the second is not held:
+    answered well inside 20 s. Bounds far apart, so a loaded box cannot blur them."""
+    url = "/items/1.json?delay=30&times=1"
+    with pytest.raises(httpx.ReadTimeout):
+        client.get(url, timeout=1)
+    assert client.get(url, timeout=20).status_code == 200
 
 
 def test_delay_exceeding_client_timeout(site: FaultSite) -> None:
     with httpx.Client(timeout=0.1) as c, pytest.raises(httpx.ReadTimeout):
-        c.get(site.url("/items/1.json?delay=0.5"))
+        c.get(site.url("/items/1.json?delay=30"))  # 30 s: a starved client gives up first
     with httpx.Client(timeout=5) as c:
         assert c.get(site.url("/items/1.json")).status_code == 200
 
@@ -217,7 +217,6 @@ def test_bytes_smaller_than_record_is_still_valid(client: httpx.Client) -> None:
 
 def test_bytes_large_is_streamed(client: httpx.Client) -> None:
     size = 50_000_000
-    t0 = time.perf_counter()
     received = 0
     head = b""
     tail = b""
@@ -232,7 +231,6 @@ def test_bytes_large_is_streamed(client: httpx.Client) -> None:
     assert received == size
     assert head.startswith(b'{"id": 9, "name": "item 9"')
     assert tail.endswith(b'xxx"}')
-    assert time.perf_counter() - t0 < 10
 
 
 def test_client_disconnect_mid_stream_is_quiet(
@@ -314,16 +312,28 @@ def test_request_record_is_frozen() -> None:
 
 
 def test_200_concurrent_async_requests(site: FaultSite) -> None:
+    """200 requests at once over 32 pooled connections: all answered, and the site keeps each
+    connection alive, so no more than 32 client ports are seen.
+
+    Neither bound is a speed: a queued request waits for a connection as long as it takes
+    (``pool=None``; a loaded box ran the 200 in over 10 s), and a pooled connection never
+    expires (httpx's default 5 s idle expiry reopened connections, 34-48 ports, when the loop
+    was starved between a connection's assignment and its request)."""
+
     async def run() -> list[httpx.Response]:
-        limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
-        async with httpx.AsyncClient(base_url=site.base_url, limits=limits, timeout=10) as c:
+        limits = httpx.Limits(
+            max_connections=32, max_keepalive_connections=32, keepalive_expiry=None
+        )
+        timeout = httpx.Timeout(60, pool=None)  # 60 s: a hang guard for one exchange
+        async with httpx.AsyncClient(base_url=site.base_url, limits=limits, timeout=timeout) as c:
             return await asyncio.gather(*(c.get(f"/items/{i}.json") for i in range(200)))
 
     responses = asyncio.run(run())
     assert [r.status_code for r in responses] == [200] * 200
     assert [r.json()["id"] for r in responses] == list(range(200))
     assert site.request_count("/items/") == 200
-    assert len({r.peer for r in site.requests}) <= 32
+    peers = sorted({r.peer for r in site.requests})
+    assert len(peers) <= 32, f"{len(peers)} client connections for 200 requests: {peers}"
 
 
 def test_concurrent_requests_to_one_faulty_url_share_its_counter(site: FaultSite) -> None:
@@ -386,6 +396,7 @@ def test_cli_serves_until_ctrl_c() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "collector.demo.site", "--port", "0"],
         cwd=ROOT,
+        preexec_fn=as_from_a_terminal,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -397,7 +408,7 @@ def test_cli_serves_until_ctrl_c() -> None:
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+", base_url)
         assert httpx.get(base_url + "/items/3.json", timeout=5).json() == record(3)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=10) == 0
+        assert proc.wait(timeout=60) == 0  # a guard against a hang (10 s was short at load 20)
         assert proc.stderr is not None
         assert "Traceback" not in proc.stderr.read()
     finally:

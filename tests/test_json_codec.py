@@ -89,3 +89,28 @@ def test_not_json_is_a_value_error(bad: bytes | str) -> None:
     with pytest.raises(ValueError):
         _json.loads(bad)
     assert issubclass(orjson.JSONDecodeError, json.JSONDecodeError)  # one except clause for both
+
+
+# -- the codec's two paths against the plain reference, the standard library (issue 24) ---------
+
+
+@given(JSON, st.booleans())
+def test_loads_reads_what_the_stdlib_reads(value: Any, ascii: bool) -> None:
+    text = json.dumps(value, ensure_ascii=ascii)  # written by the plain reference
+    reference = json.loads(text)
+    assert same(_json.loads(text), reference)
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate unescaped: only the str form exists
+        return
+    assert same(_json.loads(data), reference)
+    assert same(_json.parse(data), reference)
+
+
+@given(JSON)
+def test_dumps_writes_what_the_stdlib_reads_back(value: Any) -> None:
+    assert same(json.loads(_json.dumps(value)), value)
+    assert same(
+        json.loads(_json.dumps(value, sort_keys=True)),
+        json.loads(json.dumps(value, sort_keys=True)),
+    )

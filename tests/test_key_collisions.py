@@ -17,28 +17,17 @@ import pytest
 
 from collector.config import load_source
 from collector.demo.site import FaultSite
-from collector.fetch.engine import FetchResult
-from collector.frontier import Lease
 from collector.run import collection as collection_module
 from collector.run.collection import Collection
-from collector.run.drain import DrainPolicy, drain
 from collector.run.summary import RunSummary
-from tests.helpers import duplicate_keys, sink_lines, write_source
+from tests.helpers import drain_in_process, duplicate_keys, sink_lines, write_source
 
 
 def _run(path: Path, run_id: str, batch_size: int) -> RunSummary:
     async def go() -> RunSummary:
         with Collection(load_source(path), run_id=run_id) as run:
             run.plan()
-            async with run.engine() as engine:
-
-                async def fetch(lease: Lease) -> list[FetchResult]:
-                    return await run.fetch(engine, lease)
-
-                try:
-                    await drain(run, fetch, DrainPolicy(batch_size=batch_size))
-                finally:
-                    await run.aclose()
+            await drain_in_process(run, batch_size=batch_size)
             run.finish()
             return run.summary()
 

@@ -111,6 +111,11 @@ def test_a_signal_stops_the_run_gracefully_and_a_rerun_completes_exactly(
         source = _source(tmp_path, site, f"lifecycle-{signum.name.lower()}", validated=to_group)
         proc = _start(source, prefect_api)
         _wait_for_records(tmp_path / "out", 80, proc)
+        # Slow the site down (1 s a page, under the 2 s HTTP timeout: no retry) just before the
+        # signal, so the run cannot finish the remaining 320 items while a loaded machine takes
+        # seconds to deliver the stop (at 0.05 s a page, a CI run under load 12 drained them
+        # all and ended with nothing queued; at 1 s it would need ~20 s).
+        site.set_delay(1.0)
         sent = time.monotonic()
         if to_group:
             os.killpg(proc.pid, signum)
@@ -173,6 +178,66 @@ def test_sigkill_then_rerun_takes_back_the_dead_runs_leases_at_once(
         site.set_delay(0)
         rerun = _rerun_completes_the_source(source, tmp_path / "out", prefect_api)
         assert rerun["leases_reclaimed"] > 0  # the dead run's leases, revoked, not waited out
+
+
+def test_a_rerun_after_sigkill_takes_the_lock_at_once_and_marks_the_dead_run_crashed(
+    tmp_path: Path, prefect_api: str
+) -> None:
+    """The killed run's process is gone from this machine, so the rerun knows its holder is
+    dead without waiting out the heartbeat bound: with ``--lock-wait 0`` (one try, no wait)
+    it takes the lock, revokes the dead run's leases, ends exact, and the dead run's flow run,
+    left RUNNING by the SIGKILL, is Crashed with a message saying why."""
+    with WorkerSite() as site:
+        site.set_delay(0.2)
+        source = _source(tmp_path, site, "lifecycle-at-once")
+        proc = _start(source, prefect_api)
+        _wait_for_records(tmp_path / "out", 40, proc)
+        dead_run = _flow_run_of(proc.pid, prefect_api)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+        site.set_delay(0)
+        rerun = _start(source, prefect_api, "--lock-wait", "0")
+        out, err = rerun.communicate(timeout=400)
+        assert rerun.returncode == 0, err  # busy would be exit 3
+        assert "held by another run" not in err, err  # it never waited
+        summary = _summary(out)
+        assert summary["balanced"] and summary["queued"] == 0, summary
+        assert summary["leases_reclaimed"] > 0, summary
+        rows = sink_lines(tmp_path / "out")
+        assert duplicate_keys(rows) == []
+        assert sorted(int(r["id"]) for r in rows) == list(range(ITEMS))
+    state = _flow_run_state(dead_run, prefect_api)
+    assert state["type"] == "CRASHED", state
+    assert "is gone" in state["message"] and "no heartbeat" in state["message"], state
+
+
+def _flow_run_of(pid: int, api_url: str) -> str:
+    """The flow run id the run in process ``pid`` holds the lock with (its environment has
+    no id; the lock's beat Variable, written by that pid, has)."""
+    import urllib.request
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        request = urllib.request.Request(
+            f"{api_url}/variables/filter",
+            data=json.dumps({"variables": {"name": {"like_": "collector-lock-"}}}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            for variable in json.loads(response.read()):
+                value = variable["value"]
+                if isinstance(value, dict) and value.get("pid") == pid:
+                    return str(value["holder"])
+        time.sleep(0.5)
+    raise AssertionError(f"no lock beat of pid {pid} within 60 s")
+
+
+def _flow_run_state(run_id: str, api_url: str) -> dict[str, Any]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{api_url}/flow_runs/{run_id}", timeout=30) as response:
+        state: dict[str, Any] = json.loads(response.read())["state"]
+    return state
 
 
 def _importing(pid: int, folder: Path) -> bool:

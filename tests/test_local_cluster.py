@@ -28,6 +28,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -190,11 +191,16 @@ def _assert_exact(
     summary = _summary(world, name)
     assert summary["balanced"] is True, summary
     assert summary["discovered"] == total and summary["queued"] == 0, summary
+    _assert_each_key_once(name, dsn, first, total)
+    return summary
+
+
+def _assert_each_key_once(name: str, dsn: str, first: int, total: int) -> None:
+    """Keys ``first..first+total`` of the sink: each one row and one content write."""
     rows, writes = _counts(dsn)
     expected = set(range(first, first + total))
     assert set(rows) == expected and max(rows.values()) == 1, name
     assert set(writes) == expected and max(writes.values()) == 1, name
-    return summary
 
 
 def _counts(dsn: str) -> tuple[Counter[int], Counter[int]]:
@@ -325,6 +331,24 @@ def _slow_source(
     )  # fmt: skip
 
 
+def _start_slow_run(
+    cluster: Cluster, name: str, site: WorkerSite, first: int, total: int
+) -> tuple[Path, str, Progress, str]:
+    """A slow source over ``site`` (0.2 s a page), its progress sampled, and a run of it
+    created on the normal queue: (source path, sink DSN, progress, run id)."""
+    site.set_delay(0.2)
+    path, dsn = _slow_source(cluster, name, site, first, total)
+    progress = Progress(site)
+    return path, dsn, progress, _create_run(cluster.world, "collect-normal", path)
+
+
+def _rerun_completes(world: World, path: Path) -> None:
+    """A new run of ``path`` that waits out a dead holder's source lock, and completes."""
+    rerun = _create_run(world, "collect-normal", path, on_busy="wait", lock_wait_s=240)
+    final = _wait_final(world, rerun, timeout=500)
+    assert final["state_type"] == "COMPLETED", (final["state"], world.logs())
+
+
 def _flow_logs(world: World, run_id: str) -> str:
     logs = world.post("/logs/filter", {"logs": {"flow_run_id": {"any_": [run_id]}}, "limit": 200})
     return "\n".join(entry["message"] for entry in logs)
@@ -362,10 +386,7 @@ def _automation_round_trip(world: World) -> float:
 def test_fault_sigkill_an_api_replica_mid_run(cluster: Cluster) -> None:
     world, total = cluster.world, 400
     with WorkerSite() as site:
-        site.set_delay(0.2)
-        path, dsn = _slow_source(cluster, "fault-api", site, 10_000, total)
-        progress = Progress(site)
-        run = _create_run(world, "collect-normal", path)
+        _, dsn, progress, run = _start_slow_run(cluster, "fault-api", site, 10_000, total)
         progress.wait_for(60)
         before = progress.longest_stall(progress.first_fetch())  # batch-to-batch gaps, no fault
         progress = Progress(site)
@@ -448,10 +469,7 @@ def test_fault_sigkill_a_worker_mid_run(cluster: Cluster) -> None:
 
     world, total = cluster.world, 400
     with WorkerSite() as site:
-        site.set_delay(0.2)
-        path, dsn = _slow_source(cluster, "fault-worker", site, 50_000, total)
-        progress = Progress(site)
-        run = _create_run(world, "collect-normal", path)
+        path, dsn, progress, run = _start_slow_run(cluster, "fault-worker", site, 50_000, total)
         progress.wait_for(60)
         victim = next(name for name in ("worker-1", "worker-2") if _descendants(cluster.pid(name)))
         killed = time.monotonic()
@@ -464,10 +482,8 @@ def test_fault_sigkill_a_worker_mid_run(cluster: Cluster) -> None:
         crash_s = round(time.monotonic() - killed, 1)
         cluster.ctl("start", victim)
         rerun_at = time.monotonic()
-        rerun = _create_run(world, "collect-normal", path, on_busy="wait", lock_wait_s=240)
-        final = _wait_final(world, rerun, timeout=500)
+        _rerun_completes(world, path)
         rerun_s = round(time.monotonic() - rerun_at, 1)
-        assert final["state_type"] == "COMPLETED", (final["state"], world.logs())
         _assert_exact(world, "fault-worker", dsn, 50_000, total, site)
         refetched = sum(1 for n in site.fetch_counts().values() if n > 1)
         progress.stop()
@@ -475,6 +491,131 @@ def test_fault_sigkill_a_worker_mid_run(cluster: Cluster) -> None:
     print(f"\nFAULT worker SIGKILL: run marked {crashed['state_type']} {crash_s} s after the "
           f"kill; rerun done in {rerun_s} s (waits out the dead holder's source lock); "
           f"{refetched} items fetched twice, each stored once")  # fmt: skip
+
+
+def _flow_process(cluster: Cluster, run_id: str) -> tuple[str, int] | None:
+    """(worker, pid) of the process running flow run ``run_id`` (its PREFECT__FLOW_RUN_ID)."""
+    from infra.local_cluster import _descendants
+
+    for worker in ("worker-1", "worker-2"):
+        for pid in _descendants(cluster.pid(worker)):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+            except OSError:
+                continue
+            if f"PREFECT__FLOW_RUN_ID={run_id}".encode() in environ.split(b"\0"):
+                return worker, pid
+    return None
+
+
+def _assert_rerun_exact(world: World, name: str, dsn: str, first: int, total: int) -> None:
+    """A rerun's ledger balanced with nothing left queued (it plans only what is still due),
+    and every key of the source one row and one content write."""
+    summary = _summary(world, name)
+    assert summary["balanced"] is True and summary["queued"] == 0, summary
+    _assert_each_key_once(name, dsn, first, total)
+
+
+def _crashed(world: World, run_id: str, timeout: float) -> tuple[dict[str, Any], float]:
+    began = time.monotonic()
+    run: dict[str, Any] = world.wait_for(
+        f"flow run {run_id} to be marked crashed",
+        lambda: (r := world.flow_run(run_id))["state_type"] in ("CRASHED", "FAILED") and r,
+        timeout=timeout,
+    )
+    assert run["state_type"] == "CRASHED", run["state"]
+    return run, round(time.monotonic() - began, 1)
+
+
+@FAULTS
+def test_fault_dead_runs_are_crashed_with_redis_restarted_and_the_services_down(
+    cluster: Cluster,
+) -> None:
+    """Redis restarted (the zombie automation's state is gone) and the services process down
+    (no automation at all): a worker SIGKILLed mid-run leaves its run RUNNING, holding its lock
+    and leases; the dead-run sweeper (on the other worker) marks it Crashed within its bound,
+    naming the silence, and a new run of the source completes it exactly. Then a flow process
+    SIGKILLed while its worker lives: Crashed with what the worker knows, not a guess."""
+    world, total = cluster.world, 300
+    cluster.ctl("stop", "redis")
+    cluster.ctl("start", "redis")
+    cluster.ctl("kill", "services")
+    try:
+        with WorkerSite() as site:
+            path, dsn, progress, run = _start_slow_run(cluster, "fault-dead", site, 60_000, total)
+            progress.wait_for(40)
+            found = _flow_process(cluster, run)
+            assert found is not None, "no process runs the flow"
+            cluster.ctl("kill", found[0])  # the worker and its flow process: a lost machine
+            crashed, worker_crash_s = _crashed(world, run, timeout=300)
+            message = crashed["state"]["message"]
+            assert "no heartbeat" in message and "dead-run sweeper" in message, message
+            swept = message
+            cluster.ctl("start", found[0])
+            _rerun_completes(world, path)
+            _assert_rerun_exact(world, "fault-dead", dsn, 60_000, total)
+
+            progress.stop()
+        with WorkerSite() as site:  # a flow process SIGKILLed, its worker alive
+            path, dsn, progress, run = _start_slow_run(
+                cluster, "fault-flow-kill", site, 70_000, total
+            )
+            progress.wait_for(40)
+            found = _flow_process(cluster, run)
+            assert found is not None, "no process runs the flow"
+            os.kill(found[1], 9)
+            crashed, process_crash_s = _crashed(world, run, timeout=300)
+            # the worker reports it Crashed with Prefect's text, then runs the flow's on_crashed
+            # hook, which replaces that text with what is known
+            message = world.wait_for(
+                "the Crashed message to say what the worker knows",
+                lambda: "signal 9" in (m := world.flow_run(run)["state"]["message"] or "") and m,
+                timeout=120,
+            )
+            assert "signal 9 (SIGKILL)" in message and "stayed alive" in message, message
+            assert "memory" not in message, message
+            _rerun_completes(world, path)
+            _assert_rerun_exact(world, "fault-flow-kill", dsn, 70_000, total)
+            progress.stop()
+    finally:
+        cluster.ctl("start", "services")
+    print(f"\nFAULT dead runs, Redis restarted and services down: worker SIGKILL -> Crashed by "
+          f"the sweeper {worker_crash_s} s after the kill; flow process SIGKILL (worker alive) "
+          f"-> Crashed {process_crash_s} s after the kill\n  {swept}\n  {message}")  # fmt: skip
+
+
+@FAULTS
+def test_start_waits_for_each_component_it_starts(cluster: Cluster) -> None:
+    """Each component killed, then started: the moment ``start`` returns it answers (its own
+    endpoint, a log line written after this start, a worker heartbeat newer than the start)."""
+    world = cluster.world
+    for name, spec in cluster.state()["components"].items():
+        if spec["kind"] == "postgres":
+            continue  # the Prefect database under every replica: not part of this fault
+        cluster.ctl("kill", name)
+        killed_at = time.time()
+        log = cluster.folder / "logs" / f"{name}.log"
+        offset = log.stat().st_size if log.exists() else 0
+        said = cluster.ctl("start", name)
+        assert f"{name}: started, ready after" in said, said
+        print(f"\nSTART {said.strip()}")
+        kind, port = spec["kind"], spec.get("port")
+        if kind == "redis":
+            import redis
+
+            assert redis.Redis(port=port, socket_timeout=2).ping(), name
+        elif kind in ("api", "nginx"):
+            health = httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=5)
+            assert health.status_code == 200, (name, health.status_code)
+        elif kind == "services":
+            with log.open("rb") as text:
+                text.seek(offset)
+                assert b"Starting services" in text.read(), said
+        elif kind == "worker":
+            workers = world.post("/work_pools/collector/workers/filter", {})
+            [worker] = [w for w in workers if w["name"] == spec["worker_name"]]
+            beat = datetime.fromisoformat(worker["last_heartbeat_time"]).timestamp()
+            assert worker["status"] == "ONLINE" and beat > killed_at, (said, worker)
 
 
 # Last: once (of two sequences) the worker fault run after this one saw no zombie-run automation

@@ -17,7 +17,7 @@ from collector.policy.urls import HostPolicy
 from collector.run.locks import domain_lock_name, host_slots, source_lock_name
 from flows._locks import ensure_limit
 from flows.collect import collect
-from tests.helpers import sink_lines, summary_of, write_source
+from tests.helpers import hold_source_lock, sink_lines, summary_of, write_source
 from tests.worker_site import WorkerSite
 
 COLLECTOR = [sys.executable, "-m", "flows.cli"]
@@ -119,18 +119,16 @@ async def test_a_dead_holders_slot_is_taken_back_after_its_heartbeat_goes_stale(
     """A run killed with SIGKILL keeps its slot (no repossessor on local servers); its heartbeat
     Variable stops. A waiter frees the slot once the heartbeat is HOLDER_DEAD_AFTER_S old (well
     before the lock's 60 s lease), and never while it is fresh."""
+    import asyncio
+    import contextlib
     import time
 
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
     from prefect.variables import Variable
 
     from collector.defaults import HOLDER_DEAD_AFTER_S
     from collector.run.locks import SourceBusy
 
     name = "locks-dead-holder"
-    lock = source_lock_name(name)
-    heartbeat = f"collector-lock-{name}"
     with WorkerSite() as site:
         source = write_source(
             tmp_path,
@@ -138,16 +136,23 @@ async def test_a_dead_holders_slot_is_taken_back_after_its_heartbeat_goes_stale(
             seeds={"template": site.url("/items/{i}.json"), "range": [0, 5]},
             locks={"wait_s": 2, "lease_s": 60},
         )
-        await ensure_limit(lock, 1)
-        async with get_client() as client:  # the dead run's slot, as SIGKILL leaves it
-            await client.update_global_concurrency_limit(
-                lock, GlobalConcurrencyLimitUpdate(active_slots=1)
-            )
+        held = await hold_source_lock(name)  # the dead run's slot, as SIGKILL leaves it
+        lock, heartbeat = held.name, held.beat
 
-        alive = time.time() - HOLDER_DEAD_AFTER_S + 10
-        await Variable.aset(heartbeat, {"holder": "alive", "at": alive}, overwrite=True)
-        with pytest.raises(SourceBusy):
-            await collect(source=str(source))
+        async def beating() -> None:  # a live holder beats on, however slow the box
+            while True:
+                beat = {"holder": "alive", "at": time.time()}
+                await Variable.aset(heartbeat, beat, overwrite=True)
+                await asyncio.sleep(1)
+
+        beats = asyncio.create_task(beating())
+        try:
+            with pytest.raises(SourceBusy):
+                await collect(source=str(source))
+        finally:
+            beats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beats
         assert site.fetches() == [] and await _active_slots(lock) == 1
 
         dead = time.time() - HOLDER_DEAD_AFTER_S - 1  # silent, though its lease (60 s) runs on
@@ -188,3 +193,19 @@ def _forget_limit_sizes() -> None:
     from flows import _locks
 
     _locks._limits_seen.clear()
+
+
+async def test_helpers_creating_one_limit_at_once_all_get_it(prefect_api: str) -> None:
+    """Helpers start together and each makes sure the source's limit exists: the losers of
+    the create race get Prefect's 409 (its unique name, on Postgres) and must still find the
+    limit, not fail their run."""
+    import asyncio
+    import uuid
+
+    from flows import _locks
+
+    for _ in range(5):  # a race: several rounds make losing it all but certain
+        name = f"race-{uuid.uuid4().hex[:8]}"
+        sizes = await asyncio.gather(*(_locks.ensure_limit(name, 1) for _ in range(8)))
+        assert sizes == [1] * 8
+        _locks._limits_seen.pop(name, None)

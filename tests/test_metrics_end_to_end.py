@@ -41,7 +41,7 @@ from collector.config import load_source
 from collector.deadletter import SqliteDeadLetterStore
 from collector.demo.scenario import write_demo_source
 from collector.demo.site import FaultSite
-from tests.servers import free_port
+from tests.servers import end_process, free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -60,9 +60,12 @@ class PrometheusServer:
         self.port = free_port()
         self.folder = Path(tempfile.mkdtemp(prefix="collector-prometheus-"))
         config = {
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+            "global": {
+                "scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s",
+            },
+            "rule_files": [str(ROOT / "infra" / "prometheus" / "alerts.yaml")],
             "scrape_configs": [{"job_name": "collector", "static_configs": [{"targets": targets}]}],
-        }
+        }  # fmt: skip
         (self.folder / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -76,20 +79,20 @@ class PrometheusServer:
             stdout=subprocess.DEVNULL,
             stderr=(self.folder / "prometheus.log").open("wb"),
         )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as answer:
-                    if answer.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError(f"prometheus did not start: {self.folder / 'prometheus.log'}")
+        try:
+            wait_ready(
+                self._process, f"{self.url}/-/ready", log=self.folder / "prometheus.log",
+                timeout_s=60,
+            )  # fmt: skip
+        except RuntimeError:
+            self.__exit__()  # not left running (nor its folder) when it did not start in time
+            raise
+        return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            self._process.wait(timeout=30)
+        process, self._process = self._process, None
+        if process is not None:  # SIGTERM, then SIGKILL if it hangs (tests/servers.py)
+            end_process(process, process.terminate, grace_s=10)
         shutil.rmtree(self.folder, ignore_errors=True)
 
     @property
@@ -174,6 +177,10 @@ class Observed:
     archive: list[dict[str, Any]]
     reasons: dict[str, int]
     dashboard: dict[str, bool]  # each dashboard query -> found data
+    scrape: str  # the run's /metrics, as Prometheus read it
+    receiver: OtlpReceiver  # still listening: later commands export to it too
+    source_path: Path
+    env: dict[str, str]  # the run's environment (Prefect API, OTLP endpoint)
 
 
 def dashboard_queries() -> list[str]:
@@ -205,6 +212,13 @@ QUERIES = {
     "lock_waits": "sum(collector_source_lock_wait_seconds_count)",
     "last_success": "collector_last_success_timestamp_seconds",
     "prefect_client_series": "count({__name__=~'prefect_.*'}) or vector(0)",
+    # the seeds' names
+    "status_codes": "sum by (code) (http_client_status_code_count_total)",
+    "status_codes_recorded": "sum by (code) (http_client_status_code_count)",  # recording rule
+    "http_retries": "sum(http_client_retry_count_total)",
+    "backlog_bytes": 'collector_source_backlog_bytes{source="demo-items"}',
+    "claim_waits": "sum(collector_frontier_claim_wait_seconds_count)",
+    "slot_waits": 'sum(collector_host_slot_wait_seconds_count{scope="engine"})',
 }
 
 
@@ -214,6 +228,7 @@ _ALLOWED_EMPTY = (
     "collector_fence_refusals_total",
     "collector_leases_reclaimed_total",
     "collector_retry_budget_refusals",
+    "collector_fleet_",  # a `collector run` alone: no fleet (tests/test_fleet_model.py has them)
 )
 
 
@@ -246,10 +261,16 @@ def observed(prefect_api: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         try:
             metrics: dict[str, Any] = {}
             dashboard: dict[str, bool] = {}
+            scrape = ""
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline and run.poll() is None:
                 if any(v >= 1 for v in prometheus.query(QUERIES["runs_ok"]).values()):
+                    time.sleep(2)  # a rule evaluation (every second) after the last scrape
                     metrics = {name: prometheus.query(q) for name, q in QUERIES.items()}
+                    with urllib.request.urlopen(
+                        f"http://127.0.0.1:{metrics_port}/metrics", timeout=10
+                    ) as answer:
+                        scrape = answer.read().decode()
                     # rate()/increase() need two samples of a series: one that first appeared
                     # in the run's last seconds gets its second scrape while the endpoint is
                     # held open (--metrics-hold), so look again for a while before judging.
@@ -277,7 +298,8 @@ def observed(prefect_api: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield Observed(
             summary=json.loads(out.decode().strip().splitlines()[-1]),
             metrics=metrics,
-            site_statuses=[r.status for r in site.requests],
+            # pages only: the run's robots.txt request (a 404 here) is not a page request
+            site_statuses=[r.status for r in site.requests if r.path != "/robots.txt"],
             spans=receiver.spans(),
             archive=[
                 json.loads(line)
@@ -285,6 +307,10 @@ def observed(prefect_api: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
             ],
             reasons=reasons,
             dashboard=dashboard,
+            scrape=scrape,
+            receiver=receiver,
+            source_path=source_path,
+            env=env,
         )
 
 
@@ -315,7 +341,22 @@ def test_prometheus_scrapes_the_run_and_every_series_matches_an_independent_coun
     assert by_class.get("5xx") == sum(1 for s in observed.site_statuses if 500 <= s < 600)
     assert by_class.get("error") == 3  # the slow URL's three timeouts
     assert _one(m["latency_count"]) == summary["requests"] - 0  # no attempt cut off here
-    assert {k[0] for k in _by(m["requests_by_host"], "host")} == {"127.0.0.1"}
+    # The demo source does not opt in to host labels (metrics.hosts): every host is "other".
+    assert {k[0] for k in _by(m["requests_by_host"], "host")} == {"other"}
+
+    # The seeds' names: exact codes, the site's own statuses (plus "error" for the timeouts),
+    # and the same under the recording rule's name.
+    codes = {k[0]: v for k, v in _by(m["status_codes"], "code").items()}
+    # A redirect hop is part of the attempt that followed it (its final status counts), and
+    # the slow URL's three 200s came after the client gave up (they count as "error").
+    site_codes = Counter(str(s) for s in observed.site_statuses if not 300 <= s < 400)
+    site_codes["200"] -= 3
+    assert codes == {**site_codes, "error": 3}
+    assert {k[0]: v for k, v in _by(m["status_codes_recorded"], "code").items()} == codes
+    assert _one(m["http_retries"]) == summary["retries"]
+    assert _one(m["backlog_bytes"]) == 0  # drained: nothing owed
+    assert _one(m["claim_waits"]) == _one(m["claims"])
+    assert _one(m["slot_waits"]) == summary["requests"]
 
     # Dead letters by stage and class: exactly what the dead-letter archive received.
     dead = {f"{s}/{c}": v for (s, c), v in _by(m["dead_letters"], "stage", "error_class").items()}
@@ -368,6 +409,78 @@ def test_traces_reach_an_otlp_http_endpoint_with_the_dead_letters(observed: Obse
     assert len(observed.archive) == observed.summary["dead_lettered"] == 5
     for entry in observed.archive:
         assert entry["trace_id"] == events[entry["id"]].trace_id.hex()
+
+
+def test_promtool_check_metrics_accepts_the_runs_endpoint(observed: Observed) -> None:
+    """The run's whole endpoint (Collector's series beside Prefect's), as scraped."""
+    assert "http_client_status_code_count_total{" in observed.scrape
+    checked = subprocess.run(
+        [PROMTOOL, "check", "metrics"], input=observed.scrape, capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _collector(observed: Observed, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, cwd=ROOT,
+        env=observed.env, timeout=300,
+    )  # fmt: skip
+
+
+def test_one_items_life_is_found_by_its_trace_id(observed: Observed) -> None:
+    """A dead letter's trace id finds its failure (an ERROR span with its cause) and, through
+    span links, the triage that escalated it and the review that settled it, all exported
+    over OTLP/HTTP by three separate processes (run, triage, review)."""
+    entry = next(e for e in observed.archive if e["error_class"] == "http_404")
+    triaged = _collector(observed, "triage", str(observed.source_path), "--json")
+    assert triaged.returncode == 0, triaged.stderr[-3000:]
+    reviewed = _collector(
+        observed, "review", str(observed.source_path), "--id", entry["id"],
+        "--discard", "gone for good", "--reviewer", "e2e",
+    )  # fmt: skip
+    assert reviewed.returncode == 0, reviewed.stdout + reviewed.stderr[-3000:]
+
+    trace_id = bytes.fromhex(entry["trace_id"])
+    deadline = time.monotonic() + 60  # the exporters flush at exit; the receiver is threaded
+    life: list[Any] = []
+    while time.monotonic() < deadline:
+        life = [
+            span for _, span in observed.receiver.spans()
+            if span.trace_id == trace_id
+            or any(link.trace_id == trace_id and _attr(link, "messaging.message.id") == entry["id"]
+                   for link in span.links)
+        ]  # fmt: skip
+        if {"collector.triage", "collector.review"} <= {span.name for span in life}:
+            break
+        time.sleep(0.5)
+    names = Counter(span.name for span in life)
+    assert names["collector.batch"] >= 1 and names["collector.triage"] == 1, names
+    assert names["collector.review"] == 1, names
+    (failed,) = [
+        s for s in life
+        if s.name == "collector.dead_letter" and _attr(s, "messaging.message.id") == entry["id"]
+    ]  # fmt: skip
+    assert failed.status.code == failed.status.STATUS_CODE_ERROR
+    assert _attr(failed, "error.type") == "http_404"
+    assert _attr(failed, "collector.dead_letter.cause") == "permanent"
+    (review,) = [s for s in life if s.name == "collector.review"]
+    assert review.trace_id != trace_id  # another trace, linked
+    assert _attr(review, "collector.decision") == "discard"
+    (triage,) = [s for s in life if s.name == "collector.triage"]
+    outcomes = {
+        _attr(e, "messaging.message.id"): _attr(e, "collector.triage.outcome")
+        for e in triage.events
+    }
+    assert outcomes[entry["id"]] == "escalated"
+
+
+def _attr(item: Any, key: str) -> Any:
+    """An OTLP attribute's value (string, int or bool) of a span, event or link."""
+    for attribute in item.attributes:
+        if attribute.key == key:
+            value = attribute.value
+            return getattr(value, value.WhichOneof("value"))
+    return None
 
 
 def test_every_dashboard_query_runs_on_prometheus(observed: Observed) -> None:

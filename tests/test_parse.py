@@ -233,3 +233,48 @@ def test_dotted_get_odd_index_is_missing_not_a_crash(path):
 
 def test_odd_records_path_is_parse_error():
     _parse_error(RecordParser(records_path="items.--1"), b'{"items": [{"id": 1}]}')
+
+
+# -- the page is the record: parsing is exact (issue 24) ----------------------------------------
+
+_JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=2**63 - 2, max_value=2**80)
+    | st.integers(min_value=-(2**80), max_value=-(2**63) + 2)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+_JSON_VALUES = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def test_a_big_integer_is_read_as_the_integer_the_page_says() -> None:
+    body = b'{"id": 1, "big": 1180591620717411303425, "neg": -1180591620717411303425}'
+    [record] = RecordParser().parse(URL, body)
+    assert record == {"id": 1, "big": 2**70 + 1, "neg": -(2**70 + 1)}
+    assert type(record["big"]) is int
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(), _JSON_VALUES, max_size=6), st.booleans())
+def test_parsing_is_the_stdlib_reading_of_the_page(document: dict[str, Any], ascii: bool) -> None:
+    """The plain reference: the standard library's reading of the same bytes (exact)."""
+    try:
+        body = json.dumps(document, ensure_ascii=ascii).encode()
+    except UnicodeEncodeError:  # a lone surrogate: a page can only hold it escaped
+        body = json.dumps(document).encode()
+    [record] = RecordParser().parse(URL, body)
+    expected = json.loads(body)
+    assert repr(record) == repr(expected)  # types all the way down: 2**70 is no float, -0.0
+    assert record == expected
+
+
+@pytest.mark.parametrize("body", [b"[1e400]", b"[-1e999]", b"[Infinity]", b"[-Infinity]"])
+def test_numbers_json_cannot_hold_are_invalid_json(body: bytes) -> None:
+    error = _parse_error(RecordParser(), body)
+    assert str(error).startswith("invalid JSON")

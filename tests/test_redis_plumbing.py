@@ -22,10 +22,13 @@ BACKENDS = [("collector.frontier", fr_redis._SCRIPTS), ("collector.deadletter", 
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
-        ("redis://user:s3cret-pw@10.0.0.1:6380/2", "redis://user:***@10.0.0.1:6380/2"),
-        ("redis://:s3cret-pw@host/0", "redis://:***@host/0"),
-        ("rediss://:s3cret-pw@[::1]:7000/0", "rediss://:***@[::1]:7000/0"),
-        ("redis://host:6380/0?password=s3cret-pw&db=1", "redis://host:6380/0?password=***&db=1"),
+        ("redis://user:s3cret-pw@10.0.0.1:6380/2", "redis://user:[redacted]@10.0.0.1:6380/2"),
+        ("redis://:s3cret-pw@host/0", "redis://:[redacted]@host/0"),
+        ("rediss://:s3cret-pw@[::1]:7000/0", "rediss://:[redacted]@[::1]:7000/0"),
+        (
+            "redis://host:6380/0?password=s3cret-pw&db=1",
+            "redis://host:6380/0?password=[redacted]&db=1",
+        ),
         ("unix:///run/redis.sock?db=3", "unix:///run/redis.sock?db=3"),
         ("redis://host:6380/0", "redis://host:6380/0"),
     ],

@@ -247,10 +247,18 @@ class StoreCase:
     prepare: Callable[[RedisDeadLetterStore], Any]
     call: Callable[[RedisDeadLetterStore, Any], object]
     differs: bool
+    label: str = ""  # the test id when one script has several cases
 
 
 STORE_CASES = [
     StoreCase("put", lambda s: None, lambda s, _: s.put([_letter()]), True),
+    StoreCase(  # a retried entry failing again adds its attempts once, not per resend
+        "put",
+        lambda s: s.put([_letter()]) and s.resolve("e1", "reenqueued", "retry", requeued=True),
+        lambda s, _: s.put([_letter()]),
+        False,
+        "put-after-retry",
+    ),
     StoreCase(
         "resolve",
         lambda s: s.put([_letter()]),
@@ -269,7 +277,7 @@ STORE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", STORE_CASES, ids=lambda c: c.script)
+@pytest.mark.parametrize("case", STORE_CASES, ids=lambda c: c.label or c.script)
 def test_a_dead_letter_script_sent_again_with_its_id_answers_the_same_and_changes_nothing(
     redis_url: str, client: redis.Redis, tmp_path: Path, case: StoreCase
 ) -> None:

@@ -104,3 +104,25 @@ async def test_invalid_source_fails_with_the_problem_and_starts_nothing(tmp_path
     path.write_text(path.read_text().replace("weight: 5", "weight: 50"))
     with pytest.raises(SourceError, match=r"source\.yaml: priority\.weight: .*less than or equal"):
         await source_changed(source=str(path), deployment="collect/no-such-deployment")
+
+
+async def test_a_source_with_its_own_deployment_runs_there_not_on_its_class(
+    tmp_path: Path,
+) -> None:
+    """`collector deploy` gave the source ``collect/source-<name>``: a change starts its run
+    there, and none of the class deployment (which would run the source a second time)."""
+    suffix = uuid.uuid4().hex[:8]
+    name = f"owned-{suffix}"
+    path = _source(tmp_path, name, weight=5)
+    klass = await collect.ato_deployment(name=f"collect-low-{suffix}")
+    class_id = await klass.aapply()
+    own = await collect.ato_deployment(
+        name=f"source-{name}", parameters={"source": str(path), "role": "run"}
+    )
+    own_id = await own.aapply()
+
+    started = await source_changed(source=str(path), deployment=f"collect/collect-low-{suffix}")
+    assert started["changed"] is True and started["deployment"] == f"collect/source-{name}"
+    [run] = await _runs_of(own_id)
+    assert str(run.id) == started["flow_run"]
+    assert await _runs_of(class_id) == []

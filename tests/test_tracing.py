@@ -181,3 +181,112 @@ def test_the_sdk_is_installed_only_when_otel_variables_ask(
     assert done.stdout.split() == [exported, provider]
     if env.get("OTEL_EXPORTER_OTLP_PROTOCOL") == "grpc":  # one warning line, not a failure
         assert "not supported" in done.stderr
+
+
+def _letter(trace_id: str = "", cause: str = "", error_class: str = "http_404") -> DeadLetter:
+    return DeadLetter(
+        source="s", url="http://x/1", stage="fetch", error_class=error_class, message="m",
+        attempts=3 if cause else 1, first_seen=0.0, last_seen=0.0, cause=cause,
+        trace_id=trace_id,
+    )  # fmt: skip
+
+
+def test_a_dead_letter_is_a_span_of_its_own_with_status_error_and_its_cause(
+    spans: InMemorySpanExporter,
+) -> None:
+    spans.clear()
+    with trace.get_tracer("test").start_as_current_span("collector.batch") as batch:
+        letters = [
+            _letter(tracing.trace_id_of_current()),
+            _letter(tracing.trace_id_of_current(), "retries_exhausted", "http_503"),
+        ]
+        for letter in letters:
+            tracing.dead_letter_event(letter)
+    finished = spans.get_finished_spans()
+    failed = [s for s in finished if s.name == "collector.dead_letter"]
+    assert len(failed) == 2
+    for span, letter in zip(failed, letters, strict=True):
+        assert span.status.status_code is trace.StatusCode.ERROR
+        assert span.parent is not None and span.parent.span_id == batch.get_span_context().span_id
+        assert format(span.context.trace_id, "032x") == letter.trace_id
+        attributes = _attributes(span)
+        assert attributes["messaging.message.id"] == letter.id
+        assert attributes["error.type"] == letter.error_class
+        assert attributes["url.full"] == letter.url
+    assert [_attributes(s)["collector.dead_letter.cause"] for s in failed] == [
+        "permanent", "retries_exhausted",
+    ]  # fmt: skip
+    (parent,) = [s for s in finished if s.name == "collector.batch"]
+    assert [e.name for e in parent.events] == ["dead_letter", "dead_letter"]  # events stay
+
+
+def test_recovery_spans_link_to_the_trace_in_which_each_entry_failed(
+    spans: InMemorySpanExporter,
+) -> None:
+    spans.clear()
+    traced = _letter("0af7651916cd43dd8448eb211c80319c")
+    untraced = _letter("")  # nothing was traced when it failed: no link
+    later = _letter("4bf92f3577b34da6a3ce929d0e0e4736", "retries_exhausted", "timeout")
+    with tracing.recovery_span("triage", "s", [traced, untraced], run_id="r1") as span:
+        tracing.link_entry(span, later)
+        with tracing.recovery_span("replay", "s", [traced], batch="triage:r1"):
+            pass
+    finished = {s.name: s for s in spans.get_finished_spans()}
+    links = {
+        name: [(format(link.context.trace_id, "032x"), dict(link.attributes or {}))
+               for link in finished[f"collector.{name}"].links]
+        for name in ("triage", "replay")
+    }  # fmt: skip
+    kind = {"collector.link.kind": "dead_letter_origin"}
+    assert links == {
+        "triage": [
+            (traced.trace_id, {**kind, "messaging.message.id": traced.id}),
+            (later.trace_id, {**kind, "messaging.message.id": later.id}),
+        ],
+        "replay": [(traced.trace_id, {**kind, "messaging.message.id": traced.id})],
+    }
+    assert _attributes(finished["collector.replay"])["messaging.message.id"] == traced.id
+    assert _attributes(finished["collector.triage"])["collector.run_id"] == "r1"
+    assert tracing.link_to_origin(_letter("not hex at all, but 32 chars....")) is None
+
+
+def test_compensating_a_batch_links_to_where_its_pages_once_failed(
+    tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    """A real JSONL sink and SQLite dead-letter store: the batch holds the page of one dead
+    letter (traced) and one page that never failed; the span links to that one trace."""
+    from collector.deadletter import SqliteDeadLetterStore
+    from collector.run.ledger import LedgerBook, compensate
+    from collector.sinks.base import SinkRecord
+    from collector.sinks.jsonl import JsonlSink
+
+    spans.clear()
+    failed = _letter("0af7651916cd43dd8448eb211c80319c")
+    other = DeadLetter(
+        source="s", url="http://x/elsewhere", stage="fetch", error_class="http_404", message="m",
+        attempts=1, first_seen=0.0, last_seen=0.0, trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
+    )  # fmt: skip
+    store = SqliteDeadLetterStore(tmp_path / "dl.db")
+    sink = JsonlSink(tmp_path / "sink", source="s")
+    try:
+        store.put([failed, other])
+        sink.write(
+            [SinkRecord("1", {"id": 1}, failed.url), SinkRecord("2", {"id": 2}, "http://x/2")],
+            token=1, batch_id="review:e2e:1",
+        )  # fmt: skip
+        done = compensate(
+            sink, LedgerBook(tmp_path / "ledger.jsonl"), source="s", batch_id="review:e2e:1",
+            reason="test", deadletters=store,
+        )  # fmt: skip
+    finally:
+        store.close()
+        sink.close()
+    assert done.removed == 2
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "collector.compensate"]
+    linked = [
+        (format(link.context.trace_id, "032x"), (link.attributes or {}).get("messaging.message.id"))
+        for link in span.links
+    ]
+    assert linked == [(failed.trace_id, failed.id)]
+    assert _attributes(span)["collector.batch"] == "review:e2e:1"
+    assert _attributes(span)["collector.compensate.removed"] == 2

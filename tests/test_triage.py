@@ -375,10 +375,14 @@ def test_two_overlapping_triage_runs_settle_each_entry_exactly_once(
     other_frontier = SqliteFrontier(source.frontier_path)
     barrier = threading.Barrier(2)
     reports: dict[str, Any] = {}
+    raised: dict[str, BaseException] = {}
 
     def run(name: str, s: DeadLetters, f: SqliteFrontier) -> None:
         barrier.wait()
-        reports[name] = triage(source, s, f, validator, run_id=name)
+        try:
+            reports[name] = triage(source, s, f, validator, run_id=name)
+        except BaseException as exc:  # said in the test's failure, not as a thread warning
+            raised[name] = exc
 
     threads = [
         threading.Thread(target=run, args=("a", store, frontier)),
@@ -392,6 +396,7 @@ def test_two_overlapping_triage_runs_settle_each_entry_exactly_once(
     finally:
         other_frontier.close()
         other_store.close()
+    assert not raised, {name: repr(exc) for name, exc in raised.items()}
     settled: dict[str, str] = {}
     for report in reports.values():
         for e in report.entries:

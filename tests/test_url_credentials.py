@@ -44,7 +44,7 @@ def test_urls_with_userinfo_are_refused_without_showing_it(url: str) -> None:
         reason = check(url)
         assert reason is not None and HINT in reason and "limits.headers" in reason
         assert SECRET not in reason and "bob" not in reason
-        assert "***@" in reason
+        assert "[redacted]@" in reason
 
 
 def test_the_syntax_check_alone_still_accepts_userinfo() -> None:
@@ -55,9 +55,9 @@ def test_the_syntax_check_alone_still_accepts_userinfo() -> None:
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        (f"http://bob:{SECRET}@h/x", "'http://***@h/x'"),
-        (f"http//bob:{SECRET}@h/x", "'http//***@h/x'"),  # no scheme: still masked
-        (f"bob:{SECRET}@h:1/x", "'***@h:1/x'"),
+        (f"http://bob:{SECRET}@h/x", "'http://[redacted]@h/x'"),
+        (f"http//bob:{SECRET}@h/x", "'http//[redacted]@h/x'"),  # no scheme: still masked
+        (f"bob:{SECRET}@h:1/x", "'[redacted]@h:1/x'"),
         ("http://h/users/@bob", "'http://h/users/@bob'"),  # '@' in a path is not userinfo
         ("http://h?q=a@b", "'http://h?q=a@b'"),
     ],

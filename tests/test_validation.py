@@ -239,10 +239,13 @@ def test_all_good_batch(main_validator: SuiteValidator) -> None:
     assert all(a is b for a, b in zip(result.good, records, strict=True))
 
 
-def test_empty_batch(main_validator: SuiteValidator) -> None:
-    result = main_validator.validate([])
+def test_empty_batch(tmp_path: Path) -> None:
+    """An empty batch is answered without GX: a fresh validator builds no runtime for it (its
+    cost, not its speed: a loaded box can take 50 ms over anything)."""
+    validator = SuiteValidator(_write(tmp_path, "main.json", MAIN_SUITE))
+    result = validator.validate([])
     assert result.good == [] and result.bad == [] and result.table_failures == ()
-    assert result.seconds < 0.05
+    assert result.seconds >= 0 and validator._runtime is None
 
 
 def test_records_must_be_dicts(main_validator: SuiteValidator) -> None:

@@ -75,7 +75,9 @@ class Worker:
             env=env,
         )
 
-    def finish(self, timeout: float = 240) -> tuple[int, dict[str, Any] | None, str]:
+    def finish(self, timeout: float = 600) -> tuple[int, dict[str, Any] | None, str]:
+        """The worker's exit code, summary and stderr; ``timeout`` only guards against a hang
+        (at load 20, three workers on 20,000 URLs took longer than 240 s)."""
         out, err = self.process.communicate(timeout=timeout)
         lines = out.strip().splitlines()
         summary = json.loads(lines[-1]) if lines else None
@@ -249,8 +251,13 @@ def test_sigkill_a_worker_mid_batch_its_items_come_back_after_the_lease_once(
     assert code == 0, err[-2000:]
     assert summary is not None and summary["balanced"], summary
     assert summary["leases_reclaimed"] > 0  # the victim's leased items came back after expiry
-    refetched = _refetched(fetches)
-    assert all(who == ["w1", "w2"] for who in refetched.values()), refetched
+    # Fetched by the victim, then by w2 once its lease expired, never the other way round (a
+    # request that timed out is asked again by the same worker: at load 20 a 1 s deadline
+    # does, and that retry is not a second holder).
+    refetched = {item: [w for i, w in enumerate(who) if i == 0 or who[i - 1] != w]
+                 for item, who in _refetched(fetches).items()}  # fmt: skip
+    wrong = {item: who for item, who in refetched.items() if who not in (["w1", "w2"], ["w2"])}
+    assert not wrong, wrong
     assert set(dict(fetches)) == set(range(total))
     # Stored once: items the victim wrote but never acked were fetched again after its lease
     # expired, and the refetch found the same content (no second content write).
@@ -357,7 +364,7 @@ def test_a_helper_killed_while_the_run_waits_for_it_is_taken_back_without_the_le
             _wait_until(lambda: len(_fetched_by(site.fetches(), "w1")) >= 50, "w1 to fetch")
         finally:
             helper.kill()
-        code, summary, err = run.finish(timeout=300)
+        code, summary, err = run.finish(timeout=600)
         fetches = site.fetches()
 
     assert code == 0, err[-2000:]

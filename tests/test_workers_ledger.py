@@ -36,8 +36,9 @@ def test_a_run_that_counted_more_than_the_frontier_holds_does_not_balance() -> N
 
 def test_a_run_accounts_for_unlisted_items_it_retired_or_carried_over() -> None:
     # 10 listed (8 stored, 2 fresh), 5 unlisted: 3 retired, 2 carried over and stored
-    ledger = Ledger(discovered=10, unlisted=5, retired=3, carried_over=2, fresh_skipped=2)
-    ledger.claimed = ledger.stored = 10
+    ledger = Ledger(
+        discovered=10, unlisted=5, retired=3, carried_over=2, fresh_skipped=2, claimed=10, stored=10
+    )
     ledger.close(StateCounts(done=12, retired=3))
     assert ledger.balanced, ledger.problems
 

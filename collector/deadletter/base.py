@@ -5,6 +5,13 @@ failure seen again (a rerun, a replay) updates one entry (``attempts``, ``last_s
 adding a second: every dead letter exists once and is resolved once. Payloads are scrubbed of
 secrets before they are stored.
 
+``attempts`` counts across attempt cycles. Within one cycle (from the entry's first put, or its
+reopening, to its resolution) puts keep the largest count seen, so a rerun or a resent call
+never counts the same attempts twice. A put onto a *resolved* entry starts a new cycle (the item
+was fetched again after a retry, a re-enqueue or a repair): its attempts add to the earlier
+cycles', kept by the store beside the entry (``earlier_attempts``, never written by put). So a
+page that fails once, is retried and fails once again shows 2 tries, not 1.
+
 What an entry says is kept in fields, never encoded in strings: ``error_class`` is the final
 class (``http_500``), ``cause`` says why fetching stopped when it is not the class itself
 (``retries_exhausted``, ``max_total_exceeded``), and a resolution keeps its ``resolution_kind``
@@ -55,8 +62,10 @@ Stage = Literal["plan", "fetch", "parse", "validate", "store"]
 Status = Literal["open", "review", "resolved"]
 ResolutionKind = Literal["repaired", "reenqueued", "escalated", "discarded", "reviewed"]
 RESOLUTION_KINDS: tuple[ResolutionKind, ...] = get_args(ResolutionKind)
-# Why fetching gave up when the error itself was recoverable ("" = the error was permanent).
-CAUSES = ("", "retries_exhausted", "max_total_exceeded")
+# Why fetching gave up when the error itself was recoverable ("" = the error was permanent),
+# or "robots": never fetched, robots.txt disallows it (collector.fetch.robots; a later plan asks
+# again, collector.run.robots_replan)
+CAUSES = ("", "retries_exhausted", "max_total_exceeded", "robots")
 
 
 def dead_letter_id(source: str, url: str, stage: str, error_class: str, key: str = "") -> str:

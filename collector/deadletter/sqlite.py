@@ -88,6 +88,8 @@ _LATER_COLUMNS = (
     ("deadletters", "resolution_kind", "TEXT"),  # layout 2
     ("deadletters", "trace_id", "TEXT NOT NULL DEFAULT ''"),  # layout 2
     ("deadletters", "url_digest", "TEXT NOT NULL DEFAULT ''"),  # '' in entries written before
+    # attempts of the cycles that ended in a resolution (base.py: attempts across cycles)
+    ("deadletters", "earlier_attempts", "INTEGER NOT NULL DEFAULT 0"),
     ("reviews", "source", "TEXT NOT NULL DEFAULT ''"),  # layout 2
 )
 _POLL_S = 0.05  # take_for_review(block_ms=...) looks for new messages this often
@@ -237,7 +239,11 @@ class SqliteDeadLetterStore(Closing):
             db.executemany(
                 f"INSERT INTO deadletters ({_COLUMNS}) VALUES ({','.join('?' * 19)})"
                 " ON CONFLICT (id) DO UPDATE SET message = excluded.message,"
-                " attempts = MAX(deadletters.attempts, excluded.attempts),"
+                " earlier_attempts = CASE WHEN deadletters.status = 'resolved'"
+                "   THEN deadletters.attempts ELSE deadletters.earlier_attempts END,"
+                " attempts = MAX(deadletters.attempts, excluded.attempts + CASE"
+                "   WHEN deadletters.status = 'resolved' THEN deadletters.attempts"
+                "   ELSE deadletters.earlier_attempts END),"
                 " last_seen = excluded.last_seen, payload = excluded.payload,"
                 " failed_expectations = excluded.failed_expectations,"
                 " flow_run_id = excluded.flow_run_id, cause = excluded.cause,"

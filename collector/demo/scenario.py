@@ -26,7 +26,7 @@ FAULT_PATHS: dict[str, str] = {
     "/items/1006.json?invalid=1": "dead letter: schema (price -1 and name null fail the suite)",
     "/missing/1007.json": "dead letter: http_404 (fetched once, never retried)",
     "/items/1008.json?redirect=/items/2008.json": "stored (record 2008, via a 302 redirect)",
-    "/items/1009.json?status=500&times=-1": "dead letter: retries_exhausted:http_500",
+    "/items/1009.json?status=500&times=-1": "dead letter: http_500 (retries exhausted)",
 }
 
 EXPECTED = {

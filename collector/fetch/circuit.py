@@ -88,11 +88,17 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """What the breaker says about one request: go (``probe`` when half-open) or defer."""
+    """What the breaker says about one request: go (``probe`` when half-open) or defer.
+
+    A request let through while closed carries ``seq``, its place in the host's send order:
+    the outcome given to :meth:`CircuitBoard.record` is placed there, so "consecutive" means
+    consecutive as sent, not as answered.
+    """
 
     go: bool
     probe_epoch: int | None = None  # set for a half-open probe
     not_before: float = 0.0  # wall-clock time to come back, when deferred
+    seq: int | None = None  # set for a request let through while closed
 
 
 GO = Admission(True)
@@ -333,24 +339,108 @@ class RedisCircuitStore:
         await self._client.aclose()
 
 
-class _HostBreaker:
-    """One host's local view: its failure counts and the last snapshot read from the store."""
+_FAILING_KEPT = 1_024  # failing URLs remembered per host (oldest forgotten first)
 
-    __slots__ = ("consecutive", "read_at", "recent", "snapshot")
+
+_FAILED, _OK, _REPEAT = "failed", "ok", "repeat"  # a request's outcome in the send order
+_OUTCOMES_KEPT = 4_096  # outcomes remembered per host, by send order
+
+
+class _HostBreaker:
+    """One host's local view: its failure counts and the last snapshot read from the store.
+
+    Failures are consecutive *in the order the requests were sent*. In the order they are
+    answered, a 503 that comes back in a millisecond overtakes the pages sent before it that
+    take 300 ms, so a few fast failures among slow successes would look like a run, most of all
+    on a loaded box; a run is therefore counted over requests whose predecessors in the send
+    order have answered (a request still in flight ends the run until it answers).
+    """
+
+    __slots__ = (
+        "consecutive", "failing", "in_flight", "next_seq", "outcomes", "read_at", "recent",
+        "snapshot",
+    )  # fmt: skip
 
     def __init__(self, window: int) -> None:
-        self.consecutive = 0
+        self.consecutive = 0  # the longest run of failures, in send order, seen last
         self.recent: deque[bool] = deque(maxlen=window)  # True: a failure
+        # URLs whose last answer was a failure (insertion-ordered, bounded): a page failing
+        # again is evidence about that page, not about the host
+        self.failing: dict[str, None] = {}
+        self.next_seq = 0
+        self.in_flight: set[int] = set()
+        self.outcomes: dict[int, str] = {}  # send order -> outcome (insertion-ordered)
         self.snapshot = _CLOSED
         self.read_at = -math.inf  # monotonic time of the last store read
 
-    def record(self, failed: bool) -> None:
-        self.consecutive = self.consecutive + 1 if failed else 0
+    def admit(self) -> int:
+        seq = self.next_seq
+        self.next_seq += 1
+        self.in_flight.add(seq)
+        return seq
+
+    def record(self, failed: bool, url: str | None = None, seq: int | None = None) -> bool:
+        """Count one answer; False when it is a repeat failure of a page already counted.
+
+        A site with a few pages that always answer 503 is not down: their retries, which
+        crowd the tail of a batch once the good pages are done, would otherwise make
+        ``failures`` consecutive failures out of one page's evidence and open the breaker on
+        a host that serves every other page. During an outage distinct pages fail, so the
+        breaker opens as fast as before.
+        """
+        repeat = False
+        if url is not None:
+            if failed and url in self.failing:
+                repeat = True
+            elif failed:
+                self.failing[url] = None
+                if len(self.failing) > _FAILING_KEPT:
+                    del self.failing[next(iter(self.failing))]
+            else:
+                self.failing.pop(url, None)
+        if seq is None:  # no place in the send order: counted as answered
+            if not repeat:
+                self.consecutive = self.consecutive + 1 if failed else 0
+        else:
+            self.in_flight.discard(seq)
+            self.outcomes[seq] = _REPEAT if repeat else _FAILED if failed else _OK
+            if len(self.outcomes) > _OUTCOMES_KEPT:
+                del self.outcomes[next(iter(self.outcomes))]
+            self.consecutive = self._run(seq) if failed and not repeat else 0
+        if repeat:
+            return False
         self.recent.append(failed)
+        return True
+
+    def forget(self, seq: int) -> None:
+        """A request let through that was never sent (or never answers): not in any run."""
+        self.in_flight.discard(seq)
+
+    def _run(self, seq: int) -> int:
+        """Failures in a row in send order through ``seq``: a success or a request still in
+        flight ends the run; repeats and requests never sent are passed over."""
+        return 1 + self._side(seq, -1) + self._side(seq, +1)
+
+    def _side(self, seq: int, step: int) -> int:
+        count = 0
+        lowest = self.next_seq - _OUTCOMES_KEPT
+        cursor = seq + step
+        while lowest <= cursor < self.next_seq and cursor >= 0:
+            if cursor in self.in_flight:
+                break
+            outcome = self.outcomes.get(cursor)
+            if outcome == _OK:
+                break
+            if outcome == _FAILED:
+                count += 1
+            cursor += step
+        return count
 
     def reset_counts(self) -> None:
         self.consecutive = 0
         self.recent.clear()
+        self.failing.clear()
+        self.outcomes.clear()
 
 
 class CircuitBoard:
@@ -411,7 +501,7 @@ class CircuitBoard:
         breaker = self._host(host)
         snapshot = await self._snapshot(host, breaker)
         if snapshot.closed:
-            return GO
+            return Admission(True, seq=breaker.admit())
         now = self.clock()
         if now < snapshot.until:
             return Admission(False, not_before=snapshot.until)
@@ -422,8 +512,14 @@ class CircuitBoard:
         wait = min(self.settings.cooldown_s, self.probe_window_s)
         return Admission(False, not_before=now + wait * (0.5 + self.rng.random()))
 
-    async def record(self, host: str, admission: Admission, *, failed: bool) -> None:
-        """The outcome of a request ``admit`` let through (recoverable failure or not)."""
+    async def record(
+        self, host: str, admission: Admission, *, failed: bool, url: str | None = None
+    ) -> None:
+        """The outcome of a request ``admit`` let through (recoverable failure or not).
+
+        With ``url``, a page that fails again is not counted a second time (see
+        :meth:`_HostBreaker.record`); a half-open probe's failure always re-opens.
+        """
         breaker = self._host(host)
         if admission.probe_epoch is not None:
             if failed:
@@ -438,10 +534,18 @@ class CircuitBoard:
                 breaker.read_at = -math.inf  # someone else moved it: read again next time
             return
         if not breaker.snapshot.closed:
+            if admission.seq is not None:
+                breaker.forget(admission.seq)
             return  # answered after the breaker opened: the opening already counted it
-        breaker.record(failed)
-        if failed and self._should_open(breaker):
+        counted = breaker.record(failed, url, admission.seq)
+        if failed and counted and self._should_open(breaker):
             await self._trip(host, breaker, breaker.snapshot.epoch)
+
+    def forget(self, host: str, admission: Admission) -> None:
+        """``admission`` let a request through that was not sent or will not answer (too late
+        for its batch, cancelled): it no longer holds back a run of failures around it."""
+        if admission.seq is not None and (breaker := self._hosts.get(host)) is not None:
+            breaker.forget(admission.seq)
 
     def _should_open(self, breaker: _HostBreaker) -> bool:
         s = self.settings

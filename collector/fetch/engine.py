@@ -30,6 +30,7 @@ import asyncio
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -39,10 +40,16 @@ import httpx
 
 from collector import defaults
 from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
+from collector.fetch import conditional
 from collector.fetch.adaptive import HostGate, Signal
 from collector.fetch.circuit import GO, CircuitBoard, CircuitListener, RedisCircuitStore
 from collector.fetch.decoding import ACCEPT_ENCODING, BodyTooLarge, bounded_decoder
+from collector.fetch.looplag import LoopLag
 from collector.fetch.ratelimit import RateLimiter, rate_limiter
+from collector.fetch.robots import MAX_BYTES as _ROBOTS_MAX_BYTES
+from collector.fetch.robots import RedisRobotsStore, Robots
+from collector.fetch.sharing import FairShares
+from collector.fetch.tail import BatchTail
 from collector.fetch.transport import POOL_ERROR as _POOL_ERROR
 from collector.fetch.transport import TransportKind, connect_failure, make_clients, pool_failure
 from collector.frontier.base import ClaimedItem
@@ -52,7 +59,7 @@ from collector.policy.retry import parse_retry_after as _parse_retry_after
 from collector.policy.urls import HostPolicy
 
 if TYPE_CHECKING:
-    from collector.config import AdaptiveSettings
+    from collector.config import AdaptiveSettings, Source
 
 __all__ = ["FetchEngine", "FetchResult", "host_of"]
 
@@ -61,6 +68,10 @@ __all__ = ["FetchEngine", "FetchResult", "host_of"]
 # before Prefect's task timeout would cancel it and lose them.
 _START_BY = 0.85
 _STOP_AT = 0.95
+
+
+# what one request brought back: final URL, status, body, content type, validators
+_Answer = tuple[str, int, bytes, str, conditional.Validators]
 
 
 class _TooLate(Exception):
@@ -93,14 +104,16 @@ class _Progress:
 class FetchResult:
     """What happened to one URL of a batch.
 
-    ``status`` ``ok``: ``body`` holds the response; ``failed``: ``error`` and ``decision`` say why
+    ``status`` ``ok``: ``body`` holds the response; ``not_modified``: the server answered 304 to
+    the item's validators (no body: the stored records stand, collector.fetch.conditional);
+    ``failed``: ``error`` and ``decision`` say why
     and what next (retry later or dead); ``skipped``: the batch ran out of time before this URL
     was tried, so it goes back to the queue unchanged; ``deferred``: the host's circuit breaker
     is open, so it goes back to the queue not before ``not_before`` (not an attempt).
     """
 
     url: str
-    status: Literal["ok", "failed", "skipped", "deferred"]
+    status: Literal["ok", "not_modified", "failed", "skipped", "deferred"]
     attempts: int  # total attempts of this item so far, across batches
     first_attempt_at: float
     final_url: str | None = None
@@ -111,6 +124,9 @@ class FetchResult:
     error: FetchError | None = None
     decision: RetryDecision | None = None
     not_before: float = 0.0  # deferred: wall-clock time the host may be tried again
+    # ok / not_modified: the validators to keep with the item (collector.fetch.conditional)
+    etag: str | None = None
+    last_modified: str | None = None
 
 
 class FetchEngine:
@@ -158,12 +174,19 @@ class FetchEngine:
         # per-batch request counts for Prometheus (collector.ops.metrics), None when metrics are off
         self.tally = metrics.RequestTally() if metrics.enabled() else None
         self._clients: list[httpx.AsyncClient] = []
-        self._lendable: asyncio.Queue[httpx.AsyncClient] | None = None
+        self._lendable: FairShares[httpx.AsyncClient] | None = None
+        self._loop_lag = LoopLag()  # our own loop's lateness, out of the window's latencies
         self.circuit = circuit  # None: no breaker
         self.adaptive = adaptive if adaptive is not None and adaptive.enabled else None
         self._gates: dict[str, HostGate] = {}
+        # host -> what it answered this run ("200", "503", "connect_error" ...) -> how often:
+        # the end-of-run lines of a host that is down (host_report)
+        self._answers: dict[str, Counter[str]] = {}
         self._halted = asyncio.Event()
         self.stop_grace_s = defaults.STOP_GRACE_S
+        # send a page's validators back (If-None-Match / If-Modified-Since): politeness.conditional
+        self.conditional = True
+        self.robots: Robots | None = None  # politeness.robots: obey (collector.fetch.robots)
 
     @property
     def halted(self) -> bool:
@@ -178,7 +201,7 @@ class FetchEngine:
     @classmethod
     def for_source(
         cls,
-        source: object,
+        source: Source,
         *,
         rate_storage_uri: str = "memory://",
         circuit_storage_uri: str | None = None,
@@ -188,9 +211,6 @@ class FetchEngine:
         ``circuit_storage_uri`` (a redis:// URL) shares the circuit breakers with every worker
         of the source; without it each worker has its own.
         """
-        from collector.config import Source
-
-        assert isinstance(source, Source)
         limits = source.limits
         circuit = None
         if limits.circuit.enabled:
@@ -202,7 +222,7 @@ class FetchEngine:
             circuit = CircuitBoard(
                 limits.circuit, store=store, probe_window_s=source.ttl.request_deadline_s
             )
-        return cls(
+        engine = cls(
             retry=source.retry,
             host_policy=HostPolicy(
                 allow_private_networks=source.allow_private_networks,
@@ -225,6 +245,18 @@ class FetchEngine:
             circuit=circuit,
             adaptive=limits.adaptive,
         )
+        engine.conditional = source.politeness.conditional
+        if source.politeness.robots == "obey":
+            engine.robots = Robots(
+                user_agent=next(v for k, v in engine.headers.items() if k.lower() == "user-agent"),
+                ttl_s=source.politeness.robots_ttl_s,
+                unreachable_s=source.politeness.robots_unreachable_s,
+                fetch=engine._fetch_robots,
+                store=RedisRobotsStore(circuit_storage_uri, source.name)
+                if circuit_storage_uri
+                else None,
+            )
+        return engine
 
     # --- what the engine knows about hosts (progress, summary, metrics gauges) -------------
     def windows(self) -> dict[str, int]:
@@ -233,16 +265,55 @@ class FetchEngine:
             return {}
         return {host: gate.limit for host, gate in self._gates.items()}
 
+    def slowed(self) -> dict[str, str]:
+        """Host -> why it is held back, for the hosts that are (adaptive mode only)."""
+        if self.adaptive is None:
+            return {}
+        return {host: why for host, gate in self._gates.items() if (why := gate.slowdown())}
+
     def host_report(self) -> dict[str, Any]:
-        """Windows and breakers for the run's summary and progress (plain JSON values)."""
-        report: dict[str, Any] = {"windows": self.windows()}
+        """Windows, slowed hosts and breakers for the run's summary and progress (plain JSON
+        values).
+
+        ``slowed`` maps each host held back by its window or pacing to the one-line reason
+        (:meth:`collector.fetch.adaptive.HostGate.slowdown`). ``hosts`` holds, per host this
+        engine sent to, what it answered (status codes, or the error class when there was no
+        HTTP answer), its breaker (``closed``, ``open``, ``half-open``, or ``off`` without one)
+        and ``retry_at``, the epoch second an open breaker lets requests through again (null
+        otherwise): what the end of a run says about a host that is down
+        (:attr:`collector.run.summary.RunSummary.hosts_down`).
+        """
+        report: dict[str, Any] = {"windows": self.windows(), "slowed": self.slowed()}
         if self.circuit is not None:
             report["circuit"] = {
                 "opened": self.circuit.opened,
                 "closed": self.circuit.closed,
                 "open_until": {h: round(u, 3) for h, u in self.circuit.open_hosts().items()},
             }
+        open_until = self.circuit.open_hosts() if self.circuit is not None else {}
+        report["hosts"] = {
+            host: self._host_facts(answers, open_until.get(host))
+            for host, answers in self._answers.items()
+        }
         return report
+
+    def _host_facts(self, answers: Counter[str], until: float | None) -> dict[str, Any]:
+        facts: dict[str, Any] = {"answers": dict(answers), "breaker": "off", "retry_at": None}
+        if self.circuit is None:
+            return facts
+        if until is None:
+            facts["breaker"] = "closed"
+        elif self.circuit.clock() < until:
+            facts.update(breaker="open", retry_at=round(until, 3))
+        else:
+            facts["breaker"] = "half-open"
+        return facts
+
+    def _answered(self, host: str, what: str) -> None:
+        counts = self._answers.get(host)
+        if counts is None:
+            counts = self._answers[host] = Counter()
+        counts[what] += 1
 
     @property
     def circuit_listeners(self) -> list[CircuitListener]:
@@ -263,9 +334,13 @@ class FetchEngine:
             max_redirects=self.max_redirects,
             event_hooks={"request": [self._check_request]},
         )
-        self._lendable = asyncio.Queue()
-        for i in range(self.concurrency):
-            self._lendable.put_nowait(self._clients[i % len(self._clients)])
+        # Each host's requests take clients in turn, the host holding fewest first: a slow
+        # host cannot hold them all (collector.fetch.sharing).
+        self._lendable = FairShares(
+            self._clients[i % len(self._clients)] for i in range(self.concurrency)
+        )
+        if self.adaptive is not None:
+            self._loop_lag.start()
         return self
 
     async def __aexit__(
@@ -274,6 +349,7 @@ class FetchEngine:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        await self._loop_lag.stop()
         await asyncio.gather(*(client.aclose() for client in self._clients))
         self._clients.clear()
         self._lendable = None
@@ -281,6 +357,8 @@ class FetchEngine:
             await self.circuit.aclose()
         if self.rate_limiter is not None:
             await self.rate_limiter.aclose()
+        if self.robots is not None:
+            await self.robots.store.aclose()
 
     async def _check_request(self, request: httpx.Request) -> None:
         # Runs before the first request and before every redirect hop.
@@ -318,13 +396,18 @@ class FetchEngine:
         progress = [_Progress(item) for item in items]
         caps = {host: asyncio.Semaphore(n) for host, n in (host_slots or {}).items()}
 
+        tail = BatchTail(len(progress))
+
         async def fetch_one(p: _Progress) -> FetchResult:
             cap = caps.get(_host_of(p.item.url)) if caps else None
-            if cap is None:
-                result = await self._fetch_item(p, budget, start_by)
-            else:
-                async with cap:
-                    result = await self._fetch_item(p, budget, start_by)
+            try:
+                if cap is None:
+                    result = await self._fetch_item(p, budget, start_by, tail)
+                else:
+                    async with cap:
+                        result = await self._fetch_item(p, budget, start_by, tail)
+            finally:
+                tail.finished()
             if self.on_item is not None:
                 self.on_item(result)
             return result
@@ -399,14 +482,16 @@ class FetchEngine:
         )  # fmt: skip
 
     async def _fetch_item(
-        self, progress: _Progress, budget: RetryBudget, start_by: float
+        self, progress: _Progress, budget: RetryBudget, start_by: float, tail: BatchTail
     ) -> FetchResult:
         item = progress.item
         first_attempt_at = progress.first_attempt_at
+        if self.robots is not None and (refused := await self._robots_refusal(progress)):
+            return refused
         while True:
             began = time.monotonic()
             try:
-                final_url, status, body, content_type = await self._attempt(
+                final_url, status, body, content_type, validators = await self._attempt(
                     item.url, budget, progress, start_by
                 )
             except _Deferred as deferred:
@@ -440,8 +525,11 @@ class FetchEngine:
                     if decision.action != "dead":
                         self.tally.retry(decision.reason)
                 if decision.action == "inline" and time.monotonic() + decision.delay_s <= start_by:
-                    await asyncio.sleep(decision.delay_s)
-                    continue
+                    left = await tail.wait_out(decision.delay_s)
+                    if not left:
+                        continue
+                    # the rest of the batch is done: the run goes on, the item is due then
+                    decision = RetryDecision("later", left, decision.reason)
                 if decision.action == "inline":
                     decision = RetryDecision("later", decision.delay_s, decision.reason)
                 return FetchResult(
@@ -456,9 +544,11 @@ class FetchEngine:
                 )
             if self.tally is not None:
                 self.tally.request(_host_of(item.url), status, time.monotonic() - progress.sent_at)
+            if status == 304:  # only ever answered to validators sent (see _request)
+                validators = conditional.after_not_modified(item, validators)
             return FetchResult(
                 item.url,
-                "ok",
+                "not_modified" if status == 304 else "ok",
                 progress.attempts,
                 first_attempt_at,
                 final_url=final_url,
@@ -466,6 +556,8 @@ class FetchEngine:
                 body=body,
                 content_type=content_type,
                 elapsed_s=time.monotonic() - began,
+                etag=validators.etag,
+                last_modified=validators.last_modified,
             )
 
     def _gate(self, host: str) -> HostGate:
@@ -476,8 +568,9 @@ class FetchEngine:
 
     async def _attempt(
         self, url: str, budget: RetryBudget, progress: _Progress, start_by: float
-    ) -> tuple[str, int, bytes, str]:
-        """One request under every limit; returns (final_url, status, body, content type).
+    ) -> _Answer:
+        """One request under every limit; returns (final_url, status, body, content type,
+        validators).
 
         Raises _TooLate, without sending anything, when the slot is only free after
         ``start_by``, and _Deferred when the host's circuit breaker keeps it back.
@@ -488,7 +581,10 @@ class FetchEngine:
         if circuit is not None and (until := circuit.deferred_until(host)) is not None:
             raise _Deferred(until)  # known open: do not even queue for a slot
         gate = self._gate(host)
+        waiting = time.monotonic()
         paced = await gate.acquire()
+        if self.tally is not None:  # per-host slot wait (collector_host_slot_wait_seconds)
+            self.tally.slot_waited(time.monotonic() - waiting)
         try:
             admission = GO
             if circuit is not None:
@@ -497,7 +593,9 @@ class FetchEngine:
                     raise _Deferred(admission.not_before)
             if self.rate_limiter is not None:
                 await self.rate_limiter.acquire(host)
-            client = await self._lendable.get()
+            if self.robots is not None and not await self.robots.pace(url, latest=start_by):
+                raise _TooLate  # its Crawl-delay slot is past the batch's time: back unchanged
+            client = await self._lendable.get(host)
             try:
                 if time.monotonic() > start_by or self._halted.is_set():
                     raise _TooLate
@@ -505,10 +603,13 @@ class FetchEngine:
                 progress.sent_at = time.monotonic()
                 budget.record_request()
                 self.requests_sent += 1
-                sent_at = time.monotonic()
+                sent_at = gate.sent()
                 try:
                     async with asyncio.timeout(self.request_deadline_s):
-                        answer = await self._request(client, url)
+                        answer = await self._request(client, url, self._conditions(progress.item))
+                except asyncio.CancelledError:
+                    gate.unanswered(sent_at)  # never answers: its epoch must not wait for it
+                    raise
                 except TimeoutError:
                     error: FetchError = RecoverableFetchError(
                         f"no complete response within the request deadline "
@@ -518,25 +619,89 @@ class FetchEngine:
                 except FetchError as exc:
                     error = exc
                 else:
-                    gate.observe("ok", sent_at=sent_at, latency_s=time.monotonic() - sent_at,
-                                  paced=paced)  # fmt: skip
+                    self._answered(host, str(answer[1]))
+                    raw_s = time.monotonic() - sent_at
+                    gate.observe(
+                        "ok", sent_at=sent_at, latency_s=self._loop_lag.discount(raw_s),
+                        paced=paced, url=url, raw_latency_s=raw_s,
+                    )  # fmt: skip
                     if circuit is not None:
-                        await circuit.record(host, admission, failed=False)
+                        await circuit.record(host, admission, failed=False, url=url)
                     return answer
-                gate.observe(_signal(error), sent_at=sent_at, latency_s=0.0, paced=paced)
+                self._answered(
+                    host, str(error.status_code) if error.status_code else error.error_class
+                )
+                gate.observe(_signal(error), sent_at=sent_at, latency_s=0.0, paced=paced, url=url)
                 if circuit is not None:
-                    await circuit.record(host, admission, failed=not error.permanent)
+                    await circuit.record(host, admission, failed=not error.permanent, url=url)
                 raise error
             finally:
-                self._lendable.put_nowait(client)
+                self._lendable.put(host, client)
         finally:
+            if circuit is not None:  # not sent, or cancelled: out of the breaker's send order
+                circuit.forget(host, admission)
             gate.release()
 
-    async def _request(self, client: httpx.AsyncClient, url: str) -> tuple[str, int, bytes, str]:
+    async def _robots_refusal(self, progress: _Progress) -> FetchResult | None:
+        """None when robots.txt lets the item be fetched; else its result, not an attempt:
+        dead (``robots``) when disallowed, back later when robots.txt is unreachable."""
+        assert self.robots is not None
+        item = progress.item
+        verdict = await self.robots.verdict(item.url)
+        if verdict.allowed:
+            return None
+        if verdict.held_until is None:
+            error: FetchError = PermanentFetchError(verdict.why, error_class="robots")
+            decision = RetryDecision("dead", 0.0, "robots", cause="robots")
+        else:
+            error = RecoverableFetchError(verdict.why, error_class="robots_unreachable")
+            delay = max(verdict.held_until - time.time(), 0.0)
+            decision = RetryDecision("later", delay, "robots_unreachable")
+        return FetchResult(
+            item.url, "failed", progress.attempts, progress.first_attempt_at,
+            error=error, decision=decision,
+        )  # fmt: skip
+
+    async def _fetch_robots(self, url: str) -> tuple[int | None, bytes]:
+        """GET an origin's robots.txt on a lent client: (status, up to MAX_BYTES of its body),
+        or (None, b"") when no answer came (collector.fetch.robots reads what it means)."""
+        assert self._lendable is not None
+        host = _host_of(url)
+        client = await self._lendable.get(host)
+        try:
+            async with asyncio.timeout(self.request_deadline_s):
+                async with client.stream("GET", url) as response:
+                    body = bytearray()
+                    if 200 <= response.status_code < 300:  # decoded within the cap, as pages
+                        encoding = response.headers.get("content-encoding")
+                        decoder = bounded_decoder(encoding, _ROBOTS_MAX_BYTES)
+                        try:
+                            async for raw in response.aiter_raw():
+                                body += raw if decoder is None else decoder.decode(raw)
+                                if len(body) >= _ROBOTS_MAX_BYTES:
+                                    break
+                        except BodyTooLarge:
+                            pass  # what was read stands: the first MAX_BYTES are the rules
+                    return response.status_code, bytes(body[:_ROBOTS_MAX_BYTES])
+        except (TimeoutError, FetchError, httpx.HTTPError, OSError, _POOL_ERROR):
+            return None, b""
+        finally:
+            self._lendable.put(host, client)
+
+    def _conditions(self, item: ClaimedItem) -> dict[str, str] | None:
+        """The item's conditional headers (None: a plain request)."""
+        return conditional.request_headers(item) if self.conditional else None
+
+    async def _request(
+        self, client: httpx.AsyncClient, url: str, headers: dict[str, str] | None = None
+    ) -> _Answer:
         status: int | None = None  # the server's answer, kept on a too_large dead letter
         try:
-            async with client.stream("GET", url) as response:
+            async with client.stream("GET", url, headers=headers) as response:
                 status = response.status_code
+                if status == 304 and headers:  # not modified since the validators we sent
+                    found = conditional.validators_of(response.headers)
+                    return str(response.url), status, b"", "", found
                 if status >= 300:
                     raise _status_error(response, url)
                 declared = response.headers.get("content-length")
@@ -560,6 +725,7 @@ class FetchEngine:
                     status,
                     b"".join(chunks),
                     response.headers.get("content-type", ""),
+                    conditional.validators_of(response.headers),
                 )
         except FetchError:
             raise

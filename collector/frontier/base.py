@@ -34,7 +34,7 @@ same for all of them (:func:`plan_decision`), so only storage differs. Every bac
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
@@ -50,6 +50,7 @@ __all__ = [
     "Offer",
     "OfferResult",
     "Outcome",
+    "PageHistory",
     "RetryLater",
     "StateCounts",
     "StoredRow",
@@ -128,11 +129,80 @@ class SweepResult:
 
 
 @dataclass(frozen=True, slots=True)
+class PageHistory:
+    """What a page's fetches saw, as the change-rate estimator needs it
+    (collector.policy.revisit_budget): kept with the item by every frontier, handed back by its
+    claim, replaced by its ``Completed`` ack.
+
+    ``fetches`` counts every settled fetch (stored, unchanged or 304); an *observation* is the
+    interval between two of them, ``changes`` those that ended in a changed page, ``observed_s``
+    and ``changed_s`` their lengths (all and changed ones). The last ``HISTORY_WINDOW``
+    observations weigh most: past it the four sums are scaled down together (so they may hold
+    fractions), and a page whose rate moves (a burst) is followed. ``rate`` is the estimate
+    made from them when the history was last written (changes per second; 0.0: none yet).
+    """
+
+    fetches: int = 0
+    changes: float = 0.0
+    observed: float = 0.0
+    observed_s: float = 0.0
+    changed_s: float = 0.0
+    last_fetched_at: float | None = None
+    last_changed_at: float | None = None
+    rate: float = 0.0
+
+    def encode(self) -> str:
+        """The stored text (every backend keeps this string): fields comma-separated, numbers
+        exact (``repr``), '' for None."""
+        return ",".join("" if v is None else repr(v) for v in _history_fields(self))
+
+    @classmethod
+    def decode(cls, text: str | bytes | None) -> PageHistory | None:
+        """The history kept as ``text``; None for none (or a text of another layout)."""
+        if not text:
+            return None
+        if isinstance(text, bytes):
+            text = text.decode()
+        parts = text.split(",")
+        if len(parts) != 8:
+            return None
+        fetches, changes, observed, observed_s, changed_s, last, last_changed, rate = parts
+        return cls(
+            int(fetches),
+            float(changes),
+            float(observed),
+            float(observed_s),
+            float(changed_s),
+            float(last) if last else None,
+            float(last_changed) if last_changed else None,
+            float(rate),
+        )
+
+
+def _history_fields(h: PageHistory) -> tuple[object, ...]:
+    return (
+        h.fetches,
+        h.changes,
+        h.observed,
+        h.observed_s,
+        h.changed_s,
+        h.last_fetched_at,
+        h.last_changed_at,
+        h.rate,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimedItem:
     url: str
     attempts: int  # attempts made before this claim (across batches and runs)
     first_attempt_at: float | None
     enqueued_at: float
+    # The validators of the page the sink holds (its last ``Completed`` ack), sent back as
+    # If-None-Match / If-Modified-Since (collector.fetch.conditional); None: none known
+    etag: str | None = None
+    last_modified: str | None = None
+    history: PageHistory | None = None  # what its fetches saw so far; None: never settled
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,10 +220,21 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class Completed:
+    """A page fetched (or found not modified) and settled: done until ``fresh_until``.
+
+    ``etag`` / ``last_modified`` are the response's validators, kept with the item and handed
+    back by the next claim of it; None forgets what was kept (a page without them).
+    ``history`` replaces the page's kept :class:`PageHistory` (the ack is fenced, so it was
+    computed from the one the claim handed out); None leaves the kept one as it is.
+    """
+
     url: str
     fresh_until: float
     fetched_at: float
     cost: float = 0.0
+    etag: str | None = None
+    last_modified: str | None = None
+    history: PageHistory | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,12 +441,21 @@ class Frontier(Protocol):
     def revive(self, source: str, pages: Sequence[Completed]) -> int:
         """Dead URLs become done as if acked ``Completed`` (fresh until ``fresh_until``):
         triage repaired and stored their record, so the page lives on like any other, fetched
-        again when its freshness passes. Returns how many were dead; other states are left."""
+        again when its freshness passes. Returns how many were dead; other states are left.
+        Their kept validators are forgotten (the sink holds a repaired record, not the page a
+        304 would vouch for), so the next fetch is a plain one. Their history is kept."""
         ...
 
     def make_stale(self, source: str, urls: Sequence[str]) -> int:
         """Done URLs lose their freshness, so the next plan queues them again (compensation
-        removed their records); returns how many were done. Other states are left as they are."""
+        removed their records); returns how many were done. Other states are left as they are.
+        Their validators are forgotten too: a 304 must not stand for records no longer stored.
+        Their history is kept (what the page did is still true)."""
+        ...
+
+    def histories(self, source: str) -> Iterator[tuple[str, PageHistory]]:
+        """Every item of ``source`` that has a kept history, with it (streamed, any order):
+        what a learned revisit schedule reads once per run (collector.policy.revisit_budget)."""
         ...
 
     def location(self) -> str:

@@ -45,6 +45,15 @@ a compact record holds the rest::
                       transition, so run_counts() is O(1) (one small hash per run, never deleted)
     B:err      hash   url -> last_error of items that have one (an expired item's
                       ``queue_ttl_expired`` is implied by its state)
+    B:v:HHHH   hash   validators of done pages (ETag, Last-Modified), in the bucket and under
+                      the field of the item's record, msgpack ``[etag, last_modified]``: set by
+                      a completed ack, cleared by revive and make_stale, read by the claim.
+                      Beside the record, not in it, so records stay <= 64 bytes (listpack
+                      buckets); a record without one (all from before) has none
+    B:hist     hash   url -> the page's PageHistory as its text (collector.frontier.base): set by
+                      a completed ack that carries one, read by the claim and by histories();
+                      kept by revive and make_stale. Keyed by the URL (a learned schedule reads
+                      every history with the URL its priority needs); absent: none yet
     B:req:ID   string the reply of a state-changing script's call with request id ID (msgpack),
                       so that a resend of the call whose reply was lost gets it without the
                       call running again; expires after 10 min (collector._redis.REPLAY_S)
@@ -113,6 +122,7 @@ again as it was would report its items stale, a claim would lease a second batch
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -144,6 +154,7 @@ from collector.frontier.base import (
     Offer,
     OfferResult,
     Outcome,
+    PageHistory,
     RankFor,
     RetryLater,
     StateCounts,
@@ -497,9 +508,17 @@ class RedisFrontier(Closing):
             )
         flat = json.loads(packed) if packed else []
         items = tuple(
-            ClaimedItem(u, int(att), float(first) if first else None, float(enq))
-            for u, att, first, enq in zip(
-                flat[::4], flat[1::4], flat[2::4], flat[3::4], strict=True
+            ClaimedItem(
+                u,
+                int(att),
+                float(first) if first else None,
+                float(enq),
+                etag or None,
+                lm or None,
+                PageHistory.decode(hist),
+            )
+            for u, att, first, enq, etag, lm, hist in zip(
+                *(flat[i::7] for i in range(7)), strict=True
             )
         )
         return Lease(
@@ -533,7 +552,16 @@ class RedisFrontier(Closing):
         flat: list[Any] = []
         for o in outcomes:
             if isinstance(o, Completed):
-                flat += ("c", o.url, _num(o.fresh_until), _num(o.fetched_at), _num(o.cost))
+                flat += (
+                    "c",
+                    o.url,
+                    _num(o.fresh_until),
+                    _num(o.fetched_at),
+                    _num(o.cost),
+                    o.etag or "",
+                    o.last_modified or "",
+                    "" if o.history is None else o.history.encode(),
+                )
             elif isinstance(o, RetryLater):
                 flat += (
                     "r",
@@ -588,6 +616,26 @@ class RedisFrontier(Closing):
             if n:
                 setattr(counts, STATES[int(reply[i]) - 1], n)
         return counts
+
+    def histories(self, source: str) -> Iterator[tuple[str, PageHistory]]:
+        key = self._base(source) + ":hist"
+        cursor = 0
+
+        def page_at(at: int) -> tuple[int, dict[Any, Any]]:
+            found: Any = self._client.hscan(key, at, count=1000)
+            return int(found[0]), dict(found[1])
+
+        while True:
+            try:
+                cursor, page = resending(self._client, functools.partial(page_at, cursor))
+            except RedisError as exc:
+                raise backend_error(f"frontier {self.url}: histories failed", exc) from exc
+            for url, text in page.items():
+                history = PageHistory.decode(text)
+                if history is not None:
+                    yield _text(url), history
+            if cursor == 0:
+                return
 
     def counts(self, source: str) -> StateCounts:
         return self._counts("counts", source, None)

@@ -6,7 +6,7 @@ step (a plan is one transaction per chunk of 2,000 URLs: each URL's decision sta
 mode lets readers (``collector status``) run beside a worker. The fencing token is a row in
 ``meta`` incremented inside the claim transaction, so it only ever grows.
 
-Layout (schema version 3, ``PRAGMA user_version``): one rowid table ``items`` whose indexes
+Layout (schema version 5, ``PRAGMA user_version``): one rowid table ``items`` whose indexes
 point at the 8-byte rowid, not at the URL. A URL is found through ``items_url`` on ``(src, h)``,
 ``h`` its 64-bit :func:`~collector.frontier.url_key.url_key` (a shared ``h`` is told apart by
 comparing the URL itself), which keeps the URLs of a template range in order in that index, so a
@@ -19,7 +19,10 @@ There is no index by run: ``run_counts`` (once, when a run closes its ledger) re
 rows, which costs less than keeping a fifth index on every write of every item. ~185 bytes a
 queued URL against ~390 for version 1 (URL, text state and run id repeated in four indexes).
 Older files are migrated when opened, in one transaction: version 1 rewritten, version 2 (the
-same layout, ``h`` the first 64 bits of the URL's SHA-1) re-keyed.
+same layout, ``h`` the first 64 bits of the URL's SHA-1) re-keyed, version 3 given the two
+validator columns (``etag``, ``last_modified``: NULL, none known, so the next fetch of each page
+is a plain one), version 4 the ``history`` column (:class:`~collector.frontier.base.PageHistory`
+as its text; NULL: none yet). Schema version 5.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from collector.frontier.base import (
     Offer,
     OfferResult,
     Outcome,
+    PageHistory,
     RankFor,
     RetryLater,
     StateCounts,
@@ -60,7 +64,7 @@ __all__ = ["SqliteFrontier", "url_key"]
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
 # state numbers (the position in STATES, from 1); written into the SQL as literals so that the
 # partial indexes apply (SQLite matches an index's WHERE only against literal terms)
 Q, L, D, X, E, R = 1, 2, 3, 4, 5, 6
@@ -88,7 +92,10 @@ CREATE TABLE IF NOT EXISTS items (
     last_fetched_at REAL,
     cost REAL NOT NULL DEFAULT 0,
     last_error TEXT,
-    gone INTEGER
+    gone INTEGER,
+    etag TEXT,
+    last_modified TEXT,
+    history TEXT
 );
 CREATE INDEX IF NOT EXISTS items_url ON items (src, h);
 CREATE INDEX IF NOT EXISTS items_queue ON items (src, rank DESC, url) WHERE state = {Q};
@@ -141,6 +148,10 @@ DROP INDEX items_url;
 UPDATE items SET h = url_key(url);
 CREATE INDEX items_url ON items (src, h);
 """
+
+# versions 2 and 3 have no validators (ETag, Last-Modified), 2 to 4 no history: NULL columns
+# added, none known
+_ADDED_COLUMNS = ("etag", "last_modified", "history")
 
 _LEASE_ROWS_KEPT_S = 86_400.0  # holder rows of old leases are pruned after a day
 _CHUNK = 500  # rows per step of adopt (each a transaction of its own)
@@ -207,10 +218,16 @@ class SqliteFrontier(Closing):
                 script = _MIGRATE_V1
             elif version == 2:
                 script = _REKEY_V2
+            elif version in (3, 4):
+                script = ""
             else:
                 script = _SCHEMA
             for statement in _statements(script):
                 db.execute(statement)
+            have = {row[1] for row in db.execute("PRAGMA table_info(items)")}
+            for column in _ADDED_COLUMNS:
+                if column not in have:
+                    db.execute(f"ALTER TABLE items ADD COLUMN {column} TEXT")
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def __repr__(self) -> str:
@@ -507,7 +524,8 @@ class SqliteFrontier(Closing):
                 " WHERE id IN ("
                 f"   SELECT id FROM items WHERE src = ? AND state = {Q}"
                 "   AND not_before <= ? ORDER BY rank DESC, url LIMIT ?)"
-                " RETURNING url, attempts, first_attempt_at, enqueued_at, rank",
+                " RETURNING url, attempts, first_attempt_at, enqueued_at, rank, etag,"
+                " last_modified, history",
                 (token, expires_at, src, now, limit),
             ).fetchall()
             if holder and rows:
@@ -516,7 +534,10 @@ class SqliteFrontier(Closing):
                     (token, source, holder, now),
                 )
         rows.sort(key=lambda r: (-r[4], r[0]))
-        items = tuple(ClaimedItem(url, att, first, enq) for url, att, first, enq, _ in rows)
+        items = tuple(
+            ClaimedItem(url, att, first, enq, etag, modified, PageHistory.decode(history))
+            for url, att, first, enq, _, etag, modified, history in rows
+        )
         return Lease(
             source, token, expires_at, items, expired=expired, reclaimed=reclaimed, holder=holder
         )
@@ -582,8 +603,17 @@ class SqliteFrontier(Closing):
                     changed = db.execute(
                         f"UPDATE items SET state = {D}, fresh_until = ?, last_fetched_at = ?,"
                         " cost = ?, attempts = 0, first_attempt_at = NULL, lease_token = NULL,"
-                        f" lease_expires = NULL, last_error = NULL WHERE {held}",
-                        (outcome.fresh_until, outcome.fetched_at, outcome.cost, *where),
+                        " lease_expires = NULL, last_error = NULL, etag = ?, last_modified = ?,"
+                        f" history = COALESCE(?, history) WHERE {held}",
+                        (
+                            outcome.fresh_until,
+                            outcome.fetched_at,
+                            outcome.cost,
+                            outcome.etag,
+                            outcome.last_modified,
+                            None if outcome.history is None else outcome.history.encode(),
+                            *where,
+                        ),
                     ).rowcount
                 elif isinstance(outcome, RetryLater):
                     changed = db.execute(
@@ -645,7 +675,8 @@ class SqliteFrontier(Closing):
                 revived += db.execute(
                     f"UPDATE items SET state = {D}, fresh_until = ?, last_fetched_at = ?,"
                     " cost = ?, attempts = 0, first_attempt_at = NULL, not_before = 0,"
-                    f" last_error = NULL WHERE src = ? AND h = ? AND url = ? AND state = {X}",
+                    " last_error = NULL, etag = NULL, last_modified = NULL"
+                    f" WHERE src = ? AND h = ? AND url = ? AND state = {X}",
                     (page.fresh_until, page.fetched_at, page.cost, *where),
                 ).rowcount
             return revived
@@ -655,7 +686,7 @@ class SqliteFrontier(Closing):
             src = self._src(db, source)
             return sum(
                 db.execute(
-                    "UPDATE items SET fresh_until = NULL"
+                    "UPDATE items SET fresh_until = NULL, etag = NULL, last_modified = NULL"
                     f" WHERE src = ? AND h = ? AND url = ? AND state = {D}",
                     (src, url_key(url), url),
                 ).rowcount
@@ -663,6 +694,19 @@ class SqliteFrontier(Closing):
             )
 
     # --- reading ---------------------------------------------------------------------------
+    def histories(self, source: str) -> Iterator[tuple[str, PageHistory]]:
+        with self._lock:
+            src = self._known_src(source)
+            if src is None:
+                return
+            rows = self._db.execute(
+                "SELECT url, history FROM items WHERE src = ? AND history IS NOT NULL", (src,)
+            ).fetchall()
+        for url, text in rows:
+            history = PageHistory.decode(text)
+            if history is not None:
+                yield url, history
+
     def _count(self, source: str, run_id: str | None) -> StateCounts:
         counts = StateCounts()
         with self._lock:

@@ -7,6 +7,15 @@ items waited past their queue TTL and are queued again by the next plan, so they
 else the number of items the frontier knows for the source, so the ratio is the share of the
 source still outstanding.
 
+The levels mean **overload**: work arriving faster than it is done. With ``backlog.capacity``
+the ratio says so by itself (more is owed than the runs work off in one interval). Without it,
+the ratio is only the share outstanding, which is 100 % at the start of every first run (the
+plan queues the whole source at once): so then a level may rise only while the depth is not
+shrinking, the newest depth being at or above the one ``backlog.trend_s`` earlier
+(:func:`not_shrinking`). A run working its queue off stays ``ok`` however much is left; a
+plan that adds more than the runs finish, or runs that finish nothing (a site that is down,
+no worker), rise as before. Falling is never held back.
+
 Levels move with hysteresis: a level is entered at its threshold and left only when the ratio
 falls below a lower *clear* threshold, so a depth wobbling around 60 % raises one warning, not
 one per sample. Only transitions are reported; the caller (the ``backlog-monitor`` flow) turns
@@ -33,7 +42,9 @@ __all__ = [
     "Thresholds",
     "Transition",
     "depth_of",
+    "level_after",
     "next_level",
+    "not_shrinking",
     "sample_of",
     "sparkline",
     "trend_markdown",
@@ -104,6 +115,12 @@ class BacklogSettings(BaseModel):
     critical_clear: float = Field(
         defaults.BACKLOG_CRITICAL_CLEAR, gt=0, description="Back to warning below this ratio."
     )
+    trend_s: float = Field(
+        defaults.BACKLOG_TREND_S,
+        gt=0,
+        description="Without capacity: how long the depth must not shrink before a level may "
+        "rise (a queue being worked off is not overload).",
+    )
     samples: int = Field(
         defaults.BACKLOG_SAMPLES,
         ge=2,
@@ -135,6 +152,7 @@ class Sample:
     at: float  # UNIX seconds
     depth: int
     capacity: int
+    whole_source: bool = False  # capacity is the source's size (no backlog.capacity): a share
 
     @property
     def ratio(self) -> float:
@@ -143,8 +161,33 @@ class Sample:
 
 def sample_of(counts: StateCounts, settings: BacklogSettings, *, now: float) -> Sample:
     """Depth and capacity of one source from its frontier counts."""
-    capacity = settings.capacity if settings.capacity is not None else counts.total
-    return Sample(at=now, depth=depth_of(counts), capacity=capacity)
+    if settings.capacity is not None:
+        return Sample(at=now, depth=depth_of(counts), capacity=settings.capacity)
+    return Sample(at=now, depth=depth_of(counts), capacity=counts.total, whole_source=True)
+
+
+def not_shrinking(earlier: Sequence[Sample], sample: Sample, trend_s: float) -> bool:
+    """Work arrives at least as fast as it is done: ``sample``'s depth is at or above the one of
+    the newest earlier sample taken ``trend_s`` or more before it (False without one: no trend
+    is known yet, e.g. the first samples of a run)."""
+    before = next((s for s in reversed(earlier) if sample.at - s.at >= trend_s), None)
+    return before is not None and sample.depth > 0 and sample.depth >= before.depth
+
+
+def level_after(
+    current: Level,
+    earlier: Sequence[Sample],
+    sample: Sample,
+    thresholds: Thresholds,
+    trend_s: float = defaults.BACKLOG_TREND_S,
+) -> Level:
+    """The level after ``sample``: :func:`next_level`, except that a share of the whole source
+    (no ``backlog.capacity``) may not rise while the backlog shrinks (module docstring)."""
+    level = next_level(current, sample.ratio, thresholds)
+    rises = LEVELS.index(level) > LEVELS.index(current)
+    if rises and sample.whole_source and not not_shrinking(earlier, sample, trend_s):
+        return current
+    return level
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,10 +221,17 @@ class BacklogState:
     level: Level = "ok"
     samples: list[Sample] = field(default_factory=list)
 
-    def observe(self, sample: Sample, thresholds: Thresholds, *, keep: int) -> Transition | None:
+    def observe(
+        self,
+        sample: Sample,
+        thresholds: Thresholds,
+        *,
+        keep: int,
+        trend_s: float = defaults.BACKLOG_TREND_S,
+    ) -> Transition | None:
         """Record ``sample``; return the transition it causes, if any."""
         previous = self.level
-        self.level = next_level(previous, sample.ratio, thresholds)
+        self.level = level_after(previous, self.samples, sample, thresholds, trend_s)
         self.samples = [*self.samples, sample][-keep:]
         if self.level == previous:
             return None

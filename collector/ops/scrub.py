@@ -8,6 +8,12 @@ parameters and mapping keys named like credentials (``token``, ``api_key``, ``pa
 Values are known per process once a source is loaded (:func:`remember_secrets`), and from then
 on every log record any handler emits is scrubbed too (:class:`ScrubLogRecords`): Prefect's own
 lines, such as "Finished in state Failed(...)" with an exception's text, included.
+
+Why per process and not per run: log handlers, Sentry's client and Prefect's API log worker
+are the process's, and a record does not know which run's secret it may carry (Prefect's own
+lines, a helper thread's, another run's in the same worker). A scrubber scoped to one run would
+let that run's secret through a line logged for the next; removing every secret the process
+has seen from every line is the only scope that never leaks (issue 28 asked to review it).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ The span tree of one batch (``collector.batch``)::
         collector.store          the sink write under the lease's token
         collector.ack            the frontier ack
         (event ``dead_letter`` per dead letter: stage, error class, attempts, retry count, id)
+        collector.dead_letter    one per dead letter, status ERROR: error.type, cause, id, URL
 
 The batch span starts inside the fetch task (so Prefect's task-run span is its parent) with its
 start time set back to the claim, and ends after the ack, outliving the task: settling runs
@@ -52,9 +53,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BatchTraces",
+    "cause_of",
     "dead_letter_event",
     "fetched",
     "init_tracing",
+    "link_entry",
+    "link_to_origin",
+    "recovery_span",
     "trace_id_of_current",
 ]
 
@@ -161,25 +166,80 @@ def trace_id_of_current() -> str:
     return format(context.trace_id, "032x") if context.trace_id else ""
 
 
+def cause_of(letter: DeadLetter) -> str:
+    """``collector.dead_letter.cause``: why fetching gave up (``retries_exhausted``,
+    ``max_total_exceeded``), or ``permanent`` for an error that is never retried."""
+    return letter.cause or "permanent"
+
+
 def dead_letter_event(letter: DeadLetter) -> None:
-    """Record ``letter`` as an event of the current span (no-op when it does not record)."""
+    """Record ``letter`` as an event of the current span and as a ``collector.dead_letter``
+    span with status ERROR under it (no-op when the current span does not record)."""
     span = trace.get_current_span()
     if not span.is_recording():
         return
-    span.add_event(
-        "dead_letter",
-        {
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "quarantine",
-            "messaging.destination.name": "dead-letters",
-            "messaging.message.id": letter.id,
-            "error.type": letter.error_class,
-            "collector.dead_letter.stage": letter.stage,
-            "collector.dead_letter.attempts": letter.attempts,
-            "collector.dead_letter.retry_count": max(letter.attempts - 1, 0),
-            "collector.source": letter.source,
-        },
+    attributes: dict[str, Any] = {
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "quarantine",
+        "messaging.destination.name": "dead-letters",
+        "messaging.message.id": letter.id,
+        "error.type": letter.error_class,
+        "collector.dead_letter.cause": cause_of(letter),
+        "collector.dead_letter.stage": letter.stage,
+        "collector.dead_letter.attempts": letter.attempts,
+        "collector.dead_letter.retry_count": max(letter.attempts - 1, 0),
+        "collector.source": letter.source,
+    }
+    span.add_event("dead_letter", attributes)
+    failed = _tracer.start_span(
+        "collector.dead_letter", attributes={**attributes, "url.full": letter.url}
     )
+    failed.set_status(trace.Status(trace.StatusCode.ERROR, f"{letter.reason}: dead-lettered"))
+    failed.end()
+
+
+def link_to_origin(entry: DeadLetter) -> trace.Link | None:
+    """A span link to the trace in which ``entry`` failed (None when it was not traced).
+
+    Only the trace id is stored on an entry, so the link's span id is 0; its attributes name
+    the dead letter (an SDK keeps such a link because it has attributes)."""
+    try:
+        trace_id = int(entry.trace_id, 16) if len(entry.trace_id) == 32 else 0
+    except ValueError:
+        trace_id = 0
+    if not trace_id:
+        return None
+    context = trace.SpanContext(
+        trace_id, trace.INVALID_SPAN_ID, is_remote=True, trace_flags=trace.TraceFlags(1)
+    )
+    return trace.Link(
+        context,
+        {"collector.link.kind": "dead_letter_origin", "messaging.message.id": entry.id},
+    )
+
+
+@contextlib.contextmanager
+def recovery_span(
+    name: str, source: str, entries: Sequence[DeadLetter] = (), **attributes: Any
+) -> Iterator[trace.Span]:
+    """``collector.<name>`` (triage, replay, review, compensate) as the current span, linked to
+    the original trace of each of ``entries``; more can be linked with :func:`link_entry`.
+
+    An exception ends it with status ERROR (and is re-raised)."""
+    init_tracing()
+    links = [link for entry in entries if (link := link_to_origin(entry)) is not None]
+    values = {"collector.source": source, **{f"collector.{k}": v for k, v in attributes.items()}}
+    if len(entries) == 1:
+        values["messaging.message.id"] = entries[0].id
+    with _tracer.start_as_current_span(f"collector.{name}", links=links, attributes=values) as span:
+        yield span
+
+
+def link_entry(span: trace.Span, entry: DeadLetter) -> None:
+    """Link ``span`` to the trace in which ``entry`` failed (when traced and recording)."""
+    link = link_to_origin(entry)
+    if link is not None and span.is_recording():
+        span.add_link(link.context, link.attributes)
 
 
 def fetched(span: trace.Span, results: Sequence[FetchResult]) -> None:

@@ -13,8 +13,10 @@ A failed attempt is one of two kinds (``collector.errors``): *permanent* errors 
   ``budget_min``), so a failing site sheds load instead of being hammered by a retry storm. An
   item refused by the budget is not failed: it goes back to the frontier to wait its backoff.
 
-A short wait is done inside the batch (``max_inline_delay_s``); a longer one is handed back to the
-frontier as a not-before time, so one slow-to-recover URL never holds a whole batch.
+A short wait is done inside the batch (``max_inline_delay_s``), beside the batch's other requests;
+a longer one is handed back to the frontier as a not-before time, so one slow-to-recover URL
+never holds a whole batch (and a short one too, once it is all its batch still waits for:
+collector.fetch.tail).
 """
 
 from __future__ import annotations

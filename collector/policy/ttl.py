@@ -18,6 +18,10 @@ A source that breaks the order is refused when it is loaded, naming the fields.
 Freshness is chosen per URL: the first matching rule wins (regex ``pattern`` searched in the
 URL, or plain ``prefix``); an optional ``hook`` (dotted path to ``f(url) -> seconds | None``) is
 asked first, and ``None`` from it falls through to the rules, then ``default_fresh_s``.
+
+``revisit: adaptive`` (with ``budget_per_hour``) replaces those fixed intervals by learned ones
+(collector.policy.revisit_budget), kept within ``[min_fresh_s, max_fresh_s]``; the fixed ones
+stay the default, and the guess for a page fetched only once.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping
 from functools import cached_property
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -101,13 +105,42 @@ class TTLSettings(BaseModel):
         defaults.BATCH_TIMEOUT_S, gt=0, description="Prefect timeout_seconds of a fetch batch."
     )
     lease_s: float = Field(defaults.LEASE_S, gt=0, description="Claim lifetime without renewal.")
+    revisit: Literal["fixed", "adaptive"] = Field(
+        "fixed",
+        description="fixed: the freshness rules decide when a page is due again; adaptive: "
+        "each page's learned change rate and budget_per_hour (docs/revisits.md).",
+    )
+    budget_per_hour: float | None = Field(
+        None, gt=0, description="revisit: adaptive only: refetches an hour the source spends."
+    )
+    min_fresh_s: float = Field(
+        defaults.MIN_FRESH_S, gt=0, description="revisit: adaptive: shortest learned interval."
+    )
+    max_fresh_s: float = Field(
+        defaults.MAX_FRESH_S, gt=0, description="revisit: adaptive: longest learned interval."
+    )
 
     @model_validator(mode="after")
     def _aligned(self) -> Self:
-        problems = alignment_problems(self.model_dump())
+        problems = alignment_problems(self.model_dump()) + self._revisit_problems()
         if problems:  # one a line: the source's loader reports each as a problem of its own
             raise ValueError("\n".join(problems))
         return self
+
+    def _revisit_problems(self) -> list[str]:
+        problems = []
+        if self.revisit == "adaptive" and self.budget_per_hour is None:
+            problems.append("revisit: adaptive needs budget_per_hour (refetches an hour to spend)")
+        if self.revisit == "fixed" and self.budget_per_hour is not None:
+            problems.append(
+                "budget_per_hour is only read with revisit: adaptive (revisit is fixed)"
+            )
+        if self.min_fresh_s > self.max_fresh_s:
+            problems.append(
+                f"min_fresh_s ({self.min_fresh_s:g} s) must be <= max_fresh_s "
+                f"({self.max_fresh_s:g} s)"
+            )
+        return problems
 
     @cached_property
     def _hook(self) -> Callable[[str], float | None] | None:

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from collector.errors import PermanentFetchError, RecoverableFetchError
+from collector.ops.scrub import REDACTED
 
 __all__ = ["HostPolicy", "check_url_syntax", "shown"]
 
@@ -32,7 +33,8 @@ _AUTHORITY_END = re.compile(r"[/?#]|$")
 
 
 def shown(url: str) -> str:
-    """``url`` quoted for a message, with any ``user:password@`` replaced by ``***@``.
+    """``url`` quoted for a message, with any ``user:password@`` replaced by ``[redacted]@``
+    (the one mask of every message, log line and stored entry: collector.ops.scrub).
 
     Done on the raw text, not with ``urlsplit`` (which fails on some of the very URLs reported,
     and reads ``http//user:pw@host`` as a path): the authority follows the first ``//`` (or the
@@ -45,7 +47,7 @@ def shown(url: str) -> str:
     stop = end.start() if end else len(url)
     at = url.rfind("@", start, stop)
     if at >= 0:
-        url = f"{url[:start]}***{url[at:]}"
+        url = f"{url[:start]}{REDACTED}{url[at:]}"
     return repr(url)
 
 

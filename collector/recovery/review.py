@@ -27,9 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry import trace
+
 from collector.config import Source
 from collector.deadletter.base import DeadLetter, ReviewQueue
 from collector.frontier.base import Completed, Frontier
+from collector.ops import tracing
 from collector.recovery.triage import RecordValidator, expectation_names
 from collector.settle.parse import dotted_get
 from collector.sinks.base import Sink, SinkRecord
@@ -64,9 +67,48 @@ def accept(
     """Store ``record`` as the corrected version of ``entry``'s record and resolve the entry.
 
     ``guard(change)`` runs the change (after the record's checks) and returns its Decision."""
+    with tracing.recovery_span(
+        "review", source.name, [entry], decision="accept", reviewer=reviewer
+    ) as span:
+        decision = _refusal(source.record.key, record, validator)
+        if decision is None:
+            key = str(dotted_get(record, source.record.key, None))
+
+            def change() -> Decision:
+                now = clock()
+                token = frontier.claim(source.name, 0, now=now, lease_s=source.ttl.lease_s).token
+                batch_id = f"review:{reviewer}:{message_id}"
+                written = sink.write(
+                    [SinkRecord(key, record, entry.url)], token=token, batch_id=batch_id
+                )
+                if written.stale_keys:
+                    return Decision(False, "a newer write of this key holds the sink: not stored")
+                fresh_until = now + source.ttl.fresh_for(entry.url)
+                frontier.revive(source.name, [Completed(entry.url, fresh_until, entry.last_seen)])
+                detail = f"accepted a corrected record from {reviewer} (batch {batch_id})"
+                if not queue.finish_review(message_id, entry.id, "reviewed", detail):
+                    return Decision(
+                        False, "the entry is no longer in this review (resolved meanwhile)"
+                    )
+                return Decision(True, detail, batch_id=batch_id)
+
+            decision = guard(change)
+        _decided(span, decision)
+        return decision
+
+
+def _decided(span: trace.Span, decision: Decision) -> None:
+    """The decision's outcome on the review span (refused = status ERROR with the reason)."""
+    span.set_attribute("collector.review.done", decision.done)
+    if not decision.done:
+        span.set_status(trace.Status(trace.StatusCode.ERROR, decision.detail))
+
+
+def _refusal(key_path: str, record: Any, validator: RecordValidator | None) -> Decision | None:
+    """Why ``record`` cannot be stored as a corrected record (None: it can): not a JSON
+    object, no usable key at ``key_path``, or it fails the current suite."""
     if not isinstance(record, dict):
         return Decision(False, f"a record is a JSON object, not {type(record).__name__}")
-    key_path = source.record.key
     key = dotted_get(record, key_path, None)
     if key is None or isinstance(key, (dict, list)) or key == "":
         return Decision(False, f"the record has no usable key at {key_path!r}")
@@ -77,30 +119,24 @@ def accept(
             failed += expectation_names(row.failed)
         if failed:
             return Decision(False, "the record fails " + ", ".join(failed), failed=failed)
-
-    def change() -> Decision:
-        now = clock()
-        token = frontier.claim(source.name, 0, now=now, lease_s=source.ttl.lease_s).token
-        batch_id = f"review:{reviewer}:{message_id}"
-        written = sink.write(
-            [SinkRecord(str(key), record, entry.url)], token=token, batch_id=batch_id
-        )
-        if written.stale_keys:
-            return Decision(False, "a newer write of this key holds the sink: not stored")
-        fresh_until = now + source.ttl.fresh_for(entry.url)
-        frontier.revive(source.name, [Completed(entry.url, fresh_until, entry.last_seen)])
-        detail = f"accepted a corrected record from {reviewer} (batch {batch_id})"
-        if not queue.finish_review(message_id, entry.id, "reviewed", detail):
-            return Decision(False, "the entry is no longer in this review (resolved meanwhile)")
-        return Decision(True, detail, batch_id=batch_id)
-
-    return guard(change)
+    return None
 
 
 def discard(
     entry: DeadLetter, reason: str, *, message_id: str, reviewer: str, queue: ReviewQueue
 ) -> Decision:
     """Resolve ``entry`` as discarded, with the reviewer's reason."""
+    with tracing.recovery_span(
+        "review", entry.source, [entry], decision="discard", reviewer=reviewer
+    ) as span:
+        decision = _discard(entry, reason, message_id=message_id, reviewer=reviewer, queue=queue)
+        _decided(span, decision)
+        return decision
+
+
+def _discard(
+    entry: DeadLetter, reason: str, *, message_id: str, reviewer: str, queue: ReviewQueue
+) -> Decision:
     if not reason.strip():
         return Decision(False, "a discard needs a reason")
     detail = f"{reason.strip()} ({reviewer})"

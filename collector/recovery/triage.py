@@ -38,11 +38,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
+from opentelemetry import trace
+
 from collector import defaults
 from collector.config import Source
 from collector.deadletter.archive import JsonlArchive
 from collector.deadletter.base import DeadLetter, DeadLetters, DeadLetterStore
 from collector.frontier.base import Completed, Frontier
+from collector.ops import tracing
 from collector.policy.retry import is_recoverable_status
 from collector.recovery.requeue import reenqueue
 from collector.run.stop import StopRequest
@@ -321,6 +324,23 @@ class Triage:
         """Settle each open entry once. A ``stop`` request (Ctrl-C) ends the claiming: the
         entries claimed so far are settled (records replayed), the others stay open for the
         next run, untouched."""
+        with tracing.recovery_span(
+            "triage", self.source.name, run_id=self.run_id, dry_run=dry_run
+        ) as span:
+            report = self._run(span, limit=limit, dry_run=dry_run, stop=stop)
+            if span.is_recording():
+                counts = report.counts().items()
+                span.set_attributes({f"collector.triage.{k}": v for k, v in counts})
+                for out in report.entries:
+                    span.add_event(
+                        "triage_entry",
+                        {"messaging.message.id": out.id, "collector.triage.outcome": out.outcome},
+                    )
+            return report
+
+    def _run(
+        self, span: trace.Span, *, limit: int, dry_run: bool, stop: StopRequest | None
+    ) -> TriageReport:
         report = TriageReport(self.source.name, self.run_id, dry_run)
         report.replay_batch = f"triage:{self.run_id}"
         records: list[DeadLetter] = []
@@ -329,6 +349,7 @@ class Triage:
                 report.interrupted = stop.reason
                 break
             report.seen += 1
+            tracing.link_entry(span, entry)  # to the trace in which the entry failed
             if not dry_run and not self.store.claim_for_triage(
                 entry.id, self.owner, now=self.clock(), lease_s=self.claim_s
             ):
@@ -336,6 +357,11 @@ class Triage:
                 continue
             if entry.stage == "validate" and isinstance(entry.payload, dict):
                 records.append(entry)
+            elif entry.cause == "robots":  # not for a person: a later plan asks robots.txt again
+                if not dry_run:
+                    self.store.release_claim(entry.id, self.owner)
+                why = "refused by robots.txt: a plan asks again after politeness.robots_ttl_s"
+                report.add(self._outcome(entry, "open", why))
             elif entry.stage == "fetch" and is_recoverable_class(entry.error_class):
                 report.add(self._fetch_failure(entry, dry_run))
             else:
@@ -412,6 +438,23 @@ class Triage:
                 passing.append((entry, SinkRecord(key, record, entry.url), changes))
         if not passing:
             return
+        with tracing.recovery_span(
+            "replay",
+            self.source.name,
+            [entry for entry, _, _ in passing],
+            batch=report.replay_batch,
+            dry_run=dry_run,
+        ):
+            self._replay(passing, report, dry_run)
+
+    def _replay(
+        self,
+        passing: list[tuple[DeadLetter, SinkRecord, list[str]]],
+        report: TriageReport,
+        dry_run: bool,
+    ) -> None:
+        """Write the repaired records under a fresh token, resolve their entries, revive their
+        pages."""
         stale: set[str] = set()
         if not dry_run:
             token = self.frontier.claim(

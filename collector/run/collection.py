@@ -8,58 +8,47 @@ ledger, and exposes the pipeline as steps the Prefect flow calls in order::
 Keeping the steps here, in plain Python, lets the engine be tested without a Prefect server and
 keeps ``flows/collect.py`` down to orchestration (tasks, timeouts, retries, artifacts).
 
-Where an item's outcome is decided (``settle``): records are parsed, keyed and validated; the
-good ones are written to the sink under the lease's fencing token *before* the frontier is told
-(so a crash between the two only causes a refetch, and the idempotent sink writes nothing
-twice); failures are put in the dead letters before their items are marked dead.
+The run coordinates parts it does not implement: planning is :mod:`collector.run.plan` (by
+kind) over :mod:`collector.run.offer`; the account is :class:`~collector.run.ledger.Ledger`,
+changed only through its steps. Settling a batch keeps the order of writes here: outcomes are
+decided (:mod:`collector.settle.outcomes`), records keyed and validated
+(:mod:`collector.settle.records`), the good ones written to the sink under the lease's fencing
+token *before* the frontier is told (so a crash between the two only causes a refetch, and the
+idempotent sink writes nothing twice); failures are put in the dead letters
+(:mod:`collector.settle.letters`) before their items are marked dead.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from itertools import chain
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from collector._text import one_line
 from collector.backends import open_deadletters, open_frontier, open_sink
 from collector.config import Source
 from collector.deadletter import DeadLetter, DeadLetterStore
-from collector.deadletter.base import url_digest, without_userinfo
-from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
+from collector.errors import BackendError
 from collector.fetch.engine import FetchEngine, FetchResult
-from collector.frontier import (
-    Completed,
-    DeadLettered,
-    Frontier,
-    Lease,
-    Offer,
-    OfferResult,
-    Outcome,
-    RetryLater,
-    SweepResult,
-)
+from collector.frontier import Frontier, Lease
+from collector.offloop import AsyncStores
 from collector.ops import metrics, observability, tracing
 from collector.ops.scrub import Scrubber
 from collector.policy.retry import RetryBudget
-from collector.policy.urls import HostPolicy
+from collector.policy.revisit_budget import RevisitSchedule
 from collector.run.ledger import Ledger
-from collector.run.replan import LiftedRefusals
-from collector.run.seedlist import (
-    ListChange,
-    ListCopies,
-    ListCopy,
-    list_change,
-    listed_digest,
-    named_in,
-)
-from collector.run.seeds import SeedCheck, range_change
-from collector.run.summary import Role, RunSummary
-from collector.settle.parse import RecordParser, dotted_get
+from collector.run.offer import SeedOffer
+from collector.run.plan import Plan
+from collector.run.robots_replan import reexamine as reexamine_robots
+from collector.run.summary import BatchReport, Role, RunSummary
+from collector.settle.letters import Letters
+from collector.settle.outcomes import complete, count_acks, decide, scheduled
+from collector.settle.parse import RecordParser
+from collector.settle.records import Checked, key_and_validate
 from collector.sinks import Sink, SinkRecord
 
 if TYPE_CHECKING:
@@ -72,29 +61,6 @@ _log = logging.getLogger(__name__)
 # Record keys a run remembers to count key collisions (~80 bytes each): a run of millions of
 # records stays in bounded memory; later keys are still checked against the remembered ones.
 KEYS_REMEMBERED = 1_000_000
-_BODY_EXCERPT = 2048  # bytes of a failing body kept in its dead letter
-_REFUSED_CHUNK = 500  # refused seeds written to the dead letters at a time (bounded memory)
-
-
-@dataclass(slots=True)
-class BatchReport:
-    """What one batch did, for progress displays and artifacts."""
-
-    token: int
-    items: int
-    stored: int = 0
-    dead_lettered: int = 0
-    retry_later: int = 0
-    skipped: int = 0
-    deferred_by_circuit: int = 0  # sent back unsent: the host's circuit breaker was open
-    stale: int = 0
-    records_written: int = 0
-    records_unchanged: int = 0
-    records_quarantined: int = 0
-    stale_writes: int = 0
-    validation_s: float = 0.0
-    reasons: dict[str, int] = field(default_factory=dict)
-    windows: dict[str, int] = field(default_factory=dict)  # host -> adaptive window, at fetch
 
 
 class Collection:
@@ -123,8 +89,11 @@ class Collection:
         self.frontier = frontier or open_frontier(source)
         self.sink = sink or open_sink(source)
         self.deadletters = deadletters or open_deadletters(source)
+        # what the run loop awaits instead: each store on its own thread (collector.offloop)
+        self.stores = AsyncStores(self.frontier, self.sink, self.deadletters)
         self.ledger = Ledger()
         self.errors = observability.DeadLetterReporter(source.name, run_id)
+        self.letters = Letters(source.name, run_id, self.scrub, clock)
         self.traces = tracing.BatchTraces(source.name)  # a span per batch (collector.ops.tracing)
         self.parser = RecordParser(
             parser=source.record.parser, records_path=source.record.records_path
@@ -132,6 +101,9 @@ class Collection:
         self.budget = RetryBudget(
             ratio=source.retry.budget_ratio, min_retries=source.retry.budget_min
         )
+        # when each settled page is due again, and its history (collector.policy.revisit_budget)
+        self.revisit = RevisitSchedule(source.ttl, source.priority)
+        self._revisit_loaded = False
         self._validator: ValidationWorker | None = None
         self._engines: list[FetchEngine] = []
         self.halted = False
@@ -143,9 +115,10 @@ class Collection:
         self.drain_cpu_seconds = 0.0
         self.records_validated = 0
         self.pages_ok = 0
-        self.replanned = 0  # open plan refusals closed because the policy allows them now
-        self.renewed = 0  # queued items past their queue TTL that the plan asked for again
+        self.robots_requeued = 0  # robots dead letters queued again (collector.run.robots_replan)
         self.hosts: dict[str, Any] = {}  # the engine's view of hosts after the last fetch
+        # dead letters this run wrote, by reason (deadletter_reasons is the source's open ones)
+        self.new_reasons: Counter[str] = Counter()
         # hash(record key) -> URL of the page whose record of that key this run stored last:
         # a later record with the same key from another page is a key collision. One entry per
         # distinct key of the run (~80 bytes measured; the URL string is the page's own).
@@ -156,8 +129,15 @@ class Collection:
     def __enter__(self) -> Collection:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except BackendError as failure:  # the run's own error goes on, this one beside it
+            _log.error("%s", failure)
+            exc.add_note(str(failure))
 
     async def aclose(self) -> None:
         """Stop the validation worker (the backends close with :meth:`close`)."""
@@ -165,9 +145,31 @@ class Collection:
             await self._validator.aclose()
 
     def close(self) -> None:
-        for backend in (self.sink, self.frontier, self.deadletters):
-            with contextlib.suppress(Exception):
+        """Close the sink, the frontier and the dead-letter store, each even when another
+        failed, then raise one BackendError line naming every one that failed.
+
+        Closing can still do work that matters (the JSONL sink compacts its segments then): a
+        run whose sink could not finish says so instead of ending as if it had.
+        """
+        self.stores.close()  # every call the loop made is done before its store closes
+        failed: list[tuple[str, Exception]] = []
+        stores = (
+            ("sink", self.sink),
+            ("frontier", self.frontier),
+            ("dead letters", self.deadletters),
+        )
+        for what, backend in stores:
+            try:
                 backend.close()
+            except Exception as exc:
+                failed.append((what, exc))
+        if failed:
+            said = "; ".join(
+                f"{what}: {type(exc).__name__}: {one_line(exc)}" for what, exc in failed
+            )
+            raise BackendError(
+                f"{self.source.name}: closing the run's stores failed: {said}"
+            ) from failed[0][1]
 
     def engine(self) -> FetchEngine:
         storage = self.source.resolve_env(
@@ -209,208 +211,63 @@ class Collection:
 
     # --- plan ----------------------------------------------------------------------------------
     def plan(self) -> Ledger:
-        """Take the run's items into its account (see collector.run.ledger for the terms).
-
-        An unchanged seed list (its :meth:`~collector.config.Source.seed_mark` is the one the
-        frontier kept from the last finished plan) is not offered again: only the items that
-        are due join the run (:meth:`Frontier.adopt`). A template whose range alone changed
-        offers only the numbers the range gained, settles the URLs of the numbers it lost
-        (:meth:`Frontier.unlist`) and adopts the rest (a ``difference`` plan). Otherwise every
-        seed is streamed to the frontier in chunks (constant memory: repeats are told apart by
-        the run's tag), and items queued by earlier plans that the list no longer names are
-        retired or carried over (``seeds.on_removed``). Malformed or forbidden seeds go to the
-        dead letters in chunks. The mark is cleared first and stored last, so a plan cut short
-        is done in full next time.
-        """
+        """Take the run's items into its account (collector.run.plan says how, by kind;
+        collector.run.ledger what each term means)."""
         if self.validator is not None:
             self.validator.start()  # GX imports in the worker while we plan
+        seeds = SeedOffer(
+            self.source, self.frontier, self.deadletters,
+            tag=self.frontier_tag, letters=self.letters, file_letters=self.file_letters,
+        )  # fmt: skip
         now = self.clock()
-        source, name, ledger = self.source, self.source.name, self.ledger
-        ttl, priority = source.ttl, source.priority
-
-        new_ranks: dict[float, float] = {}  # without rules, a new URL's rank is fresh_s's
-
-        def rank_for(url: str, age_s: float | None, fresh_s: float) -> float:
-            if age_s is None and not priority.rules:
-                known = new_ranks.get(fresh_s)
-                if known is None:
-                    known = new_ranks[fresh_s] = priority.rank_for(
-                        url, enqueued_at=now, age_s=None, fresh_s=fresh_s
-                    )
-                return known
-            return priority.rank_for(url, enqueued_at=now, age_s=age_s, fresh_s=fresh_s)
-
-        def adopt() -> OfferResult:
-            return self.frontier.adopt(
-                name,
-                self.frontier_tag,
-                now=now,
-                queue_ttl_s=ttl.queue_ttl_s,
-                rank_for=rank_for,
-                fresh_for=ttl.fresh_for,
-            )
-
-        # leftovers of an earlier run are asked for again, not expired by this run's first claim
-        self.renewed = self.frontier.renew_queue_ttl(name, now=now, queue_ttl_s=ttl.queue_ttl_s)
-        mark = source.seed_mark()
-        stored = self.frontier.plan_mark(name)
-        if stored == mark:
-            ledger.plan = "incremental"
-            ledger.discovered = adopt().total
-            return ledger
-
-        self.frontier.set_plan_mark(name, None)
-        retire = source.seeds.on_removed == "retire"
-        copies, listed = None, None
-        head = source.seed_list_head()
-        if head is not None:  # the plan reads a copy of the list, kept for the next difference
-            copies = ListCopies(source.state_path / "seedlists" / name)
-            listed = copies.write(source.seed_list_blocks(head))
-            mark = source.seed_mark(list_digest=listed.digest)
-        swept = SweepResult()
-        if (range_diff := range_change(stored, mark)) is not None:
-            # settle the URLs that left first: then the adopt below leaves them alone
-            for gone in range_diff.removed:
-                swept += self.frontier.unlist(
-                    name, source.template_urls(gone.start, gone.stop), self.frontier_tag,
-                    retire=retire,
-                )  # fmt: skip
-            added = (source.template_urls(r.start, r.stop) for r in range_diff.added)
-            # the policy is unchanged and every refused number is still listed: nothing lifts
-            result = self._offer_seeds(chain.from_iterable(added), now, rank_for, left=set())
-            ledger.discovered += adopt().total  # the unchanged part, as an unchanged plan takes it
-            ledger.plan = "difference"
-        elif (list_diff := self._list_change(copies, listed, stored, mark)) is not None:
-            assert listed is not None
-            # a refusal lifts only when its refused form left the list (the shared lines are
-            # not offered, so a form still listed there would not be refused again)
-            dropped = list_diff.removed
-            left = {url_digest(u) for u in dropped} | {without_userinfo(u) for u in dropped}
-            result = self._offer_seeds(
-                listed.urls(*list_diff.added), now, rank_for, left=left, listed=listed
-            )
-            # after the offer: a URL that moved within the list is the run's now, and unlist
-            # leaves the run's items alone
-            swept = self.frontier.unlist(
-                name, iter(list_diff.removed), self.frontier_tag, retire=retire
-            )
-            ledger.discovered += adopt().total
-            ledger.plan = "difference"
-        else:
-            result = self._offer_seeds(
-                listed.urls() if listed else source.seed_urls(), now, rank_for
-            )
-            swept = self.frontier.sweep(name, self.frontier_tag, retire=retire)
-            ledger.plan = "full"
-        if copies is not None and listed is not None:
-            copies.keep(listed)
-        self.frontier.set_plan_mark(name, mark)
-        ledger.duplicates = result.duplicates
-        ledger.discovered -= result.duplicates
-        ledger.fresh_skipped = result.fresh_skipped
-        ledger.already_dead = result.already_dead
-        ledger.dead_lettered += result.already_dead
-        ledger.unlisted = swept.carried + swept.retired
-        ledger.carried_over = swept.carried
-        ledger.retired = swept.retired
-        return ledger
-
-    @staticmethod
-    def _list_change(
-        copies: ListCopies | None, listed: ListCopy | None, stored: str | None, mark: str
-    ) -> ListChange | None:
-        """What an edit of the listed seeds changed, when the last plan's copy is here."""
-        kept_digest = listed_digest(stored, mark)
-        if copies is None or listed is None or kept_digest is None:
-            return None
-        kept = copies.kept(kept_digest)
-        return None if kept is None else list_change(kept, listed)
-
-    def _offer_seeds(
-        self,
-        seeds: Iterable[str],
-        now: float,
-        rank_for: Callable[[str, float | None, float], float],
-        *,
-        left: set[str] | None = None,
-        listed: ListCopy | None = None,
-    ) -> OfferResult:
-        """Check and offer ``seeds`` (streamed), counting each in ``discovered``; refused ones
-        go to the dead letters, 500 at a time.
-
-        A difference plan offers part of the list: ``left`` are the keys of the URLs that left
-        it (collector.run.replan.LiftedRefusals), ``listed`` the whole new list, read for the
-        lifted refusals' URLs when some are pending."""
-        source, name, ledger = self.source, self.source.name, self.ledger
-        ttl = source.ttl
-        check = SeedCheck(
-            HostPolicy(
-                allow_private_networks=source.allow_private_networks,
-                allowed_hosts=source.limits.allowed_hosts,
-            )
+        # pages robots.txt refused long enough ago are queued to be asked about again (before
+        # the plan, which then adopts them as due)
+        self.robots_requeued = reexamine_robots(
+            self.deadletters, self.frontier, self.source, now=now
         )
-        fresh_for = ttl.fresh_for if (ttl.rules or ttl.hook) else None
-        default_fresh = ttl.default_fresh_s
-        refused: list[DeadLetter] = []
-        lifted = LiftedRefusals(self.deadletters, name, check.refusal, left=left)
+        plan = Plan(self.source, self.frontier, seeds, tag=self.frontier_tag, now=now)
+        self.ledger.planned(**plan.take().for_ledger())
+        self._load_revisit()
+        return self.ledger
 
-        def put_refused() -> None:
-            self.deadletters.put(refused)
-            self.errors.report(refused)
-            metrics.count_dead_letters(name, refused)
-            ledger.refused_at_plan += len(refused)
-            ledger.dead_lettered += len(refused)
-            refused.clear()
+    def _load_revisit(self) -> None:
+        """A learned schedule counts the source's pages by class, from their kept histories
+        (once a run: at its plan, or a helper's first settle; on the frontier's lane)."""
+        if self.revisit.adaptive and not self._revisit_loaded:
+            self.revisit.load(self.frontier.histories(self.source.name))
+        self._revisit_loaded = True
 
-        def offers() -> Iterator[Offer]:
-            refusal, lifting = check.refusal, bool(lifted.pending)  # per-URL work kept short
-            for url in seeds:
-                ledger.discovered += 1
-                try:
-                    reason = refusal(url)
-                except RecoverableFetchError:
-                    reason = None  # DNS may recover: let the fetch step retry it
-                if reason is not None:
-                    refused.append(self._dead_letter(url, "plan", "refused_url", reason, 0))
-                    if len(refused) >= _REFUSED_CHUNK:
-                        put_refused()
-                    continue
-                if lifting:
-                    lifted.offered(url)
-                yield Offer(url, fresh_for(url) if fresh_for else default_fresh)
+    def file_letters(self, letters: list[DeadLetter]) -> None:
+        """Put dead letters in the store, then count and report them (the plan: it runs on
+        the frontier's lane, off the loop, before anything is fetched)."""
+        self.deadletters.put(letters)
+        self._count_letters(letters)
 
-        result = self.frontier.offer(
-            name,
-            offers(),
-            now=now,
-            queue_ttl_s=ttl.queue_ttl_s,
-            rank_for=rank_for,
-            run_id=self.frontier_tag,
-            once_per_run=True,
-        )
-        put_refused()
-        if listed is not None and lifted.pending:  # a difference plan: unchanged lines count
-            plain = {without_userinfo(entry.url) for entry in lifted.pending.values()}
-            for url in named_in(listed, plain):
-                lifted.offered(url)
-        self.replanned = lifted.resolve()  # old refusals of URLs allowed now (collector.run.replan)
-        return result
+    async def put_letters(self, letters: list[DeadLetter]) -> None:
+        """:meth:`file_letters` for a batch: the put runs on the dead letters' lane."""
+        await self.stores.deadletters.put(letters)
+        self._count_letters(letters)
+
+    def _count_letters(self, letters: list[DeadLetter]) -> None:
+        self.new_reasons.update(letter.reason for letter in letters)
+        self.errors.report(letters)
+        metrics.count_dead_letters(self.source.name, letters)
 
     # --- claim and fetch -----------------------------------------------------------------------
-    def claim(self, limit: int) -> Lease:
+    async def claim(self, limit: int) -> Lease:
         began, began_ns = time.monotonic(), time.time_ns()
-        lease = self.frontier.claim(
+        lease = await self.stores.frontier.claim(
             self.source.name,
             limit,
             now=self.clock(),
             lease_s=self.source.ttl.lease_s,
             holder=self.run_id,
         )
-        metrics.claimed(self.source.name, time.monotonic() - began, lease.reclaimed)
+        waited = time.monotonic() - began  # the claim wait; URL sizes feed the backlog bytes
+        metrics.claimed(self.source.name, waited, lease.reclaimed, (i.url for i in lease.items))
         self.traces.claimed(lease, began_ns)
-        self.sample_frontier()
-        self.ledger.leases_reclaimed += lease.reclaimed
-        self.ledger.claimed += len(lease.items)
+        await self.stores.frontier.lane.run(self.sample_frontier)  # reads the frontier's counts
+        self.ledger.took(len(lease.items), reclaimed=lease.reclaimed)
         return lease
 
     def keep_alive(self, lease: Lease) -> asyncio.Task[None]:
@@ -424,7 +281,7 @@ class Collection:
         async def keep_renewing() -> None:
             while True:
                 await asyncio.sleep(ttl.renew_every_s)
-                self.frontier.renew(lease, now=self.clock(), lease_s=ttl.lease_s)
+                await self.stores.frontier.renew(lease, now=self.clock(), lease_s=ttl.lease_s)
                 metrics.lease_renewed(self.source.name)
 
         return asyncio.create_task(keep_renewing(), name=f"renew-lease-{lease.token}")
@@ -450,14 +307,14 @@ class Collection:
         finally:
             self.fetch_seconds += time.monotonic() - began
             if engine.tally is not None:
-                engine.tally.flush(self.source.name)
+                engine.tally.flush(self.source.name, hosts=self.source.metrics.hosts)
             self.hosts = engine.host_report()
 
-    def release(self, lease: Lease) -> int:
+    async def release(self, lease: Lease) -> int:
         """Give a batch back unchanged (its task failed for good)."""
-        self.ledger.released += len(lease.items)  # given back, or already taken by another
+        self.ledger.gave_back(len(lease.items))  # given back, or already taken by another
         self.traces.released(lease)
-        return self.frontier.release(lease, now=self.clock())
+        return await self.stores.frontier.release(lease, now=self.clock())
 
     # --- settle --------------------------------------------------------------------------------
     async def settle(
@@ -496,189 +353,84 @@ class Collection:
     async def _settle(
         self, lease: Lease, results: list[FetchResult], after: asyncio.Future[Any] | None
     ) -> BatchReport:
+        """Decide each item, check the records, store, put dead letters, ack, count."""
         now = self.clock()
         report = BatchReport(token=lease.token, items=len(lease.items))
-        outcomes: dict[str, Outcome] = {}
-        letters: list[DeadLetter] = []
-        parsed: list[tuple[FetchResult, list[dict[str, Any]]]] = []
-        claimed = {item.url: item for item in lease.items}
-
-        for result in results:
-            if result.status == "ok":
-                self.pages_ok += 1
-                try:
-                    parsed.append((result, self.parser.parse(result.url, result.body)))
-                except PermanentFetchError as error:
-                    letters.append(self._fetch_letter(result, error, body=result.body))
-                    outcomes[result.url] = DeadLettered(result.url, result.attempts, "parse_error")
-            elif result.status == "failed":
-                assert result.error is not None and result.decision is not None
-                if result.decision.action == "dead":
-                    letters.append(self._fetch_letter(result, result.error))
-                    outcomes[result.url] = DeadLettered(
-                        result.url, result.attempts, result.decision.reason
-                    )
-                else:
-                    outcomes[result.url] = self._retry_later(
-                        result, claimed[result.url].enqueued_at, now + result.decision.delay_s
-                    )
-            elif result.status == "deferred":  # the host's breaker is open: not an attempt
-                report.deferred_by_circuit += 1
-                outcomes[result.url] = self._retry_later(
-                    result, claimed[result.url].enqueued_at, result.not_before,
-                    count_attempt=False, reason="circuit_open",
-                )  # fmt: skip
-            else:  # skipped: the batch ran out of time before trying it
-                report.skipped += 1
-                outcomes[result.url] = self._retry_later(
-                    result, claimed[result.url].enqueued_at, now, count_attempt=False
-                )
-
-        good, failed_items = await self._key_and_validate(parsed, letters, report)
+        self.pages_ok += sum(1 for result in results if result.status == "ok")
+        decided = decide(
+            results, lease, now=now, source=self.source, parser=self.parser,
+            letters=self.letters, report=report,
+        )  # fmt: skip
+        checked = await key_and_validate(
+            decided.parsed, key_path=self.source.record.key, validator=self.validator,
+            letters=self.letters, bad=decided.letters, traces=self.traces,
+        )  # fmt: skip
+        self._count_validation(checked, report)
         if after is not None:
             waiting = time.monotonic()
             await asyncio.shield(after)
             self.settle_seconds -= time.monotonic() - waiting  # not this batch's work
-        for result, _ in parsed:
-            if result.url in failed_items:
-                outcomes[result.url] = DeadLettered(result.url, result.attempts, "validation")
-            else:
-                fresh_s = self.source.ttl.fresh_for(result.url)
-                outcomes[result.url] = Completed(
-                    result.url, now + fresh_s, now, cost=len(result.body) / 1024
-                )
-
+        complete(decided, checked.failed_items, source=self.source, now=now)
         batch_id = f"{self.run_id}:{lease.token}"
         with self.traces.step("store"):
-            written = self.sink.write(good, token=lease.token, batch_id=batch_id)
+            written = await self.stores.sink.write(
+                checked.good, token=lease.token, batch_id=batch_id
+            )
+        if self.revisit.adaptive and not self._revisit_loaded:
+            await self.stores.frontier.lane.run(self._load_revisit)
+        budget = self.revisit.budget
+        if budget is not None and budget.stale:  # ~0.3 s for 600 classes: off the loop's turn
+            await asyncio.to_thread(budget.solve)  # (settles reach here one at a time)
+        scheduled(decided, lease, written.written_urls, self.revisit, now=now)
         report.records_written = written.written
         report.records_unchanged = written.unchanged
         report.stale_writes = written.stale
-        self.ledger.records_written += written.written
-        self.ledger.records_unchanged += written.unchanged
-        self.ledger.stale_writes += written.stale
-        self._count_key_collisions(good, written.stale_keys)
-        self.deadletters.put(letters)
-        self.errors.report(letters)
-        metrics.count_dead_letters(self.source.name, letters)
-
+        collisions = self._count_key_collisions(checked.good, written.stale_keys)
+        await self.put_letters(decided.letters)
         with self.traces.step("ack"):
-            acked = self.frontier.ack(lease, list(outcomes.values()), now=self.clock())
-        stale = set(acked.stale)
-        report.stale = len(stale)
-        self.ledger.stale_acks += len(stale)
-        for url, outcome in outcomes.items():
-            if url in stale:
-                continue
-            if isinstance(outcome, Completed):
-                report.stored += 1
-            elif isinstance(outcome, DeadLettered):
-                report.dead_lettered += 1
-                report.reasons[outcome.error] = report.reasons.get(outcome.error, 0) + 1
-            elif outcome.error == "circuit_open":
-                self.ledger.deferred_by_circuit += 1
-            else:
-                self.ledger.returned += 1
-                if outcome.error != "batch_time":
-                    report.retry_later += 1
-        self.ledger.stored += report.stored
-        self.ledger.dead_lettered += report.dead_lettered
-        self.ledger.retried += report.retry_later
-        self.ledger.records_quarantined += report.records_quarantined
-        self.ledger.batches += 1
+            acked = await self.stores.frontier.ack(
+                lease, list(decided.outcomes.values()), now=self.clock()
+            )
+        ended = count_acks(decided.outcomes, acked.stale, report, decided.not_modified)
+        self.ledger.settled(
+            len(decided.outcomes),
+            stored=report.stored,
+            not_modified=report.not_modified,
+            dead_lettered=report.dead_lettered,
+            returned=ended.returned,
+            deferred_by_circuit=ended.deferred_by_circuit,
+            stale_acks=ended.stale,
+            retried=report.retry_later,
+            records_written=written.written,
+            records_unchanged=written.unchanged,
+            records_quarantined=report.records_quarantined,
+            stale_writes=written.stale,
+            key_collisions=collisions,
+        )
         report.windows = dict(self.hosts.get("windows", {}))
+        report.slowed = dict(self.hosts.get("slowed", {}))
         return report
 
-    async def _key_and_validate(
-        self,
-        parsed: list[tuple[FetchResult, list[dict[str, Any]]]],
-        letters: list[DeadLetter],
-        report: BatchReport,
-    ) -> tuple[list[SinkRecord], set[str]]:
-        """Key every record, run the suite over the batch, and split good from bad.
+    def _count_validation(self, checked: Checked, report: BatchReport) -> None:
+        """The suite's time and records, and the bad records, into the run and the report."""
+        self.settle_seconds -= checked.waited_s  # the worker's time, not ours
+        self.validation_seconds += checked.validation_s
+        self.records_validated += checked.validated
+        report.validation_s = checked.validation_s
+        report.records_quarantined = checked.quarantined
 
-        Returns the good sink records and the URLs of items all of whose records failed (those
-        items are dead-lettered; the others are stored).
-        """
-        key_path = self.source.record.key
-        candidates: list[tuple[FetchResult, str, dict[str, Any]]] = []
-        bad_per_item: dict[str, int] = {}
-        total_per_item: dict[str, int] = {}
-        for result, records in parsed:
-            total_per_item[result.url] = len(records)
-            for record in records:
-                key = dotted_get(record, key_path, None)
-                if key is None or isinstance(key, (dict, list)) or key == "":
-                    letters.append(
-                        self._record_letter(
-                            result,
-                            record,
-                            "missing_key",
-                            f"record has no usable key at {key_path!r}",
-                        )
-                    )
-                    bad_per_item[result.url] = bad_per_item.get(result.url, 0) + 1
-                    continue
-                candidates.append((result, str(key), record))
-
-        keep = [True] * len(candidates)
-        validator = self.validator
-        if validator is not None and candidates:
-            waiting = time.monotonic()
-            with self.traces.step("validate"):
-                outcome = await validator.validate([record for _, _, record in candidates])
-            self.settle_seconds -= time.monotonic() - waiting  # the worker's time, not ours
-            report.validation_s = outcome.seconds
-            self.validation_seconds += outcome.seconds
-            self.records_validated += len(candidates)
-            if outcome.table_failures:
-                failed = [_expectation_dict(f) for f in outcome.table_failures]
-                names = ", ".join(f.expectation for f in outcome.table_failures)
-                for index, (result, key, record) in enumerate(candidates):
-                    keep[index] = False
-                    letters.append(
-                        self._record_letter(
-                            result,
-                            record,
-                            "table_expectation",
-                            f"batch failed {names}",
-                            key=key,
-                            failed=failed,
-                        )
-                    )
-            for row in outcome.bad:
-                if not keep[row.index]:
-                    continue
-                keep[row.index] = False
-                result, key, record = candidates[row.index]
-                failed = [_expectation_dict(f) for f in row.failed]
-                message = "; ".join(f.message for f in row.failed)[:500]
-                letters.append(
-                    self._record_letter(result, record, "schema", message, key=key, failed=failed)
-                )
-        good: list[SinkRecord] = []
-        for index, (result, key, record) in enumerate(candidates):
-            if keep[index]:
-                good.append(SinkRecord(key, record, result.url))
-            else:
-                bad_per_item[result.url] = bad_per_item.get(result.url, 0) + 1
-        report.records_quarantined = sum(bad_per_item.values())
-        failed_items = {
-            url for url, bad in bad_per_item.items() if bad and bad == total_per_item[url]
-        }
-        return good, failed_items
-
-    def _count_key_collisions(self, good: list[SinkRecord], refused: list[str]) -> None:
+    def _count_key_collisions(self, good: list[SinkRecord], refused: list[str]) -> int:
         """Count the records that replaced, in the sink, an earlier record of this run.
 
         The sink keeps one record per key (an idempotent upsert), so two pages yielding the
         same key in one run leave only the later one. Counted: a key seen earlier in this batch
         (from any page, the same one included), or in an earlier batch from another page (the
         same page stored again, after its lease passed to a new claim, is no collision).
-        Records the fence refused replaced nothing.
+        Records the fence refused replaced nothing. Returns how many (for the ledger's batch).
         """
+        collisions = 0
         if not good:
-            return
+            return collisions
         stale = set(refused)
         seen = self._run_keys
         batch: dict[str, str] = {}
@@ -690,7 +442,7 @@ class Collection:
             if earlier is None and (before := seen.get(hash(key))) is not None and before != url:
                 earlier = before
             if earlier is not None:
-                self.ledger.key_collisions += 1
+                collisions += 1
                 if self.key_collision is None:
                     self.key_collision = (key, earlier, url)
             batch[key] = url
@@ -699,6 +451,7 @@ class Collection:
                 seen[hash(key)] = url
             else:  # bounded memory: keys after the first KEYS_REMEMBERED are checked, not kept
                 self.keys_forgotten = True
+        return collisions
 
     def _warn_key_collisions(self) -> None:
         """One warning line per run: how many records replaced another, and one example."""
@@ -714,102 +467,6 @@ class Collection:
             if self.keys_forgotten else "",
         )  # fmt: skip
 
-    # --- helpers -------------------------------------------------------------------------------
-    def _retry_later(
-        self,
-        result: FetchResult,
-        enqueued_at: float,
-        not_before: float,
-        *,
-        count_attempt: bool = True,
-        reason: str | None = None,
-    ) -> RetryLater:
-        fresh_s = self.source.ttl.fresh_for(result.url)
-        rank = self.source.priority.rank_for(
-            result.url,
-            enqueued_at=enqueued_at,
-            age_s=None,
-            fresh_s=fresh_s,
-            retries=result.attempts,
-        )
-        error = result.decision.reason if (result.decision and count_attempt) else "batch_time"
-        error = reason or error
-        return RetryLater(
-            result.url, not_before, rank, result.attempts, result.first_attempt_at, error
-        )
-
-    def _dead_letter(
-        self,
-        url: str,
-        stage: str,
-        error_class: str,
-        message: str,
-        attempts: int,
-        *,
-        key: str = "",
-        payload: Any = None,
-        failed: list[dict[str, Any]] | None = None,
-        cause: str = "",
-    ) -> DeadLetter:
-        now = self.clock()
-        letter = DeadLetter(
-            source=self.source.name,
-            url=self.scrub.url(url),
-            stage=stage,  # type: ignore[arg-type]
-            error_class=error_class,
-            message=self.scrub.text(message),
-            attempts=attempts,
-            first_seen=now,
-            last_seen=now,
-            record_key=key,
-            payload=self.scrub(payload),
-            failed_expectations=failed or [],
-            flow_run_id=self.run_id,
-            cause=cause,
-            trace_id=tracing.trace_id_of_current(),  # the batch's trace (the plan's at plan)
-            url_digest=url_digest(url),  # the real URL, matchable once scrubbed (run/replan.py)
-        )
-        tracing.dead_letter_event(letter)
-        return letter
-
-    def _fetch_letter(
-        self, result: FetchResult, error: FetchError, *, body: bytes = b""
-    ) -> DeadLetter:
-        payload: dict[str, Any] = {"http_status": result.http_status}
-        if body:
-            payload["body_excerpt"] = body[:_BODY_EXCERPT].decode("utf-8", "replace")
-            payload["body_bytes"] = len(body)
-        return self._dead_letter(
-            result.url,
-            error.stage,
-            error.error_class,
-            str(error),
-            result.attempts,
-            payload=payload,
-            cause=result.decision.cause if result.decision else "",
-        )
-
-    def _record_letter(
-        self,
-        result: FetchResult,
-        record: dict[str, Any],
-        error_class: str,
-        message: str,
-        *,
-        key: str = "",
-        failed: list[dict[str, Any]] | None = None,
-    ) -> DeadLetter:
-        return self._dead_letter(
-            result.url,
-            "validate",
-            error_class,
-            message,
-            result.attempts,
-            key=key,
-            payload=record,
-            failed=failed,
-        )
-
     # --- finish --------------------------------------------------------------------------------
     def sample_frontier(self, *, force: bool = False) -> None:
         """Frontier depth and backlog gauges, at most every METRICS_SAMPLE_S (metrics on)."""
@@ -817,10 +474,10 @@ class Collection:
             self.source.name, self.frontier, self.source.backlog, now=self.clock(), force=force
         )
 
-    def seconds_until_claimable(self) -> float | None:
+    async def seconds_until_claimable(self) -> float | None:
         """How long until something may be claimable; None when nothing is pending."""
         now = self.clock()
-        at = self.frontier.next_event_at(self.source.name, now=now)
+        at = await self.stores.frontier.next_event_at(self.source.name, now=now)
         return None if at is None else max(0.0, at - now)
 
     def finish(self, *, planned: bool = True) -> Ledger:
@@ -852,18 +509,12 @@ class Collection:
         """The run's :class:`RunSummary`; ``how`` adds how it ended (ending, interrupted...)."""
         elapsed = max(self.clock() - self.started_at, 1e-9)
         ledger = self.ledger
-        counts = {
-            name: getattr(ledger, name)
-            for name in RunSummary.__dataclass_fields__
-            if name in Ledger.__dataclass_fields__ and name not in ("problems", "requests")
-        }
         return RunSummary(
             source=self.source.name,
             run_id=self.run_id,
             role=role,
-            **counts,
+            **ledger.values(),
             balanced=ledger.balanced,
-            problems=tuple(ledger.problems),
             requests=self.budget.requests,
             retries=self.budget.retries,
             retry_budget_refused=self.budget.refused,
@@ -887,8 +538,7 @@ class Collection:
             deadletters=self.deadletters.location(),
             deadletter_archive=str(self.source.deadletter_archive_path),
             deadletter_reasons=self.deadletters.reasons(self.source.name),
-            replanned=self.replanned,
-            renewed=self.renewed,
+            deadletter_reasons_this_run=dict(self.new_reasons),
             key_collision=self._key_collision_example(),
             **how,
         )
@@ -902,12 +552,3 @@ class Collection:
 
 def _per(total: float, count: int, scale: float) -> float | None:
     return round(total * scale / count, 3) if count else None
-
-
-def _expectation_dict(failed: Any) -> dict[str, Any]:
-    return {
-        "expectation": failed.expectation,
-        "column": failed.column,
-        "kwargs": failed.kwargs,
-        "message": failed.message,
-    }

@@ -20,6 +20,10 @@ once and their items fetched by this run (see :mod:`collector.run.heartbeat`).
 Settling (validation in the GX worker, sink write, ack) runs behind fetching: up to
 ``defaults.SETTLE_BACKLOG`` fetched batches wait to be settled, in order, while the next ones are
 fetched. Each keeps its lease alive until it is acked.
+
+Every store call of the loop (claim, renew, ack, release, holders, revoke, the sink write and
+the dead letters) is awaited on the store's own thread (:mod:`collector.offloop`): a slow store
+never holds up the requests in flight, whose deadlines are wall-clock.
 """
 
 from __future__ import annotations
@@ -84,23 +88,23 @@ async def drain(
     """Claim, fetch and settle until the source is done, the policy says enough, or a stop."""
     loop = _Loop(run, fetch, policy, stop or StopRequest(), listener)
     began, cpu = time.monotonic(), time.process_time()
-    with (
-        Heartbeat(run.frontier, run.source.name, run.run_id, every_s=policy.heartbeat_s),
-        loop.stop.watch(loop.halt),
-    ):
-        try:
-            await loop.warm_up()
-            # The loop's own time and this process's CPU over it (every thread): the run's
-            # throughput without start-up and wind-down, a figure the load hardly moves.
-            began, cpu = time.monotonic(), time.process_time()
-            ending = await loop.go()
-        finally:
-            # Our own leases are all acked or released by now; forget our heartbeat (a lease
-            # left behind by a bug would be returned and counted here, not lost).
-            run.ledger.released += run.frontier.revoke(run.source.name, run.run_id, now=run.clock())
-            run.drain_seconds += time.monotonic() - began
-            run.drain_cpu_seconds += time.process_time() - cpu
-    held = sum(h.leased for h in run.frontier.holders(run.source.name))
+    async with Heartbeat(run.frontier, run.source.name, run.run_id, every_s=policy.heartbeat_s):
+        with loop.stop.watch(loop.halt):
+            try:
+                await loop.warm_up()
+                # The loop's own time and this process's CPU over it (every thread): the run's
+                # throughput without start-up and wind-down, a figure the load hardly moves.
+                began, cpu = time.monotonic(), time.process_time()
+                ending = await loop.go()
+            finally:
+                # Our own leases are all acked or released by now; forget our heartbeat (a
+                # lease left behind by a bug would be returned and counted here, not lost).
+                run.ledger.gave_back(
+                    await run.stores.frontier.revoke(run.source.name, run.run_id, now=run.clock())
+                )
+                run.drain_seconds += time.monotonic() - began
+                run.drain_cpu_seconds += time.process_time() - cpu
+    held = sum(h.leased for h in await run.stores.frontier.holders(run.source.name))
     return DrainEnd(ending, loop.stop.reason, held)
 
 
@@ -173,7 +177,7 @@ class _Loop:
     async def _claim_until_done(self) -> Ending:
         run, policy = self.run, self.policy
         idle_until = time.monotonic() + policy.idle_wait_s
-        self._look_at_holders()
+        await self._look_at_holders()
         while True:
             if self.stopped.is_set():
                 await self.tell("stopping", reason=self.stop.reason)
@@ -185,20 +189,20 @@ class _Loop:
             limit = policy.batch_size
             if policy.max_items is not None:
                 limit = min(limit, policy.max_items - self.claimed)
-            lease = run.claim(limit)
+            lease = await run.claim(limit)
             if lease.items:
                 await self._fetch_and_queue_settle(lease)
                 continue
             if self.backlog:  # settling may make retry-later items due: look again after it
                 await run.wait_settled(self.backlog.popleft())
                 continue
-            revoked, live_leased = self._look_at_holders()
+            revoked, live_leased = await self._look_at_holders()
             if revoked:
                 continue
             if live_leased:
                 await self._pause(policy.poll_s, reason="helpers")  # not idle: they work
                 continue
-            pause = run.seconds_until_claimable()
+            pause = await run.seconds_until_claimable()
             if pause is None and not self.claimed and time.monotonic() < idle_until:
                 await self._pause(0.25, reason="plan")  # a helper started before the run planned
                 continue
@@ -219,7 +223,7 @@ class _Loop:
             results = await self.fetch(lease)
         except BaseException:
             renewer.cancel()
-            run.release(lease)
+            await run.release(lease)
             raise
         previous = self.backlog[-1] if self.backlog else None
         self.backlog.append(asyncio.create_task(self._settle(lease, results, renewer, previous)))
@@ -246,17 +250,19 @@ class _Loop:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stopped.wait(), timeout=seconds)
 
-    def _look_at_holders(self) -> tuple[int, int]:
+    async def _look_at_holders(self) -> tuple[int, int]:
         """One read of the source's holders: revoke the dead ones' leases; returns (items
         revoked, items live holders lease)."""
         run = self.run
         now = run.clock()
         verdict = judge_holders(
-            run.frontier.holders(run.source.name),
+            await run.stores.frontier.holders(run.source.name),
             now=now,
             me=run.run_id,
             dead_after_s=self.policy.holder_dead_after_s,
         )
-        revoked = sum(run.frontier.revoke(run.source.name, h, now=now) for h in verdict.dead)
-        run.ledger.leases_reclaimed += revoked
+        revoked = 0
+        for dead in verdict.dead:
+            revoked += await run.stores.frontier.revoke(run.source.name, dead, now=now)
+        run.ledger.reclaimed(revoked)
         return revoked, verdict.live_leased

@@ -2,8 +2,8 @@
 
 Each item a run takes into its account ends the run in exactly one terminal state::
 
-    discovered + unlisted = stored + fresh_skipped + expired + dead_lettered + queued
-                            + held_by_others + retired
+    discovered + unlisted = stored + not_modified + fresh_skipped + expired + dead_lettered
+                            + queued + held_by_others + retired
 
 What a run *discovers* depends on how it planned (``plan``). A ``full`` plan (the seed list is
 new or changed) offers every listed seed: ``discovered`` is the number of seeds listed, repeats
@@ -21,13 +21,18 @@ frontier's ``retired`` state, counted here and proven against the frontier's cou
 always carried over: a holder may still ack them). ``unlisted = carried_over + retired``. None
 is dropped silently.
 
-``stored`` and ``dead_lettered`` are counted from the acks the frontier *accepted*;
-``fresh_skipped`` from planning; ``expired``, ``queued`` and ``held_by_others`` (leased by a
-live helper when the run ended) are read back from the frontier at the end. The check is then
-made twice, against two independent sources: the equation above, and the frontier's own count
-of the run's items per state (done = stored + fresh_skipped, dead = dead_lettered minus seeds
-refused before reaching the frontier). An ack counted twice, an item dropped on the floor, or a
-lease never returned makes one of them fail, and the run with it.
+``not_modified`` is an item fetched again with its validators and answered 304 (see
+collector.fetch.conditional): done and fresh again like a stored one, with nothing parsed,
+validated or written; it counts wherever ``stored`` does, as a term of its own.
+
+``stored``, ``not_modified`` and ``dead_lettered`` are counted from the acks the frontier
+*accepted*; ``fresh_skipped`` from planning; ``expired``, ``queued`` and ``held_by_others``
+(leased by a live helper when the run ended) are read back from the frontier at the end. The
+check is then made twice, against two independent sources: the equation above, and the
+frontier's own count of the run's items per state (done = stored + not_modified +
+fresh_skipped, dead = dead_lettered minus seeds refused before reaching the frontier). An ack
+counted twice, an item dropped on the floor, or a lease never returned makes one of them fail,
+and the run with it.
 
 A third check covers what the run *claimed*: every claimed item was acked stored, acked dead,
 acked back to the queue (``returned``), acked back deferred because its host's circuit breaker
@@ -54,121 +59,192 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from collector.deadletter import DeadLetterStore
 from collector.errors import ConservationError
+from collector.frontier import Frontier
 from collector.frontier.base import StateCounts
+from collector.ops import tracing
+from collector.run.account import CLAIM_TERMS, END_TERMS, TERMS, Account, equation
+from collector.sinks import Sink
 
 __all__ = ["Compensation", "Ledger", "LedgerBook", "compensate"]
 
 
-@dataclass(slots=True)
-class Ledger:
-    discovered: int = 0
-    fresh_skipped: int = 0
-    stored: int = 0
-    dead_lettered: int = 0
-    expired: int = 0
-    queued: int = 0
-    held_by_others: int = 0  # leased by another live holder (a `collector work` helper) at the end
-    unlisted: int = 0  # items earlier plans queued that the changed seed list no longer names
-    retired: int = 0  # unlisted items retired by this run (seeds.on_removed: retire)
-    # detail (not terms of the equation)
-    # "full" (the seed list was offered), "incremental" (only due items), or "difference" (a
-    # template's range changed: the numbers it gained offered, the rest as incremental)
-    plan: str = ""
-    duplicates: int = 0  # seeds listed more than once, counted once in discovered
-    carried_over: int = 0  # unlisted items this run collects (unlisted - retired)
-    refused_at_plan: int = 0  # seeds with a malformed or refused URL, dead-lettered at once
-    already_dead: int = 0  # items still in the dead letters from earlier runs
-    retried: int = 0  # attempts sent back to the queue (retry-later)
-    records_written: int = 0
-    records_unchanged: int = 0
-    records_quarantined: int = 0  # records failing validation (their item may still be stored)
-    stale_acks: int = 0  # outcomes refused because our lease had passed to someone else
-    stale_writes: int = 0  # sink writes refused by the fencing token
-    # records whose key an earlier record of this run (another page, or the same page) already
-    # had: the sink keeps one record per key, so each replaced the earlier one (not a term of
-    # the equation: records, not items; counted by the process that settled them)
-    key_collisions: int = 0
-    leases_reclaimed: int = 0
-    claimed: int = 0  # items leased by this run's claims (an item claimed twice counts twice)
-    returned: int = 0  # claimed items acked back to the queue (retry later, batch time)
-    released: int = 0  # claimed items of batches whose task failed, given back unchanged
-    deferred_by_circuit: int = 0  # deferrals: claims acked back unsent (host breaker open); an
-    #                               item deferred in three claims counts three, as in `claimed`
-    stored_by_others: int = 0  # this run's items stored by other workers (`collector work`)
-    dead_by_others: int = 0  # this run's items dead-lettered by other workers
-    requests: int = 0
-    batches: int = 0
-    problems: list[str] = field(default_factory=list)
+class Ledger(Account):
+    """The run's account while it runs: changed only through its own steps, each of which
+    checks what it is given (a broken invariant is an internal error, raised at once as a
+    :class:`~collector.errors.ConservationError` naming the step, never a silent miscount).
 
+    The steps: :meth:`planned` (once), :meth:`took` (a claim), :meth:`settled` (a batch),
+    :meth:`gave_back` (a failed batch, or the run's own leases at the end), :meth:`reclaimed`
+    (dead holders' leases revoked), then :meth:`close` or :meth:`close_claims`. Assigning a
+    count from outside raises ``FrozenInstanceError``. :meth:`Account.frozen` is the value a
+    summary keeps.
+    """
+
+    __slots__ = ()
+
+    # --- the steps ------------------------------------------------------------------------------
+    def planned(
+        self,
+        plan: str,
+        *,
+        discovered: int,
+        duplicates: int = 0,
+        fresh_skipped: int = 0,
+        already_dead: int = 0,
+        refused: int = 0,
+        carried_over: int = 0,
+        retired: int = 0,
+        replanned: int = 0,
+        renewed: int = 0,
+    ) -> None:
+        """The plan's intake: ``discovered`` counts every seed offered (repeats and refused
+        ones included) and every adopted item; repeats are taken off here."""
+        if self.plan:
+            self._broken("plan", f"planned twice ({self.plan}, then {plan})")
+        if plan not in ("full", "incremental", "difference"):
+            self._broken("plan", f"unknown plan kind {plan!r}")
+        took = discovered - duplicates
+        settled_at_plan = fresh_skipped + already_dead + refused
+        if min(duplicates, fresh_skipped, already_dead, refused, carried_over, retired) < 0:
+            self._broken("plan", "a negative count")
+        if settled_at_plan > took:
+            self._broken(
+                "plan",
+                f"{fresh_skipped} fresh + {already_dead} already dead + {refused} refused > "
+                f"{took} discovered",
+            )
+        self._set(plan=plan, duplicates=duplicates, replanned=replanned, renewed=renewed)
+        self._add(
+            discovered=took,
+            fresh_skipped=fresh_skipped,
+            already_dead=already_dead,
+            refused_at_plan=refused,
+            dead_lettered=already_dead + refused,
+            unlisted=carried_over + retired,
+            carried_over=carried_over,
+            retired=retired,
+        )
+
+    def took(self, items: int, *, reclaimed: int = 0) -> None:
+        """A claim leased ``items`` items; on the way it sent ``reclaimed`` items of expired
+        leases back to the queue (any number: they are not necessarily among its own, so
+        nothing bounds one by the other; a SIGKILLed helper's whole lease comes back at the
+        next claim of any size)."""
+        self._add(claimed=items, leases_reclaimed=reclaimed)
+
+    def reclaimed(self, items: int) -> None:
+        """Leases of holders found dead were revoked (their items go back to the queue)."""
+        self._add(leases_reclaimed=items)
+
+    def gave_back(self, items: int) -> None:
+        """Claimed items given back unchanged: a failed batch's, or the run's own at the end."""
+        self._add(released=items)
+
+    def settled(
+        self,
+        items: int,
+        *,
+        stored: int = 0,
+        not_modified: int = 0,
+        dead_lettered: int = 0,
+        returned: int = 0,
+        deferred_by_circuit: int = 0,
+        stale_acks: int = 0,
+        retried: int = 0,
+        records_written: int = 0,
+        records_unchanged: int = 0,
+        records_quarantined: int = 0,
+        stale_writes: int = 0,
+        key_collisions: int = 0,
+    ) -> None:
+        """One batch of ``items`` claimed items settled: each ended exactly one way."""
+        ended = stored + not_modified + dead_lettered + returned + deferred_by_circuit + stale_acks
+        if ended != items:
+            self._broken(
+                "batch",
+                f"{items} items but stored {stored} + not modified {not_modified} + dead "
+                f"{dead_lettered} + returned {returned} + deferred {deferred_by_circuit} + stale "
+                f"{stale_acks} (= {ended})",
+            )
+        if retried > returned:
+            self._broken("batch", f"{retried} retried of {returned} returned")
+        self._add(
+            stored=stored,
+            not_modified=not_modified,
+            dead_lettered=dead_lettered,
+            returned=returned,
+            deferred_by_circuit=deferred_by_circuit,
+            stale_acks=stale_acks,
+            retried=retried,
+            records_written=records_written,
+            records_unchanged=records_unchanged,
+            records_quarantined=records_quarantined,
+            stale_writes=stale_writes,
+            key_collisions=key_collisions,
+            batches=1,
+        )
+
+    def _add(self, **counts: int) -> None:
+        for name, count in counts.items():
+            if count < 0:
+                self._broken("count", f"{name} would change by {count}")
+        for name, count in counts.items():
+            object.__setattr__(self, name, getattr(self, name) + count)
+
+    def _set(self, **values: Any) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    @staticmethod
+    def _broken(step: str, what: str) -> None:
+        raise ConservationError(f"internal error: the ledger's {step} step was given {what}")
+
+    # --- the checks -----------------------------------------------------------------------------
     @property
     def terminal_sum(self) -> int:
-        return (
-            self.stored
-            + self.stored_by_others
-            + self.fresh_skipped
-            + self.expired
-            + self.dead_lettered
-            + self.dead_by_others
-            + self.queued
-            + self.held_by_others
-            + self.retired
-        )
+        return sum(getattr(self, t.name) for t in END_TERMS)
 
     def _claim_problems(self) -> list[str]:
-        acked_dead = self.dead_lettered - self.already_dead - self.refused_at_plan
-        settled = (
-            self.stored
-            + acked_dead
-            + self.returned
-            + self.deferred_by_circuit
-            + self.stale_acks
-            + self.released
-        )
-        if self.claimed == settled:
-            return []
-        return [
-            f"claimed {self.claimed} != stored {self.stored} + dead {acked_dead} + returned "
-            f"{self.returned} + deferred_by_circuit {self.deferred_by_circuit} + stale "
-            f"{self.stale_acks} + released {self.released} (= {settled})"
-        ]
+        claimed, settled, said = equation(self.values(), CLAIM_TERMS, "claims")
+        return [] if claimed == settled else [said]
 
     def close_claims(self) -> None:
         """The whole check of a drain-only worker: every item it claimed is accounted for."""
-        self.problems = self._claim_problems()
+        self._set(problems=tuple(self._claim_problems()))
 
     def close(self, final: StateCounts) -> None:
         """Read the end state of the run's items and check conservation both ways."""
-        self.expired = final.expired
-        # The run's own leases are all acked or released by now: what is leased is someone else's.
-        self.queued = final.queued
-        self.held_by_others = final.leased
         in_frontier_dead = self.dead_lettered - self.refused_at_plan
-        # Items of this run that drain-only workers settled (zero when none helped).
-        self.stored_by_others = max(0, final.done - self.stored - self.fresh_skipped)
-        self.dead_by_others = max(0, final.dead - in_frontier_dead)
+        done_here = self.stored + self.not_modified + self.fresh_skipped
+        # The run's own leases are all acked or released by now: what is leased is someone
+        # else's. Items of this run that drain-only workers settled (zero when none helped).
+        self._set(
+            expired=final.expired,
+            queued=final.queued,
+            held_by_others=final.leased,
+            stored_by_others=max(0, final.done - done_here),
+            dead_by_others=max(0, final.dead - in_frontier_dead),
+        )
         problems = self._claim_problems()
-        intake = self.discovered + self.unlisted
-        if intake != self.terminal_sum:
-            problems.append(
-                f"discovered {self.discovered} + unlisted {self.unlisted} != stored "
-                f"{self.stored} + fresh_skipped {self.fresh_skipped} + expired {self.expired} "
-                f"+ dead_lettered {self.dead_lettered} + queued {self.queued} + held by others "
-                f"{self.held_by_others} + retired {self.retired} (= {self.terminal_sum})"
-            )
+        intake, ended, said = equation(self.values(), TERMS, "balance")
+        if intake != ended:
+            problems.append(said)
         if final.retired != self.retired:
             problems.append(
                 f"frontier has {final.retired} of this run's items retired, but the run "
                 f"retired {self.retired}"
             )
-        if final.done != self.stored + self.stored_by_others + self.fresh_skipped:
+        if final.done != done_here + self.stored_by_others:
             problems.append(
                 f"frontier has {final.done} of this run's items done, but the run stored "
-                f"{self.stored} and skipped {self.fresh_skipped} as fresh"
+                f"{self.stored}, found {self.not_modified} not modified and skipped "
+                f"{self.fresh_skipped} as fresh"
             )
         if final.dead != in_frontier_dead + self.dead_by_others:
             problems.append(
@@ -181,7 +257,7 @@ class Ledger:
                 f"{self.discovered - self.refused_at_plan} fetchable ones and took "
                 f"{self.unlisted} unlisted ones"
             )
-        self.problems = problems
+        self._set(problems=tuple(problems))
 
     @property
     def balanced(self) -> bool:
@@ -192,7 +268,8 @@ class Ledger:
             raise ConservationError("ledger does not balance: " + "; ".join(self.problems))
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = self.values()
+        data["problems"] = list(self.problems)
         data["balanced"] = self.balanced
         return data
 
@@ -246,25 +323,41 @@ class LedgerBook:
 
 
 def compensate(
-    sink: Any,
+    sink: Sink,
     book: LedgerBook,
     *,
     source: str,
     batch_id: str,
     reason: str,
     by: str = "",
-    frontier: Any = None,
+    frontier: Frontier | None = None,
+    deadletters: DeadLetterStore | None = None,
 ) -> Compensation:
     """Undo exactly one batch's writes in ``sink`` (``Sink.remove_batch``) and record it.
 
     With a ``frontier``, the pages of the removed records lose their freshness
     (``Frontier.make_stale``), so the next run fetches them again instead of skipping them as
     fresh; the suite of that run decides again whether they are stored.
+
+    With ``deadletters`` (the source's store), the ``collector.compensate`` span links to the
+    trace in which each of the batch's pages once failed (its dead letters, resolved or not):
+    a replayed or reviewed record's batch leads back to the failure it repaired.
     """
-    urls = sorted({r.url for r in sink.records(batch_id)}) if frontier is not None else []
-    removed = sink.remove_batch(batch_id)
+    records = sink.records(batch_id) if frontier is not None or deadletters is not None else []
+    pages = {r.url for r in records}
+    origins = (
+        [e for e in deadletters.list(source=source, status=None, limit=10_000) if e.url in pages]
+        if deadletters is not None and pages
+        else []
+    )
+    with tracing.recovery_span(
+        "compensate", source, origins[:128], batch=batch_id, reason=reason
+    ) as span:
+        urls = sorted(pages) if frontier is not None else []
+        removed = sink.remove_batch(batch_id)
+        span.set_attribute("collector.compensate.removed", removed)
     entry = Compensation(source, batch_id, removed, reason, time.time(), by)
     book.record(entry)  # first: if the frontier fails below, the removal is still on record
-    if urls:
+    if urls and frontier is not None:
         frontier.make_stale(source, urls)
     return entry

@@ -5,7 +5,7 @@ A seed refused at plan (``plan/refused_url``: a loopback host without
 reaches the frontier, so no fetch can ever close its dead letter, and triage, which sees a
 permanent error, would escalate it to a person. Once the source is fixed, the next plan offers
 the URL again; this module closes its old entry at that moment, as re-enqueued, so the dead
-letters tell the truth and the entry is counted once (``Collection.replanned``).
+letters tell the truth and the entry is counted once (``Ledger.replanned``).
 
 An entry's ``url`` is scrubbed (userinfo and secret query values masked), so it is matched by
 its ``url_digest`` (:func:`collector.deadletter.base.url_digest`: the real URL, userinfo

@@ -1,4 +1,5 @@
-"""What one run did, as one typed, frozen value: :class:`RunSummary`.
+"""What one run did, as one typed, frozen value: :class:`RunSummary`; what one batch did:
+:class:`BatchReport` (a progress display's and the metrics' input).
 
 Built once at the end of a run (:meth:`collector.run.collection.Collection.summary`), read by
 the flow (artifacts, events, its return value) and the CLI (the table, ``--json``). The flow
@@ -9,60 +10,77 @@ of a long run.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Literal
 
-__all__ = ["RunSummary"]
+from collector.policy.retry import is_recoverable_status
+from collector.run.account import Account
+
+__all__ = ["BatchReport", "RunSummary", "host_line"]
 
 Role = Literal["run", "work"]
 
+# failures without an HTTP answer that a later attempt may get past (the rest are permanent)
+_NO_ANSWER = frozenset({"connect_error", "timeout", "network_error"})
+
+
+def _failing(facts: dict[str, Any]) -> bool:
+    """A host that is down: its breaker is not closed, or nothing it answered this run was a
+    success and something was a failure worth retrying (refused, timed out, 5xx, 429)."""
+    if facts.get("breaker") in ("open", "half-open"):
+        return True
+    answers: dict[str, int] = facts.get("answers", {})
+    succeeded = any(what.isdigit() and int(what) < 400 for what in answers)
+    retryable = any(
+        (what.isdigit() and is_recoverable_status(int(what))) or what in _NO_ANSWER
+        for what in answers
+    )
+    return retryable and not succeeded
+
+
+def _answered_ok(facts: dict[str, Any]) -> bool:
+    """Whether a host answered any request with a 2xx or 3xx status."""
+    return any(str(code)[:1] in ("2", "3") for code in facts.get("answers", {}))
+
+
+def _hosts(count: int) -> str:
+    return f"{count} host{'' if count == 1 else 's'}"
+
+
+def host_line(host: str, facts: dict[str, Any], *, now: float | None = None) -> str:
+    """One host's end-of-run line: what it answered, its breaker, when it is tried again."""
+    answers: dict[str, int] = facts.get("answers", {})
+    said = ", ".join(
+        f"{what} x{count}" for what, count in sorted(answers.items(), key=lambda kv: -kv[1])
+    )
+    breaker = facts.get("breaker", "off")
+    retry_at = facts.get("retry_at")
+    now = time.time() if now is None else now
+    if breaker == "open" and retry_at is not None and retry_at > now:
+        clock = datetime.fromtimestamp(retry_at, UTC).strftime("%H:%M:%S UTC")
+        when = f"breaker open until {clock} (in {retry_at - now:.0f} s); the next run after that"
+    elif breaker in ("open", "half-open"):
+        when = "breaker half-open: the next run probes it"
+    elif breaker == "off":
+        when = "no breaker (limits.circuit off): the next run tries it again"
+    else:
+        when = "breaker closed: the next run tries it again"
+    return f"{host}: answered {said or 'nothing'}; {when}"
+
 
 @dataclass(frozen=True, slots=True)
-class RunSummary:
-    """A run's ledger (see collector.run.ledger for each term) and how it went."""
+class RunSummary(Account):
+    """A run's account, frozen (every term of :class:`~collector.run.account.Account`, none
+    repeated here), and how the run went."""
 
     source: str
     run_id: str
     role: Role = "run"
-    # the ledger: discovered + unlisted = stored + stored_by_others + fresh_skipped + expired
-    #             + dead_lettered + dead_by_others + queued + held_by_others + retired
-    discovered: int = 0
-    unlisted: int = 0  # queued by earlier plans, no longer in the seed list (docs/planning.md)
-    retired: int = 0
-    stored: int = 0
-    fresh_skipped: int = 0
-    expired: int = 0
-    dead_lettered: int = 0
-    queued: int = 0
-    held_by_others: int = 0
-    deferred_by_circuit: int = 0  # deferrals, not distinct items: claims sent back unsent while
-    #                               their host's breaker was open (not attempts)
-    stored_by_others: int = 0
-    dead_by_others: int = 0
     balanced: bool = True
-    problems: tuple[str, ...] = ()
-    # detail of the ledger
-    plan: str = ""  # full (the seed list offered) | incremental (only due items)
-    duplicates: int = 0  # seeds listed more than once, counted once
-    carried_over: int = 0  # unlisted items collected once more (seeds.on_removed: collect)
-    refused_at_plan: int = 0
-    already_dead: int = 0
-    replanned: int = 0  # old plan refusals closed: the URL policy allows them now (run/replan.py)
-    renewed: int = 0  # queued items past their queue TTL the plan asked for again (not expired)
-    retried: int = 0
-    records_written: int = 0
-    records_unchanged: int = 0
-    records_quarantined: int = 0
-    stale_acks: int = 0
-    stale_writes: int = 0
-    key_collisions: int = 0  # records that replaced an earlier record of this run (same key)
-    # one of them: {"key", "first_url", "later_url"} (URLs scrubbed), empty when none
+    # one key collision: {"key", "first_url", "later_url"} (URLs scrubbed), empty when none
     key_collision: dict[str, str] = field(default_factory=dict)
-    leases_reclaimed: int = 0
-    claimed: int = 0
-    returned: int = 0
-    released: int = 0
-    batches: int = 0
     # requests and time
     requests: int = 0
     retries: int = 0
@@ -78,7 +96,11 @@ class RunSummary:
     frontier: str = ""
     deadletters: str = ""
     deadletter_archive: str = ""
+    # the source's OPEN dead letters by reason, whatever run wrote them (as `collector status`)
     deadletter_reasons: dict[str, int] = field(default_factory=dict)
+    # the dead letters THIS run wrote, by reason (the entries behind dead_lettered - already_dead
+    # and records_quarantined)
+    deadletter_reasons_this_run: dict[str, int] = field(default_factory=dict)
     hosts: dict[str, Any] = field(default_factory=dict)  # adaptive windows, breaker openings
     source_path: str = ""  # what a triggered triage is given (a file path or block:<name>)
     # how the run ended
@@ -86,6 +108,11 @@ class RunSummary:
     interrupted: str | None = None  # the signal or cancellation that stopped it, if any
     skipped: str | None = None  # "busy": another run held the source lock (nothing was done)
     wall_seconds: float | None = None
+
+    @property
+    def ledger(self) -> Account:
+        """The run's account alone, as a frozen value."""
+        return self.frozen()
 
     @property
     def quarantined(self) -> int:
@@ -108,7 +135,38 @@ class RunSummary:
         """The one line that says so (logged by the flow, printed by the CLI)."""
         return (
             f"every seed URL of {self.source} was refused at plan ({self.refused_at_plan}): "
-            f"nothing can be collected; see collector deadletters list --stage plan"
+            "nothing can be collected; see collector deadletters list "
+            f"{self.source_path or 'SOURCE'} --stage plan"
+        )
+
+    @property
+    def hosts_down(self) -> dict[str, dict[str, Any]]:
+        """The hosts that kept items queued: a run that waited out its drain with items left
+        and hosts that did not answer (or whose breaker stayed open). Empty otherwise."""
+        if self.role != "run" or self.interrupted or self.skipped:
+            return {}
+        if self.ending != "waited" or not self.queued:
+            return {}
+        hosts: dict[str, dict[str, Any]] = self.hosts.get("hosts", {})
+        return {host: facts for host, facts in hosts.items() if _failing(facts)}
+
+    @property
+    def hosts_down_line(self) -> str:
+        """The one line that says so (the flow run's Failed message; the CLI's headline)."""
+        down = self.hosts_down
+        silent = sorted(h for h, facts in down.items() if not _answered_ok(facts))
+        failing = sorted(h for h in down if h not in silent)
+        parts = []
+        if silent:
+            parts.append(f"{_hosts(len(silent))} did not answer ({', '.join(silent)})")
+        if failing:  # it did answer some pages: say what held it back, not that it was silent
+            parts.append(
+                f"{_hosts(len(failing))} kept failing until its breaker held the rest back "
+                f"({', '.join(failing)})"
+            )
+        return (
+            f"{self.queued} items of {self.source} left queued: {'; '.join(parts)}; the next "
+            "run tries them again"
         )
 
     @property
@@ -124,12 +182,40 @@ class RunSummary:
         return replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:
+        """Every field by name (the flow's result, ``--json``), who and which run first."""
         data = asdict(self)
         data["problems"] = list(self.problems)
-        return data
+        return {"source": self.source, "run_id": self.run_id, "role": self.role} | data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunSummary:
         known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
         known["problems"] = tuple(known.get("problems", ()))
         return cls(**known)
+
+
+@dataclass(slots=True)
+class BatchReport:
+    """What one batch did, for progress displays and artifacts.
+
+    Here, not beside :class:`~collector.run.collection.Collection` that fills it, so that its
+    readers (:mod:`collector.ops.metrics`) do not depend on the run's whole machinery.
+    """
+
+    token: int
+    items: int
+    stored: int = 0
+    not_modified: int = 0  # answered 304 to the validators sent: fresh again, nothing written
+    dead_lettered: int = 0
+    retry_later: int = 0
+    skipped: int = 0
+    deferred_by_circuit: int = 0  # sent back unsent: the host's circuit breaker was open
+    stale: int = 0
+    records_written: int = 0
+    records_unchanged: int = 0
+    records_quarantined: int = 0
+    stale_writes: int = 0
+    validation_s: float = 0.0
+    reasons: dict[str, int] = field(default_factory=dict)
+    windows: dict[str, int] = field(default_factory=dict)  # host -> adaptive window, at fetch
+    slowed: dict[str, str] = field(default_factory=dict)  # host -> why it is held back, at fetch

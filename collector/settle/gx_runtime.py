@@ -17,26 +17,34 @@
   analytics are disabled in the context config, ``GX_ANALYTICS_ENABLED=false`` is set (if
   unset) before the import, and a ``NullHandler`` on the ``great_expectations`` logger keeps its
   warnings off stderr unless the application configures logging itself.
+* **Each expectation reads its own column, exactly.** GX looks a column name up the way a
+  database would: case-insensitively and through quotes and backticks
+  (``get_dbms_compatible_column_names``), taking the *first* frame column that matches, so a
+  record key ``Price`` earlier in the frame stood in for ``price`` (issue 24). For records they
+  are different keys: :meth:`GXRuntime.run` hides from each expectation the frame columns that
+  only look like the ones it reads (:func:`look_alikes`), running expectations that need
+  different hidings in separate GX calls (none in the common case: no look-alike keys). An
+  expectation reading two look-alikes of each other (``Price`` and ``price``) cannot be judged
+  exactly by GX and is refused when the suite is built.
 * GX calls are serialised with one module-wide lock (:data:`GX_LOCK`): GX keeps process-wide
   state (the "current" context) and its objects are not documented as thread-safe.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from collector.errors import ConfigError
+from collector.settle.gx_import import build_expectation, import_gx
 from collector.settle.suite import TYPE_EXPECTATIONS, Spec, Suite, one_line
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["GX_LOCK", "GXRuntime", "Plan", "exception_of"]
+__all__ = ["GX_LOCK", "GXRuntime", "Plan", "exception_of", "look_alikes"]
 
 _META_KEY = "_collector_position"
 GX_LOCK = threading.RLock()
@@ -82,6 +90,24 @@ _ROW_LOCAL = frozenset(
     }
 )
 _SUITE_CACHE_SIZE = 16
+_QUOTES = '"[]`'
+
+
+def _folded(name: str) -> str:
+    """A column name as GX might compare it: case folded, quotes, brackets and backticks off.
+
+    A superset of GX's own matching rules (case-insensitive, a backticked name for its bare
+    name, a quoted or bracketed name for its bare name): two names GX could confuse always
+    fold alike.
+    """
+    return name.casefold().strip(_QUOTES)
+
+
+def look_alikes(names: Iterable[str], columns: Iterable[str]) -> frozenset[str]:
+    """The ``columns`` GX might take for one of ``names`` although they are other keys."""
+    wanted = set(names)
+    folded = {_folded(name) for name in wanted}
+    return frozenset(c for c in columns if c not in wanted and _folded(c) in folded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,51 +123,6 @@ class Plan:
     def column(self) -> str | None:
         column = self.spec.kwargs.get("column")
         return column if isinstance(column, str) else None
-
-
-def _import_gx() -> Any:
-    """Import GX quietly: no analytics, no progress bars, no log output unless asked for."""
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    gx_logger = logging.getLogger("great_expectations")
-    if not any(isinstance(h, logging.NullHandler) for h in gx_logger.handlers):
-        gx_logger.addHandler(logging.NullHandler())
-    import great_expectations
-
-    return great_expectations
-
-
-def build_expectation(configuration: Any, spec: Spec, path: object) -> Any:
-    """GX's expectation object for ``spec``, or one ConfigError naming the suite file and the
-    expectation: an unknown type, or kwargs GX's own models refuse (a missing ``column``).
-
-    The run builds its suite with it, and ``collector validate`` checks a suite with it
-    (collector.settle.suite.check_suite_kwargs), so both say the same thing.
-    """
-    try:
-        return configuration.to_domain_obj()
-    except Exception as exc:
-        if type(exc).__name__ == "ExpectationNotFoundError":
-            raise ConfigError(f"{path}: {spec.where}: unknown expectation type") from exc
-        if type(exc).__name__ == "ValidationError":
-            problem = _pydantic_message(exc)
-        else:
-            problem = one_line(getattr(exc, "message", None) or exc)
-        raise ConfigError(f"{path}: {spec.where}: invalid kwargs: {problem}") from exc
-
-
-def _pydantic_message(exc: Exception) -> str:
-    """``field: problem; field: problem`` from a pydantic (v1) ValidationError, one per field."""
-    errors = getattr(exc, "errors", None)
-    if not callable(errors):
-        return one_line(exc)
-    seen: dict[str, str] = {}
-    try:
-        for error in errors():
-            loc = ".".join(str(part) for part in error.get("loc", ()) if part != "__root__")
-            seen.setdefault(loc, str(error.get("msg", "")))
-    except Exception:
-        return one_line(exc)
-    return one_line("; ".join(f"{loc}: {msg}" if loc else msg for loc, msg in seen.items()))
 
 
 def exception_of(result: Any) -> str | None:
@@ -161,7 +142,7 @@ class GXRuntime:
     """The GX objects for one suite, built once and reused for every batch."""
 
     def __init__(self, suite: Suite) -> None:
-        gx = _import_gx()
+        gx = import_gx()
         from great_expectations.core.expectation_suite import ExpectationSuite
         from great_expectations.data_context.types.base import (
             DataContextConfig,
@@ -216,10 +197,21 @@ class GXRuntime:
         columns = [kwargs[key] for key in ("column", "column_A", "column_B") if key in kwargs]
         if "column_list" in getattr(type(expectation), "domain_keys", ()):
             columns.extend(kwargs.get("column_list") or [])
+        names = tuple(str(c) for c in columns)
+        for index, name in enumerate(names):
+            twin = next(
+                (c for c in names[:index] if c != name and _folded(c) == _folded(name)), None
+            )
+            if twin is not None:
+                raise ConfigError(
+                    f"{self._suite.path}: {spec.where}: reads columns {twin!r} and {name!r}, "
+                    "which Great Expectations cannot tell apart (it matches column names "
+                    "case-insensitively)"
+                )
         return Plan(
             spec=spec,
             row_level=isinstance(expectation, row_level_classes),
-            columns=tuple(str(c) for c in columns),
+            columns=names,
             gx=None if spec.type in TYPE_EXPECTATIONS else expectation,
         )
 
@@ -246,7 +238,23 @@ class GXRuntime:
                 )
 
     def run(self, frame: pd.DataFrame, plans: Sequence[Plan]) -> dict[int, Any]:
-        """Validate ``frame`` with the GX expectations of ``plans``; results by position."""
+        """Validate ``frame`` with the GX expectations of ``plans``; results by position.
+
+        Each expectation sees the frame without the look-alikes of the columns it reads (see
+        the module docstring): one GX call per distinct set of hidden columns, one in all when
+        the frame has no look-alike keys.
+        """
+        columns = [str(c) for c in frame.columns]
+        hidings: dict[frozenset[str], list[Plan]] = {}
+        for plan in plans:
+            hidings.setdefault(look_alikes(plan.columns, columns), []).append(plan)
+        results: dict[int, Any] = {}
+        for hidden, group in hidings.items():
+            seen = frame.drop(columns=sorted(hidden)) if hidden else frame
+            results.update(self._run(seen, group))
+        return results
+
+    def _run(self, frame: pd.DataFrame, plans: Sequence[Plan]) -> dict[int, Any]:
         key = tuple(plan.spec.position for plan in plans)
         suite = self._suites.get(key)
         if suite is None:

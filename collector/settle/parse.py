@@ -1,6 +1,7 @@
 """Turn a response body into records, and find each record's key.
 
-The built-in parser reads JSON (a document, or a list of documents) and optionally descends a
+The built-in parser reads JSON exactly (:func:`collector._json.parse`: a big integer stays that
+integer) (a document, or a list of documents) and optionally descends a
 dotted ``records_path`` (``data.items``) to the list of records. A source may name its own
 parser instead (``record.parser: mypkg.parsers:parse_listing``), called as
 ``parser(url, body) -> list[dict]``; whatever it raises becomes a permanent ``parse_error``.
@@ -12,8 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
+from collector import _json
 from collector._hooks import resolve_callable
 from collector.errors import PermanentFetchError
 
@@ -64,8 +64,8 @@ class RecordParser:
                 ) from exc
         else:
             try:
-                parsed = orjson.loads(body)
-            except orjson.JSONDecodeError as exc:
+                parsed = _json.parse(body)
+            except ValueError as exc:
                 raise PermanentFetchError(
                     f"invalid JSON: {exc}", error_class="parse_error", stage="parse"
                 ) from exc

@@ -451,12 +451,12 @@ def kwargs_problems(path: str | Path) -> list[str]:
     Every problem is one line; those of :func:`suite_problems` first, if any (GX is then not
     asked).
     """
-    from collector.settle.gx_runtime import _import_gx, build_expectation
+    from collector.settle.gx_import import build_expectation, import_gx
 
     suite, problems = _read_suite(Path(path))
     if suite is None:
         return problems
-    _import_gx()
+    import_gx()
     from great_expectations.expectations.expectation_configuration import (
         ExpectationConfiguration,
     )

@@ -283,6 +283,8 @@ class ValidationWorker:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
 
     async def aclose(self) -> None:
         if self._pump is not None:

@@ -29,6 +29,9 @@ class WriteResult:
     unchanged: int = 0  # same content already stored: nothing written
     stale: int = 0  # refused: the stored token is newer than this write's
     stale_keys: list[str] = field(default_factory=list)
+    # the pages (record URLs) with a record written: new content; a page of the batch not here
+    # had all its records unchanged (what a learned revisit schedule counts as "not changed")
+    written_urls: set[str] = field(default_factory=set, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

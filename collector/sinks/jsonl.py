@@ -11,12 +11,25 @@ Crash safety: each write is flushed and fsynced before it returns, so a record i
 before the frontier hears it was stored; a line torn by a kill is cut off when the sink opens.
 Each line carries ``_collector: {key, token, batch, url, stored_at}`` so compensation and
 fencing can be checked from the files alone.
+
+**One writer.** The index lives in the writing process, compaction rewrites segments and a torn
+tail is cut off on open, so two processes writing one source's files would count each other's
+records wrong (issue 27: a run and a ``collector work`` helper reported 1,745 and 1,165 of
+2,910) and could lose lines. A writer holds an exclusive ``flock`` on ``.<source>.lock`` in the
+folder while open (released by the kernel when the process dies, SIGKILL included); a second
+writer is refused in one line naming the holder (helpers need a Postgres sink). Readers
+(``collector status``, ``batches``) open ``readonly``: no lock, no truncation, no compaction,
+complete lines only.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
+import socket
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +49,11 @@ META = "_collector"
 SEGMENT_BYTES = 128 * 1024 * 1024  # start a new segment past this size
 
 
+# The writer locks this process holds: lock file -> (its open file, sinks using it).
+_held: dict[Path, tuple[IO[str], int]] = {}
+_held_lock = threading.Lock()
+
+
 @dataclass(slots=True)
 class _Entry:
     token: int
@@ -47,9 +65,10 @@ class _Entry:
 
 
 class JsonlSink(Closing):
-    def __init__(self, folder: str | Path, *, source: str) -> None:
+    def __init__(self, folder: str | Path, *, source: str, readonly: bool = False) -> None:
         self.folder = Path(folder)
         self.source = source
+        self.readonly = readonly
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -59,7 +78,60 @@ class JsonlSink(Closing):
         self._superseded: set[int] = set()  # segments holding superseded lines
         self._handle: IO[bytes] | None = None
         self._segment = 0
-        self._load()
+        self._lock: IO[str] | None = None if readonly else self._take_writer_lock()
+        try:
+            self._load()
+        except BaseException:
+            self._release_writer_lock()
+            raise
+
+    def _take_writer_lock(self) -> IO[str]:
+        """The one-writer lock (module docstring); refused in one line while another process
+        holds it. Sinks of one process share its lock (counted): a flock is per open file, and
+        what the lock guards against is another process."""
+        path = (self.folder / f".{self.source}.lock").resolve()
+        # Held from the look-up to the registration: two threads of this process opening the
+        # sink at once would otherwise both miss it in `_held`, and the second's flock (on a
+        # file of its own) would refuse it as if another process wrote (seen with two triage
+        # runs in threads).
+        with _held_lock:
+            if path in _held:
+                handle, users = _held[path]
+                _held[path] = (handle, users + 1)
+                return handle
+            handle = path.open("a+", encoding="utf-8")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                handle.close()
+                raise BackendError(
+                    f"sink {self.folder}: the JSONL sink of {self.source} is being written by "
+                    f"{holder}; a JSONL sink has one writer: wait for it to end, or use a "
+                    "postgres sink to run `collector work` helpers beside a run"
+                ) from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"process {os.getpid()} on {socket.gethostname()}\n")
+            handle.flush()
+            _held[path] = (handle, 1)
+            return handle
+
+    def _release_writer_lock(self) -> None:
+        handle, self._lock = self._lock, None
+        if handle is None:
+            return
+        path = Path(handle.name)
+        with _held_lock:
+            _, users = _held.get(path, (handle, 1))
+            if users > 1:
+                _held[path] = (handle, users - 1)
+                return
+            _held.pop(path, None)
+        with contextlib.suppress(OSError):
+            handle.truncate(0)
+        handle.close()  # closing the file releases the flock
 
     def location(self) -> str:
         return str(self.folder)
@@ -80,17 +152,17 @@ class JsonlSink(Closing):
         segments = self._segments()
         for segment in segments:
             self._scan(segment)
-        if self._superseded:
+        if self._superseded and not self.readonly:
             self._compact()
         self._segment = segments[-1] if segments else 1
 
     def _scan(self, segment: int) -> None:
         path = self._segment_path(segment)
-        with path.open("r+b") as handle:
+        with path.open("rb" if self.readonly else "r+b") as handle:
             data = handle.read()
             end = data.rfind(b"\n") + 1
-            if end != len(data):  # a torn last line from a crash: never acked, cut it off
-                handle.truncate(end)
+            if end != len(data) and not self.readonly:
+                handle.truncate(end)  # a torn last line from a crash: never acked, cut it off
         offset = 0
         for line in data[:end].splitlines(keepends=True):
             try:
@@ -122,6 +194,7 @@ class JsonlSink(Closing):
         return self._handle
 
     def write(self, records: Sequence[SinkRecord], *, token: int, batch_id: str) -> WriteResult:
+        self._writable()
         result = WriteResult()
         if not records:
             return result
@@ -151,6 +224,7 @@ class JsonlSink(Closing):
             offset += len(line)
             lines.append(line)
             result.written += 1
+            result.written_urls.add(item.url)
         if lines:
             try:
                 handle.write(b"".join(lines))
@@ -203,7 +277,12 @@ class JsonlSink(Closing):
             found.append(SinkRecord(key, row, str(meta["url"])))
         return found
 
+    def _writable(self) -> None:
+        if self.readonly:
+            raise BackendError(f"sink {self.folder}: opened read-only (no writes)")
+
     def remove_batch(self, batch_id: str) -> int:
+        self._writable()
         doomed = [key for key, entry in self._index.items() if entry.batch == batch_id]
         for key in doomed:
             self._superseded.add(self._index.pop(key).segment)
@@ -241,8 +320,9 @@ class JsonlSink(Closing):
         self._superseded.clear()
 
     def close(self) -> None:
-        if self._superseded:
+        if self._superseded and not self.readonly:
             self._compact()
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+        self._release_writer_lock()

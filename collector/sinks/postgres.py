@@ -323,6 +323,7 @@ class PostgresSink(Closing):
                 result.unchanged += 1
             else:
                 result.written += 1
+                result.written_urls.add(item.url)
             previous[item.key] = digests[position]
         return result
 

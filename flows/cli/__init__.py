@@ -6,6 +6,8 @@
 ``collector status SOURCE...``       where a source's items are now (frontier, dead letters, sink)
 ``collector run SOURCE``             run the collect flow as a Prefect flow run
 ``collector work SOURCE``            help drain a running source's shared frontier (no plan)
+``collector deploy SOURCE...``      one Prefect deployment per source (schedule, queue, trigger)
+``collector fleet``                 start/stop the deployed sources' helpers by priority and load
 ``collector demo``                   start the local demo site and collect it
 ``collector deadletters list|show``  look at what failed and why
 ``collector deadletters retry|discard``  fetch again, or resolve with a reason that is kept
@@ -24,8 +26,9 @@ SOURCE is a file path or ``block:NAME`` everywhere (one resolver, :mod:`flows.so
 Prefect is imported only by the commands that run flows, so ``validate`` and ``schema`` answer
 at once. Exit codes (per command in docs/cli.md): 0 ok (or skipped: the source was busy and
 ``on_busy`` is skip), 1 the run did not balance or failed, 2 invalid input, 3 the source was
-busy: another run held its lock for the whole wait, 130 interrupted (Ctrl-C), 141 stdout was
-closed early (``| head``).
+busy: another run held its lock for the whole wait, 75 items left queued because hosts did not
+answer (``run``), 130 interrupted (Ctrl-C), 141 stdout was closed early (``| head``), 143
+stopped by SIGTERM.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from collector.errors import ConfigError
 from flows.cli import (
     backlog,
     deadletters,
+    deploy,
     init,
     prefect_blocks,
     recovery,
@@ -75,6 +79,7 @@ _GROUPS = (
     sources,
     status,
     running,
+    deploy,
     deadletters,
     review,
     recovery,
@@ -87,8 +92,8 @@ _GROUPS = (
 _DESCRIPTION = "Collect web data into a sink, every item accounted for."
 _EPILOG = (
     "SOURCE is a source file or block:NAME. Exit codes: 0 ok, 1 failed or not balanced, "
-    "2 invalid input, 3 source busy, 130 interrupted, 141 output closed early. "
-    "Details: docs/cli.md"
+    "2 invalid input, 3 source busy, 75 items left queued: hosts did not answer, "
+    "130 interrupted, 141 output closed early, 143 terminated (SIGTERM). Details: docs/cli.md"
 )
 
 
@@ -97,7 +102,22 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in _GROUPS:
         group.register(commands)
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand's own ``--help`` page its one-line summary as description (the
+    ``help=`` of ``add_parser`` shows only in the parent's list), at every level."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        summaries = {choice.dest: choice.help for choice in action._choices_actions}
+        for name, sub in action.choices.items():
+            summary = summaries.get(name)
+            if sub.description is None and summary:
+                sub.description = summary[0].upper() + summary[1:] + "."
+            _describe(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

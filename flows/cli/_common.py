@@ -4,19 +4,31 @@ quiet defaults."""
 from __future__ import annotations
 
 import argparse
+import errno
+import functools
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from collector.config import SourceError
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from collector.config import Source
+
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+    """The ``collector`` command's subcommands, as each CLI module's ``register`` adds to them."""
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_BUSY = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report it (128 + SIGINT)
 EXIT_PIPE_CLOSED = 141  # stdout closed early (`| head`), as shells report it (128 + SIGPIPE)
+EXIT_TERMINATED = 143  # SIGTERM (a process worker's cancel, systemd, kill), 128 + SIGTERM
+# Items left queued because hosts did not answer or their breaker stayed open (RunSummary.
+# hosts_down): sysexits' EX_TEMPFAIL, "a temporary failure; the user is invited to retry later".
+EXIT_HOSTS_DOWN = 75
 
 # Quiet, offline defaults for the embedded Prefect server; the user's own settings win.
 # Only the *console* handler is raised to WARNING: Prefect's loggers stay at INFO, so a run
@@ -53,10 +65,55 @@ def _prefect_server() -> None:
     use_local_server(say=lambda line: print(f"collector: {line}", file=sys.stderr))
 
 
-def _console(stderr: bool = True) -> Any:
+# What the collect flow logs for the UI that `collector run` then says itself, in its own words:
+# a run that left items queued for hosts that did not answer, a source whose every seed was
+# refused (the flow's ERROR line, and the engine's "Finished in state Failed(...)" with it).
+_SAID_BY_RUN = ("left queued: ", "was refused at plan (")
+
+
+class _SaidByRunFilter(logging.Filter):
+    """Drop, from the console only, the flow run records the command says itself (once)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("prefect.flow_runs"):
+            return True
+        text = record.getMessage()
+        return not any(said in text for said in _SAID_BY_RUN)
+
+
+def quiet_console_for_run() -> None:
+    """Install :class:`_SaidByRunFilter` on Prefect's console handlers (this process only; the
+    API handler is left alone, so the flow run's logs in the UI keep every line)."""
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, PrefectConsoleHandler) and not any(
+            isinstance(f, _SaidByRunFilter) for f in handler.filters
+        ):
+            handler.addFilter(_SaidByRunFilter())
+
+
+def _console(stderr: bool = True) -> Console:
+    return _console_class()(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+@functools.cache
+def _console_class() -> type[Console]:
+    """rich's Console, but a closed pipe is a ``BrokenPipeError`` for ``main`` to handle.
+
+    rich's own ``on_broken_pipe`` raises ``SystemExit(1)``, so ``collector run SRC | head``
+    exited 1 or 141 depending on which write met the closed pipe; every command now ends the
+    same way, the one Python's "Note on SIGPIPE" describes: stdout pointed at /dev/null and one
+    exit code (:data:`EXIT_PIPE_CLOSED`, in ``main``).
+    """
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    class PipeAwareConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True  # nothing more to write: the reader is gone
+            raise BrokenPipeError(errno.EPIPE, "the reader closed the pipe")
+
+    return PipeAwareConsole
 
 
 def load(reference: str) -> Source:
@@ -107,7 +164,7 @@ def seed_count(source: Source) -> int:
 SOURCE_HELP = "a source file (YAML or JSON), or block:NAME for a CollectorSource block"
 
 
-def add_source(parser: Any, *, many: bool = False) -> None:
+def add_source(parser: argparse.ArgumentParser, *, many: bool = False) -> None:
     """The ``SOURCE`` argument every command takes, with one help text."""
     if many:
         parser.add_argument("sources", nargs="+", metavar="SOURCE", help=SOURCE_HELP)
@@ -127,7 +184,12 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_json(parser: Any, what: str = "the result") -> None:
+def add_json(parser: argparse.ArgumentParser, what: str = "the result") -> None:
     parser.add_argument(
         "--json", action="store_true", help=f"{what} as JSON on stdout (for scripts)"
     )
+
+
+def when(epoch: float) -> str:
+    """An epoch time as the commands show it: UTC, to the second (``2026-12-03 14:52:19Z``)."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%SZ")

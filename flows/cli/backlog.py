@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector.errors import CollectorError
 from flows.cli._common import (
@@ -22,6 +22,9 @@ from flows.cli._common import (
     add_source,
     load,
 )
+
+if TYPE_CHECKING:
+    from flows.cli._common import Commands
 
 
 def cmd_backlog(args: argparse.Namespace) -> int:
@@ -52,7 +55,7 @@ def _print_result(result: dict[str, Any]) -> None:
     )
 
 
-def register(commands: Any) -> None:
+def register(commands: Commands) -> None:
     """Add this group's subcommands to ``collector``'s parser."""
     backlog = commands.add_parser(
         "backlog", help="sample each source's backlog now (the backlog-monitor flow)"

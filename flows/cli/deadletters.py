@@ -7,12 +7,17 @@ import json
 import re
 import sys
 import time
-from datetime import UTC, datetime
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from collector.deadletter.base import CAUSES, Stage
 from collector.errors import ConfigError
-from flows.cli._common import EXIT_FAILED, EXIT_OK, add_json, add_source, load, positive_int
+from flows.cli._common import EXIT_FAILED, EXIT_OK, add_json, add_source, load, positive_int, when
+
+if TYPE_CHECKING:
+    from collector.config import Source
+    from collector.deadletter import DeadLetter
+    from collector.deadletter.base import DeadLetters
+    from flows.cli._common import Commands
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -30,12 +35,7 @@ def parse_age(text: str) -> float:
     return float(match.group(1)) * _AGE_UNITS[match.group(2)]
 
 
-def when(epoch: float) -> str:
-    """An epoch time as the commands show it: UTC, to the second (``2026-12-03 14:52:19Z``)."""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def find_entry(store: Any, source: Any, reference: str) -> Any:
+def find_entry(store: DeadLetters, source: Source, reference: str) -> DeadLetter:
     """The entry of ``source`` whose id is ``reference`` or starts with it (like git's short
     ids); a ConfigError when none or several match."""
     reference = reference.strip().lower()
@@ -72,8 +72,8 @@ def error_filter(value: str | None) -> tuple[str | None, str | None]:
 
 
 def _matching(
-    source: Any, store: Any, args: argparse.Namespace, status: str | None, limit: int
-) -> list[Any]:
+    source: Source, store: DeadLetters, args: argparse.Namespace, status: str | None, limit: int
+) -> list[DeadLetter]:
     """The entries the filters select, newest first, at most ``limit``."""
     cause, error_class = error_filter(args.error_class)
     found = store.list(
@@ -89,7 +89,7 @@ def _matching(
     return list(found)
 
 
-def _selected(source: Any, store: Any, args: argparse.Namespace) -> list[Any]:
+def _selected(source: Source, store: DeadLetters, args: argparse.Namespace) -> list[DeadLetter]:
     """The entries named by id, or those matching the filters (at least one is required)."""
     if args.ids:
         return [find_entry(store, source, entry_id) for entry_id in args.ids]
@@ -134,35 +134,44 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
         store.close()
 
 
-def _entry_dict(entry: Any) -> dict[str, Any]:
+def _entry_dict(entry: DeadLetter) -> dict[str, Any]:
     data: dict[str, Any] = entry.to_dict()
     data["first_seen_at"] = when(entry.first_seen)  # the epoch floats stay for scripts
     data["last_seen_at"] = when(entry.last_seen)
     return data
 
 
-def _list(source: Any, store: Any, args: argparse.Namespace) -> int:
+def _list(source: Source, store: DeadLetters, args: argparse.Namespace) -> int:
     status = None if args.status == "all" else args.status
     found = _matching(source, store, args, status, args.limit + 1)  # +1: was the list cut?
     entries, cut = found[: args.limit], len(found) > args.limit
     if args.json:
         print(json.dumps([_entry_dict(e) for e in entries], default=str))
     elif entries:
-        _print_table(entries)
+        print_table(entries)
     if cut:
-        print(f"showing the first {args.limit} entries; more match (raise --limit)",
-              file=sys.stderr)  # fmt: skip
+        first = "the first entry" if args.limit == 1 else f"the first {args.limit} entries"
+        print(f"showing {first}; more match (raise --limit)", file=sys.stderr)
     if not entries:
         _say_none(source, store, args)
     return EXIT_OK
 
 
-def _print_table(entries: list[Any]) -> None:
+def status_of(entry: DeadLetter) -> str:
+    """The STATUS cell: open, review, or how a resolved entry was resolved (discarded,
+    re-enqueued, repaired, ...), so ``--status resolved`` tells them apart."""
+    if entry.status != "resolved" or not entry.resolution_kind:
+        return str(entry.status)
+    return "re-enqueued" if entry.resolution_kind == "reenqueued" else str(entry.resolution_kind)
+
+
+def print_table(entries: list[DeadLetter]) -> None:
+    """The dead-letter table (``deadletters list``, ``review --list``): one format."""
     header = ("ID", "STATUS", "STAGE", "ERROR", "FIRST SEEN (UTC)", "TRIES", "URL", "MESSAGE")
     rows = [
         (
             e.id[:_ID_SHOWN],
-            e.status,
+            status_of(e),
             e.stage,
             e.error_class,
             when(e.first_seen),
@@ -183,7 +192,7 @@ def _short(message: str, limit: int = 100) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-def _say_none(source: Any, store: Any, args: argparse.Namespace) -> None:
+def _say_none(source: Source, store: DeadLetters, args: argparse.Namespace) -> None:
     """An empty list says so, and where the entries are when they are elsewhere."""
     filters = [f"status {args.status}"]
     filters += [f"{name} {value}" for name, value in
@@ -213,17 +222,19 @@ def _class_of(reason: str) -> str:
     return error_class if sep and cause in CAUSES else label
 
 
-def _discard(source: Any, store: Any, args: argparse.Namespace) -> int:
+def _discard(source: Source, store: DeadLetters, args: argparse.Namespace) -> int:
     entries = _selected(source, store, args)
     reason = _discard_reason(args)
     if reason is None:
         raise ConfigError("discard needs a reason (--reason TEXT, or answer the prompt)")
     done = sum(store.resolve(e.id, "discarded", reason) for e in entries)
-    print(f"discarded {done} of {len(entries)} dead letters ({len(entries) - done} were not open)")
+    closed = len(entries) - done
+    note = f" ({closed} {'was' if closed == 1 else 'were'} not open)" if closed else ""
+    print(f"discarded {done} of {_letters(len(entries))}{note}")
     return EXIT_OK
 
 
-def _retry(source: Any, store: Any, entries: list[Any]) -> int:
+def _retry(source: Source, store: DeadLetters, entries: list[DeadLetter]) -> int:
     """Fetch the entries' pages again: back to the frontier's queue if dead (or expired),
     whatever the entry's status (a repaired entry's page may still be dead); each entry not
     resolved yet is resolved once, through the same engine code as triage's re-enqueue
@@ -245,16 +256,36 @@ def _retry(source: Any, store: Any, entries: list[Any]) -> int:
             if not reenqueue(store, frontier, source, entry, detail="operator retry",
                              now=time.time()):  # fmt: skip
                 refused += 1
-                print(f"{entry.id}: the frontier does not hold {entry.url} as dead or expired;"
-                      " not re-enqueued", file=sys.stderr)  # fmt: skip
+                print(_not_requeued(entry), file=sys.stderr)
                 continue
             queued_urls.add(entry.url)
             requeued += 1
-    print(f"re-enqueued {requeued} of {len(entries)} dead letters; the next run fetches them")
+    if requeued:
+        print(f"re-enqueued {requeued} of {_letters(len(entries))}; the next run fetches them")
+    else:
+        print(f"re-enqueued none of {_letters(len(entries))}: nothing to fetch again")
     return EXIT_OK if not refused else EXIT_FAILED
 
 
-def register(commands: Any) -> None:
+def _not_requeued(entry: DeadLetter) -> str:
+    """Why an entry's page was not queued again: the frontier does not hold it dead."""
+    if entry.status == "resolved":
+        kind = (entry.resolution_kind or "resolved").replace("reenqueued", "re-enqueued")
+        return (
+            f"{entry.id[:_ID_SHOWN]}: resolved already ({kind}); its page {entry.url} is not "
+            "dead or expired in the frontier (queued, or stored since): nothing to re-enqueue"
+        )
+    return (
+        f"{entry.id[:_ID_SHOWN]}: the frontier does not hold {entry.url} as dead or expired; "
+        "not re-enqueued"
+    )
+
+
+def _letters(count: int) -> str:
+    return f"{count} dead letter{'s' * (count != 1)}"
+
+
+def register(commands: Commands) -> None:
     """Add this group's subcommands to ``collector``'s parser."""
     letters = commands.add_parser("deadletters", help="inspect, retry or discard dead letters")
     letter_actions = letters.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -288,7 +319,7 @@ def register(commands: Any) -> None:
     add_source(show)
     show.add_argument("id", metavar="ID", help="the entry's id, or a unique prefix of it")
     for name, helptext in (
-        ("retry", "fetch the entries' URLs again (back to the frontier's queue)"),
+        ("retry", "re-queue the entries' URLs in the frontier (the next run fetches them)"),
         ("discard", "resolve entries as discarded, with a reason that is kept"),
     ):
         act = letter_actions.add_parser(name, help=helptext)

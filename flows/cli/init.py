@@ -30,10 +30,13 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-from flows.cli._common import EXIT_INVALID, EXIT_OK, seed_count
+from flows.cli._common import EXIT_INVALID, EXIT_OK, print_warnings, seed_count
+
+if TYPE_CHECKING:
+    from flows.cli._common import Commands
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 # A path segment that is an id: digits, alone or before an extension (42, 42.json).
@@ -72,6 +75,15 @@ def _seeds_from_url(url: str) -> _Seeds:
         raise ValueError(f"--from-url: {url!r} is not an http(s) URL with a host")
     if "{" in url or "}" in url:
         raise ValueError(f"--from-url: {url!r} has braces; write its seeds by hand")
+    if parts.username is not None or parts.password is not None:
+        # Never written to a file, never echoed: a run refuses such seeds anyway.
+        bare = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        raise ValueError(
+            f"--from-url: the URL has credentials (user:password@{parts.hostname}); they are "
+            f"not written to a file: give the URL without them ({bare}) and put them in a "
+            'header from the environment, e.g. limits.headers: {Authorization: "Basic '
+            '${env:SHOP_AUTH}"}'
+        )
     host = parts.hostname
     segments = parts.path.split("/")
     numeric = [i for i, segment in enumerate(segments) if _NUMERIC_SEGMENT.fullmatch(segment)]
@@ -177,6 +189,8 @@ def _deployment_text(name: str, source: Path) -> str:
 # Add this entry under `deployments:` in deployments/prefect.yaml, then from the project root:
 #   prefect deploy --prefect-file deployments/prefect.yaml --name collect-{name}
 # `source` is the path as the workers see it (or block:{name} after `collector blocks save`).
+# Or, without editing prefect.yaml: `collector deploy {source}` (its own deployment, with the
+# schedule of its `schedule:` section; docs/fleet.md).
 deployments:
   - name: collect-{name}
     description: "Collects the source {name}."
@@ -277,13 +291,16 @@ def cmd_init(args: argparse.Namespace) -> int:
     for path in files:
         print(f"wrote {path}")
     listed = f"{urls} seed URL{'s' * (urls != 1)}"
-    print(f"{source_path}: ok ({name}: {listed}, sink {source.sink_label})")
+    warned = print_warnings(source, str(source_path))  # what `validate` would warn about
+    plural = "s" * (len(warned) != 1)
+    verdict = f"valid, with {len(warned)} warning{plural} above" if warned else "ok"
+    print(f"{source_path}: {verdict} ({name}: {listed}, sink {source.sink_label})")
     print(f"next: edit {source_path.name}, then `collector run {source_path}`")
     print(f"      on Prefect: add {deployment_path.name} to deployments/prefect.yaml")
     return EXIT_OK
 
 
-def register(commands: Any) -> None:
+def register(commands: Commands) -> None:
     """Add ``init`` to ``collector``'s parser."""
     init = commands.add_parser(
         "init", help="write a new source file, a starter GX suite and its deployment entry"

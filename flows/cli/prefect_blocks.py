@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from collector.config import load_source
 from flows.cli._common import EXIT_OK, _prefect_environment, _prefect_server
+
+if TYPE_CHECKING:
+    from flows.cli._common import Commands
 
 
 def cmd_blocks(args: argparse.Namespace) -> int:
@@ -28,7 +31,7 @@ def cmd_blocks(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def register(commands: Any) -> None:
+def register(commands: Commands) -> None:
     """Add this group's subcommands to ``collector``'s parser."""
     blocks = commands.add_parser("blocks", help="Prefect block types for sources and backends")
     block_actions = blocks.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -23,11 +23,14 @@ from flows.cli._common import (
     add_source,
     load,
     positive_int,
+    when,
 )
-from flows.cli.deadletters import when
 
 if TYPE_CHECKING:
+    from collector.config import Source
+    from collector.recovery.audit import AuditReport
     from collector.sinks.base import BatchSummary
+    from flows.cli._common import Commands
 
 T = TypeVar("T")
 
@@ -145,9 +148,9 @@ def cmd_batches(args: argparse.Namespace) -> int:
     from collector.backends import open_sink
 
     source = load(args.source)
-    sink = open_sink(source)
+    sink = open_sink(source, readonly=True)  # only looks: works beside a run
     try:
-        rows = [_batch_row(summary) for summary in sink.batch_summaries()]
+        rows = sorted((_batch_row(s) for s in sink.batch_summaries()), key=_batch_order)
         where = sink.location()
     finally:
         sink.close()
@@ -166,6 +169,13 @@ def cmd_batches(args: argparse.Namespace) -> int:
         print(line.rstrip())
     print(f"{len(rows)} batches in {where}", file=sys.stderr)
     return EXIT_OK
+
+
+def _batch_order(row: dict[str, Any]) -> tuple[float, str, int, str]:
+    """Oldest first, and a run's batches by token as a number (``:2`` before ``:10``)."""
+    token = row["token"]
+    number = int(token) if token.isdigit() else -1
+    return (row["written"] if row["written"] is not None else 0.0, row["run"], number, token)
 
 
 def _batch_row(summary: BatchSummary) -> dict[str, Any]:
@@ -213,6 +223,7 @@ def cmd_compensate(args: argparse.Namespace) -> int:
             reason=reason,
             by=_operator(),
             frontier=stores.frontier,  # the pages are fetched again by the next run
+            deadletters=stores.deadletters,  # the span links to where its pages once failed
         )
     print(f"compensated batch {args.batch}: {done.removed} records removed from {where}"
           f" (recorded in {source.ledger_path})")  # fmt: skip
@@ -264,7 +275,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return EXIT_FAILED if missing or (args.dry_run and report.failed) else EXIT_OK
 
 
-def _print_audit(report: Any, source: Any, where: str, *, dry_run: bool) -> None:
+def _print_audit(report: AuditReport, source: Source, where: str, *, dry_run: bool) -> None:
     """Table-level failures (compensated) and row-level failures (reported only), counted the
     way ``--json`` counts them."""
     verb = "would compensate" if dry_run else "compensated"
@@ -285,7 +296,7 @@ def _print_audit(report: Any, source: Any, where: str, *, dry_run: bool) -> None
           " row-level expectations")  # fmt: skip
 
 
-def register(commands: Any) -> None:
+def register(commands: Commands) -> None:
     """Add this group's subcommands to ``collector``'s parser."""
     triage = commands.add_parser("triage", help="run the triage flow over open dead letters")
     add_source(triage)

@@ -39,7 +39,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector.errors import ConfigError
 from flows.cli._common import (
@@ -51,6 +51,16 @@ from flows.cli._common import (
     print_source_problems,
 )
 from flows.cli.deadletters import find_entry, parse_age
+
+if TYPE_CHECKING:
+    from collector.config import Source
+    from collector.deadletter import DeadLetter
+    from collector.deadletter.base import DeadLetters
+    from collector.frontier import Frontier
+    from collector.recovery.review import Decision
+    from collector.settle.validation import SuiteValidator
+    from collector.sinks import Sink
+    from flows.cli._common import Commands
 
 __all__ = ["cmd_review", "register"]
 
@@ -118,7 +128,7 @@ def _record_from(text: str) -> Any:
         raise ConfigError(f"{where}: not JSON: {exc}") from None
 
 
-def _show(entry: Any) -> None:
+def _show(entry: DeadLetter) -> None:
     print(f"\n{entry.id}  {entry.reason}  {entry.url}")
     print(f"  {entry.message}")
     print(f"  attempts {entry.attempts}, record key {entry.record_key or '-'}")
@@ -131,20 +141,22 @@ def _show(entry: Any) -> None:
 class _Review:
     """One command's session: the source, its backends, the reviewer, the suite (lazily)."""
 
-    def __init__(self, source: Any, store: Any, frontier: Any, sink: Any, reviewer: str) -> None:
+    def __init__(
+        self, source: Source, store: DeadLetters, frontier: Frontier, sink: Sink, reviewer: str
+    ) -> None:
         self.source, self.store, self.frontier, self.sink = source, store, frontier, sink
         self.reviewer = reviewer
         self.ctrl_c = _CtrlC()
-        self._validator: Any = None
+        self._validator: SuiteValidator | None = None
 
-    def validator(self) -> Any:
+    def validator(self) -> SuiteValidator | None:
         if self._validator is None and self.source.suite_path is not None:
             from collector.settle.validation import SuiteValidator  # GX only when accepting
 
             self._validator = SuiteValidator(self.source.suite_path)
         return self._validator
 
-    def locked(self, change: Callable[[], Any]) -> Any:
+    def locked(self, change: Callable[[], Decision]) -> Decision:
         """An accept's change under ``source:<name>`` (it revives a page a run may count);
         busy past ``locks.wait_s``: refused, nothing changed, the entry put back."""
         from collector.recovery.review import Decision
@@ -157,7 +169,7 @@ class _Review:
         except (SourceBusy, StoppedWaiting) as exc:
             return Decision(False, f"busy: {exc}; nothing changed")
 
-    def take(self, args: argparse.Namespace) -> tuple[str, Any] | None:
+    def take(self, args: argparse.Namespace) -> tuple[str, DeadLetter] | None:
         idle_ms = int(args.idle * 1000)
         if args.id is not None:
             got = self.store.take_entry_for_review(
@@ -189,11 +201,11 @@ class _Review:
               " shows the entries that are", file=sys.stderr)  # fmt: skip
         return EXIT_INVALID
 
-    def decide(self, message: str, entry: Any, action: str, value: Any) -> Any:
+    def decide(self, message: str, entry: DeadLetter, action: str, value: Any) -> Decision:
         with self.ctrl_c.interruptible():
             return self._decide(message, entry, action, value)
 
-    def _decide(self, message: str, entry: Any, action: str, value: Any) -> Any:
+    def _decide(self, message: str, entry: DeadLetter, action: str, value: Any) -> Decision:
         from collector.recovery import review
 
         if action == "accept":
@@ -296,13 +308,15 @@ def _interactive(session: _Review, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _list(source: Any, store: Any, args: argparse.Namespace) -> int:
+def _list(source: Source, store: DeadLetters, args: argparse.Namespace) -> int:
     entries = store.list(source=source.name, status="review", limit=args.limit)
     if args.json:
         print(json.dumps([e.to_dict() for e in entries], default=str))
         return EXIT_OK
-    for entry in entries:
-        print(f"{entry.id}  {entry.reason:36} {entry.url}  ({entry.message})")
+    from flows.cli.deadletters import print_table
+
+    if entries:
+        print_table(entries)  # the one dead-letter table: ids as `deadletters list` shows them
     print(f"{len(entries)} in review in {source.name}")
     return EXIT_OK
 
@@ -334,7 +348,7 @@ def cmd_review(args: argparse.Namespace) -> int:
                 return _interactive(session, args)
 
 
-def register(commands: Any) -> None:
+def register(commands: Commands) -> None:
     """Add ``collector review`` to ``collector``'s parser."""
     review = commands.add_parser("review", help="settle escalated dead letters by hand")
     review.add_argument("source", metavar="SOURCE", help=SOURCE_HELP)

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from collector import defaults
 from collector.errors import CollectorError, ConfigError
+from collector.run.account import END_TERMS, INTAKE_TERMS
 from flows.cli._common import (
     EXIT_BUSY,
     EXIT_FAILED,
+    EXIT_HOSTS_DOWN,
     EXIT_INVALID,
     EXIT_OK,
     _console,
@@ -25,12 +27,16 @@ from flows.cli._common import (
     load,
     positive_int,
     print_warnings,
+    quiet_console_for_run,
 )
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from collector.config import Source
-    from collector.run.ledger import Ledger
+    from collector.run.account import Account
     from collector.run.summary import RunSummary
+    from flows.cli._common import Commands
 
 
 class _Progress:
@@ -96,7 +102,8 @@ class _Progress:
                 self._task,
                 completed=max(task.completed, settled),
                 detail=f"stored {ledger.stored}  dead {ledger.dead_lettered - ledger.already_dead}"
-                f"  deferred {ledger.retried}" + _hosts_detail(data["report"].windows, ledger),
+                f"  deferred {ledger.retried}"
+                + _hosts_detail(data["report"].windows, ledger, data["report"].slowed),
             )
         elif event == "lock_busy":
             self._progress.update(self._task, description="waiting for the source lock")
@@ -120,29 +127,38 @@ class _Progress:
         self._progress = None
 
 
-def _settled(ledger: Ledger | RunSummary) -> int:
+def _settled(ledger: Account) -> int:
     """Items of this run that reached stored or dead (those dead before it not counted)."""
-    return ledger.stored + ledger.dead_lettered - ledger.already_dead - ledger.refused_at_plan
+    return ledger.settled_items
 
 
 def _preflight(loaded: Source) -> None:
     """Reach the stores and resolve every ``${env:}`` / ``${secret:}`` before Prefect starts,
     so a server that is down or a variable that is not set is one line, not a traceback."""
     from collector.backends import open_backends
+    from collector.config import redis_url_checked
 
     with open_backends(loaded):
         pass
     loaded.resolved_headers()
-    loaded.resolve(loaded.limits.rate_storage, field="limits.rate_storage")
+    storage = loaded.limits.rate_storage
+    resolved = loaded.resolve(storage, field="limits.rate_storage")
+    if resolved != storage and resolved != "memory://":
+        redis_url_checked(resolved, field="limits.rate_storage")
 
 
-def _hosts_detail(windows: dict[str, int], ledger: Any) -> str:
-    """The adaptive window (one host) or its range (several), and circuit deferrals."""
+def _hosts_detail(
+    windows: dict[str, int], ledger: Any, slowed: dict[str, str] | None = None
+) -> str:
+    """The adaptive window (one host) or its range (several), hosts slowed by their window or
+    pace (docs/politeness.md), and circuit deferrals."""
     text = ""
     if len(windows) == 1:
         text += f"  window {next(iter(windows.values()))}"
     elif windows:
         text += f"  windows {min(windows.values())}-{max(windows.values())}"
+    if slowed:
+        text += f"  {len(slowed)} host{'s' if len(slowed) > 1 else ''} slowed"
     if ledger.deferred_by_circuit:
         text += f"  circuit-deferred {ledger.deferred_by_circuit}"
     return text
@@ -157,22 +173,22 @@ def _run(source: str, args: argparse.Namespace) -> tuple[int, RunSummary | None,
     The stop's signal handlers (:class:`collector.run.stop.StopRequest`) are installed first,
     whatever the process inherited: a shell's background job starts with SIGINT ignored, and
     Python leaves it ignored, so a SIGINT before the flow installs its own would be lost (one
-    that came while the command imported was recorded by :mod:`flows.command`). A stop
+    that came while the command imported was recorded by :mod:`flows.early_signals`). A stop
     requested before the flow starts ends the command there (nothing claimed); one requested
     while it starts is honoured by the flow (its ledger says ``interrupted``).
     """
     from collector.run.stop import process_stop
-    from flows import command
+    from flows import early_signals
 
     process_stop.reset()  # a request of an earlier command in this process is not this one's
     try:
         with process_stop.on_signals():
-            early = command.hand_over()  # a signal while the command was importing
+            early = early_signals.hand_over()  # a signal while the command was importing
             if early is not None:
                 process_stop.request(early)
             return _run_stoppable(source, args)
     finally:
-        command.restore()
+        early_signals.restore()
 
 
 def _stopped_before_the_flow() -> tuple[int, None, None] | None:
@@ -187,15 +203,24 @@ def _stopped_before_the_flow() -> tuple[int, None, None] | None:
     return EXIT_CODES.get(reason, EXIT_FAILED), None, None
 
 
-def _run_stoppable(
+def _checked_before_the_flow(
     source: str, args: argparse.Namespace
-) -> tuple[int, RunSummary | None, str | None]:
+) -> Source | tuple[int, None, None]:
+    """The source, loaded and checked (variables set, stores reachable), or the exit code of
+    a run that cannot start; said on stderr, one line each."""
     problem = _metrics_environment(getattr(args, "metrics_port", None))
     if problem:
         print(f"collector: {problem}", file=sys.stderr)
         return EXIT_INVALID, None, None
     _prefect_environment()
     loaded = load(source)  # an invalid source: its problems, exit 2 (main)
+    from collector.config import unset_variables
+
+    unset = unset_variables(loaded)
+    if unset:  # every one at once, not the first of them per try
+        for problem in unset:
+            print(f"{source}: {problem}", file=sys.stderr)
+        return EXIT_INVALID, None, None
     try:
         _preflight(loaded)
     except ConfigError as exc:  # a missing variable or Secret / RedisDatabase block
@@ -205,34 +230,48 @@ def _run_stoppable(
         print(f"collector: {exc}", file=sys.stderr)
         return EXIT_FAILED, None, None
     print_warnings(loaded, source)  # e.g. every seed refused: said before, not discovered after
+    return loaded
+
+
+def _observed(loaded: Source) -> None:
+    """Sentry, tracing and the scrubbing of secrets, and GX warmed up, before Prefect starts."""
+    from collector.ops.observability import init_sentry, register_secrets
+
+    init_sentry()  # only when SENTRY_DSN is set; fast options (see collector.ops.observability)
+    from collector.ops.tracing import init_tracing
+
+    init_tracing()  # only when OTEL_* asks for export (see collector.ops.tracing)
+    register_secrets(loaded.secret_values())  # scrubbed from Sentry events and every log line
+    if loaded.suite_path is not None:
+        from collector.settle.validation_worker import prewarm
+
+        prewarm(loaded.suite_path)  # GX imports on the other core while Prefect starts
+
+
+def _run_stoppable(
+    source: str, args: argparse.Namespace
+) -> tuple[int, RunSummary | None, str | None]:
+    loaded = _checked_before_the_flow(source, args)
+    if isinstance(loaded, tuple):
+        return loaded
     if (stopped := _stopped_before_the_flow()) is not None:
         return stopped
     progress = _Progress(enabled=not args.json and sys.stderr.isatty())
     progress.start("starting Prefect ...")  # the imports and server start take seconds
     summary: RunSummary | None = None
     try:
-        from collector.ops.observability import init_sentry, register_secrets
-
-        init_sentry()  # only when SENTRY_DSN is set; fast options (see collector.ops.observability)
-        from collector.ops.tracing import init_tracing
-
-        init_tracing()  # only when OTEL_* asks for export (see collector.ops.tracing)
-        register_secrets(loaded.secret_values())  # scrubbed from Sentry events and every log line
-        if loaded.suite_path is not None:
-            from collector.settle.validation_worker import prewarm
-
-            prewarm(loaded.suite_path)  # GX imports on the other core while Prefect starts
+        _observed(loaded)
         _prefect_server()  # after the checks above: a source that cannot run starts nothing
         from collector.run.locks import SourceBusy
         from collector.run.stop import EXIT_CODES, StoppedWaiting
         from flows._locks import quiet_console_for_the_command
-        from flows.collect import progress_listeners, run_collect
+        from flows.collect import run_collect
 
         if (stopped := _stopped_before_the_flow()) is not None:
             progress.finish(None)
             return stopped
         quiet_console_for_the_command()  # busy, stopped, bad suite: said once below
-        progress_listeners.append(progress)
+        quiet_console_for_run()  # hosts down, every seed refused: said once below
         try:
             result = run_collect(
                 source,
@@ -243,6 +282,7 @@ def _run_stoppable(
                 on_busy=getattr(args, "on_busy", None),
                 lock_wait_s=getattr(args, "lock_wait", None),
                 idle_wait_s=getattr(args, "idle_wait", 0.0),
+                listeners=[progress],
             )
         except SourceBusy as exc:
             progress.finish(None)
@@ -260,13 +300,16 @@ def _run_stoppable(
             progress.finish(None)
             print(f"collector: {exc}", file=sys.stderr)
             return EXIT_FAILED, None, None
-        finally:
-            progress_listeners.remove(progress)
         summary = result
     finally:
         progress.finish(summary)
-        if getattr(args, "metrics_port", None) and getattr(args, "metrics_hold", 0):
-            time.sleep(args.metrics_hold)  # let a scraper see the final values
+    return _ended(result, loaded)
+
+
+def _ended(result: RunSummary, loaded: Source) -> tuple[int, RunSummary, str | None]:
+    """The exit code of a run that has a summary, and why seeds were refused (looked up)."""
+    from collector.run.stop import EXIT_CODES
+
     if result.interrupted:
         print(f"collector: {result.interruption}", file=sys.stderr)
         return EXIT_CODES.get(result.interrupted, EXIT_FAILED), result, None
@@ -276,6 +319,13 @@ def _run_stoppable(
     if result.all_refused:
         print(f"collector: {result.refused_all}", file=sys.stderr)
         return EXIT_FAILED, result, refusal
+    if result.hosts_down:  # a dead site is not a success (exit 75, docs/cli.md)
+        from collector.run.summary import host_line
+
+        print(f"collector: {result.hosts_down_line}", file=sys.stderr)
+        for host, facts in result.hosts_down.items():
+            print(f"collector:   {host_line(host, facts)}", file=sys.stderr)
+        return EXIT_HOSTS_DOWN, result, refusal
     return (EXIT_OK if result.balanced else EXIT_FAILED), result, refusal
 
 
@@ -332,79 +382,76 @@ def _metrics_environment(port: int | None) -> str | None:
 def _print_summary(summary: RunSummary, refusal: str | None = None) -> None:
     """The run's ledger as a table and what to know about it; ``refusal`` says why seeds were
     refused at plan (see :func:`_run`)."""
-    from rich.table import Table
-
     console = _console(stderr=False)
     if summary.skipped:
         console.print(f"skipped: another run of {summary.source} holds its source lock")
         return
     if summary.role == "work":
-        verdict = "[green]balanced" if summary.balanced else "[red]NOT balanced"
-        console.print(
-            f"worker of {summary.source}: claimed {summary.claimed} = stored "
-            f"{summary.stored} + dead {summary.dead_lettered} + returned "
-            f"{summary.returned} + stale {summary.stale_acks} + released "
-            f"{summary.released}: {verdict}"
-        )
-        for problem in summary.problems:
-            console.print(f"[red]  {problem}")
-        _print_key_collisions(summary, console)
+        _print_worker(summary, console)
         return
+    _print_ledger_table(summary, console)
+    _print_why_nothing(summary, console)
+    verdict = "[green]balanced" if summary.balanced else "[red]NOT balanced"
+    console.print(
+        f"conservation: {verdict}   records written {summary.records_written}, "
+        f"unchanged {summary.records_unchanged}, quarantined "
+        f"{summary.records_quarantined}   {summary.pages_per_second} pages/s   "
+        f"{summary.requests} requests, {summary.retries} retries"
+    )
+    if summary.stale_writes:
+        console.print(
+            f"fencing:      {summary.stale_writes} record writes refused (a newer lease "
+            "holder had written them)"
+        )
+    for problem in summary.problems:
+        console.print(f"[red]  {_escaped(problem)}")
+    _print_key_collisions(summary, console)
+    _print_slowed(summary, console)
+    _print_plan_notes(summary, refusal, console)
+    console.print(f"records:      {summary.sink}")
+    console.print(f"dead letters: {summary.deadletters} (archive {summary.deadletter_archive})")
+
+
+def _print_worker(summary: RunSummary, console: Console) -> None:
+    """A drain-only worker's whole ledger: its claim check, in one line."""
+    verdict = "[green]balanced" if summary.balanced else "[red]NOT balanced"
+    console.print(
+        f"worker of {summary.source}: claimed {summary.claimed} = stored "
+        f"{summary.stored} + dead {summary.dead_lettered} + returned "
+        f"{summary.returned} + stale {summary.stale_acks} + released "
+        f"{summary.released}: {verdict}"
+    )
+    for problem in summary.problems:
+        console.print(f"[red]  {problem}")
+    _print_key_collisions(summary, console)
+
+
+def _print_ledger_table(summary: RunSummary, console: Console) -> None:
+    """The ledger table (rows from :func:`ledger_rows`)."""
+    from rich.table import Table
+
     table = Table(title=f"Ledger of {summary.source}", show_header=True)
     table.add_column("terminal state")
     table.add_column("items", justify="right")
     table.add_column("of which")
-    earlier = summary.already_dead
-    refused = summary.refused_at_plan
-    notes = {
-        "dead_lettered": ", ".join(
-            part
-            for part in (
-                f"{earlier} already dead from earlier runs (not fetched)" if earlier else "",
-                f"{refused} refused at plan" if refused else "",
-            )
-            if part
-        ),
-        "fresh_skipped": "still fresh from earlier runs (not fetched)",
-        "expired": "waited in the queue past queue_ttl_s (not fetched; due again next run)",
-        "stored_by_others": "by `collector work` helpers",
-        "dead_by_others": "by `collector work` helpers",
-        "retired": "no longer listed (seeds.on_removed: retire)",
-    }
-    # Every term of the ledger's equation (collector/run/summary.py): the terminal states
-    # above the line, what the run took on below it; the helpers' and the seed-edit terms only
-    # when they happened, so a plain run's table stays short.
-    rows = (
-        ("stored", summary.stored, True),
-        ("stored_by_others", summary.stored_by_others, False),
-        ("fresh_skipped", summary.fresh_skipped, True),
-        ("expired", summary.expired, True),
-        ("dead_lettered", summary.dead_lettered, True),
-        ("dead_by_others", summary.dead_by_others, False),
-        ("queued", summary.queued, True),
-        ("held_by_others", summary.held_by_others, True),
-        ("retired", summary.retired, False),
-    )
-    for name, count, always in rows:
-        if always or count:
-            table.add_row(name, str(count), notes.get(name, "") if count else "")
-    table.add_section()
-    table.add_row("discovered", str(summary.discovered), "")
-    if summary.unlisted:
-        table.add_row(
-            "unlisted",
-            str(summary.unlisted),
-            f"no longer listed: {summary.carried_over} collected again, {summary.retired} retired",
-        )
-    table.add_row("[bold]total", f"[bold]{summary.discovered + summary.unlisted}", "")
+    for row in ledger_rows(summary):
+        if row is None:
+            table.add_section()
+        else:
+            table.add_row(*row)
     console.print(table)
+
+
+def _print_why_nothing(summary: RunSummary, console: Console) -> None:
+    """Why a run fetched nothing, and who still held items: a no-op is not a failure."""
+    refused = summary.refused_at_plan
     if summary.requests == 0 and summary.discovered:
         why = [
             f"{count} {what}"
             for count, what in (
                 (summary.fresh_skipped, "still fresh"),
                 (summary.expired, "expired in the queue (due again next run)"),
-                (earlier, "already dead from earlier runs"),
+                (summary.already_dead, "already dead from earlier runs"),
                 (refused, "refused at plan"),
                 (summary.held_by_others, "held by helpers"),
                 (summary.queued, "left queued"),
@@ -426,21 +473,11 @@ def _print_summary(summary: RunSummary, refusal: str | None = None) -> None:
             "queued or past its freshness (a no-op run, not a failure; dead pages wait for "
             "`collector triage`)"
         )
-    verdict = "[green]balanced" if summary.balanced else "[red]NOT balanced"
-    console.print(
-        f"conservation: {verdict}   records written {summary.records_written}, "
-        f"unchanged {summary.records_unchanged}, quarantined "
-        f"{summary.records_quarantined}   {summary.pages_per_second} pages/s   "
-        f"{summary.requests} requests, {summary.retries} retries"
-    )
-    if summary.stale_writes:
-        console.print(
-            f"fencing:      {summary.stale_writes} record writes refused (a newer lease "
-            "holder had written them)"
-        )
-    for problem in summary.problems:
-        console.print(f"[red]  {problem}")
-    _print_key_collisions(summary, console)
+
+
+def _print_plan_notes(summary: RunSummary, refusal: str | None, console: Console) -> None:
+    """What the plan did beside the table: renewed, re-planned and refused seeds."""
+    refused = summary.refused_at_plan
     if summary.renewed:
         console.print(
             f"renewed:      {summary.renewed} queued items an earlier run left were past their "
@@ -452,15 +489,62 @@ def _print_summary(summary: RunSummary, refusal: str | None = None) -> None:
             "now; their dead letters were closed and the URLs queued"
         )
     if refused:
+        from rich.markup import escape  # a masked URL's [redacted] is text, not a style tag
+
         console.print(
-            f"[yellow]refused:      {refused} seed URLs before fetching: "
-            f"{refusal or 'see the dead letters at stage plan'}"
+            f"[yellow]refused:      {refused} seed URL{'s' * (refused != 1)} before fetching: "
+            f"{escape(refusal or 'see the dead letters at stage plan')}"
         )
-    console.print(f"records:      {summary.sink}")
-    console.print(f"dead letters: {summary.deadletters} (archive {summary.deadletter_archive})")
 
 
-def _print_key_collisions(summary: RunSummary, console: Any) -> None:
+def ledger_rows(summary: RunSummary) -> list[tuple[str, str, str] | None]:
+    """The ledger table's rows (``None`` is the line between them), from the account's terms
+    (collector.run.account): the terminal states above the line, what the run took in below
+    it, then the total. A term shows as its definition says (always, or only when not zero, so
+    a plain run's table stays short), with its note when it is not zero."""
+    notes = {
+        "dead_lettered": ", ".join(
+            part
+            for part in (
+                f"{summary.already_dead} already dead from earlier runs (not fetched)"
+                if summary.already_dead
+                else "",
+                f"{summary.refused_at_plan} refused at plan" if summary.refused_at_plan else "",
+            )
+            if part
+        ),
+        "unlisted": f"no longer listed: {summary.carried_over} collected again, "
+        f"{summary.retired} retired",
+    }
+    rows: list[tuple[str, str, str] | None] = []
+    for terms in (END_TERMS, INTAKE_TERMS):
+        for term in terms:
+            count = getattr(summary, term.name)
+            if term.table == "always" or (count and term.table == "nonzero"):
+                note = notes.get(term.name, term.note) if count else ""
+                rows.append((term.name, str(count), note))
+        rows.append(None)
+    intake = sum(getattr(summary, term.name) for term in INTAKE_TERMS)
+    rows[-1] = ("[bold]total", f"[bold]{intake}", "")
+    return rows
+
+
+def _escaped(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _print_slowed(summary: RunSummary, console: Console) -> None:
+    """One line per host the politeness controls slowed down, and why (when the engine says)."""
+    from rich.markup import escape
+
+    slowed: dict[str, str] = summary.hosts.get("slowed") or {}
+    for host, why in slowed.items():
+        console.print(f"slowed:       {escape(host)}: {escape(str(why))}")
+
+
+def _print_key_collisions(summary: RunSummary, console: Console) -> None:
     """Records this run stored under a key an earlier record of the run had (the sink keeps
     the later one): how many, and one example."""
     from rich.markup import escape
@@ -481,6 +565,24 @@ def _print_key_collisions(summary: RunSummary, console: Any) -> None:
     )
 
 
+def _hold_metrics(args: argparse.Namespace, summary: RunSummary | None) -> None:
+    """``--metrics-hold``: after the summary is printed, keep serving the final values so a
+    scraper sees them; said on stderr, and a Ctrl-C ends the hold at once (the run's exit code
+    stands). No hold after a run that was stopped or never ran: the user wants out."""
+    seconds = getattr(args, "metrics_hold", 0.0)
+    if not getattr(args, "metrics_port", None) or seconds <= 0 or summary is None:
+        return
+    if summary.interrupted:
+        return
+    sys.stdout.flush()
+    try:  # from before the line is printed: a Ctrl-C as soon as it shows ends the hold too
+        print(f"collector: serving the final metrics on port {args.metrics_port} for "
+              f"{seconds:g} s (--metrics-hold); Ctrl-C ends it now", file=sys.stderr)  # fmt: skip
+        time.sleep(seconds)
+    except KeyboardInterrupt:
+        print("collector: metrics hold ended", file=sys.stderr)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     code, summary, refusal = _run(args.source, args)
     if summary is not None:
@@ -488,10 +590,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(_json_line(summary, refusal))
         else:
             _print_summary(summary, refusal)
+    _hold_metrics(args, summary)
     return code
 
 
 # --- demo ---------------------------------------------------------------------------------------
+def _flow_run_url(run_id: str) -> str | None:
+    """The flow run's page in the Prefect UI (``PREFECT_UI_URL``, else derived from the API's)."""
+    from prefect.utilities.urls import url_for
+
+    return url_for("flow-run", obj_id=run_id)  # None without a lasting server (no API URL)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Collect the bundled fault site. Its folder is a temporary one, removed at the end,
     unless ``--workdir`` names one to keep (to look at the records or run triage after)."""
@@ -519,28 +629,34 @@ def _demo(folder: Path, args: argparse.Namespace) -> int:
         site_requests = site.request_count()
     if args.json:
         print(_json_line(summary, refusal, demo_site_requests=site_requests))
+        _hold_metrics(args, summary)
         return code
     _print_summary(summary, refusal)
     _show_records(Path(summary.sink), console)
     _show_dead_letters(source, console)
+    where = _flow_run_url(summary.run_id)
+    if where:
+        console.print(f"\nThis run in the Prefect UI (its progress, ledger, dead letters, logs):"
+                      f"\n  {where}", soft_wrap=True)  # fmt: skip
     if not args.workdir:
         console.print("\n(the demo's folder is removed now; keep it with --workdir DIR)")
+    _hold_metrics(args, summary)
     return code
 
 
-def _show_records(folder: Path, console: Any, limit: int = 3) -> None:
+def _show_records(folder: Path, console: Console, limit: int = 3) -> None:
     console.print("\n[bold]A few stored records[/]")
     shown = 0
     for file in sorted(folder.glob("*.jsonl")):
         with file.open(encoding="utf-8") as lines:
             for line in lines:
-                console.print("  " + line.strip()[:160])
+                console.print("  " + _escaped(line.strip()[:160]))
                 shown += 1
                 if shown >= limit:
                     return
 
 
-def _show_dead_letters(source_path: Path, console: Any) -> None:
+def _show_dead_letters(source_path: Path, console: Console) -> None:
     from collector.backends import open_deadletters
 
     source = load(str(source_path))
@@ -552,12 +668,14 @@ def _show_dead_letters(source_path: Path, console: Any) -> None:
     console.print(f"\n[bold]Dead letters ({len(entries)} open)[/]")
     for entry in entries:
         console.print(
-            f"  {entry.stage:8} {entry.error_class:30} {entry.url}\n"
-            f"           {entry.message[:120]} (attempts {entry.attempts})"
+            _escaped(
+                f"  {entry.stage:8} {entry.error_class:30} {entry.url}\n"
+                f"           {entry.message[:120]} (attempts {entry.attempts})"
+            )
         )
 
 
-def register(commands: Any) -> None:
+def register(commands: Commands) -> None:
     """Add this group's subcommands to ``collector``'s parser."""
 
     def run_options(p: argparse.ArgumentParser) -> None:

@@ -6,9 +6,12 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from flows.cli._common import EXIT_FAILED, EXIT_OK
+
+if TYPE_CHECKING:
+    from flows.cli._common import Commands
 
 
 def cmd_server(args: argparse.Namespace) -> int:
@@ -16,6 +19,7 @@ def cmd_server(args: argparse.Namespace) -> int:
         configured_api_url,
         ensure_local_server,
         find_local_server,
+        other_servers,
         stop_local_server,
     )
 
@@ -39,6 +43,8 @@ def cmd_server(args: argparse.Namespace) -> int:
         return EXIT_OK if server or configured else EXIT_FAILED
     if configured:
         print(f"Prefect API configured by you: {configured} (the local server is not used)")
+    for other in other_servers():  # same PREFECT_HOME, another venv: never used nor stopped here
+        print(f"not used here: another install's server at {other.ui} ({other.python})")
     if server is None:
         print("no local Prefect server is running (the next `collector run` starts one)")
         return EXIT_OK if configured else EXIT_FAILED
@@ -47,7 +53,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def register(commands: Any) -> None:
+def register(commands: Commands) -> None:
     """Add this group's subcommands to ``collector``'s parser."""
     server = commands.add_parser(
         "server", help="the local Prefect server collector starts in the background",

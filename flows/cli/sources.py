@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from collector.config import SourceError, seed_file_problems, suite_kwargs_problems
 from flows.cli._common import (
@@ -16,6 +16,9 @@ from flows.cli._common import (
     print_warnings,
     seed_count,
 )
+
+if TYPE_CHECKING:
+    from flows.cli._common import Commands
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -55,7 +58,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return status
 
 
-def register(commands: Any) -> None:
+def register(commands: Commands) -> None:
     """Add this group's subcommands to ``collector``'s parser."""
     commands.add_parser("schema", help="print the JSON schema of a source file").set_defaults(
         func=cmd_schema

@@ -12,9 +12,12 @@ import argparse
 import dataclasses
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flows.cli._common import EXIT_OK, add_json, add_source, load
+
+if TYPE_CHECKING:
+    from flows.cli._common import Commands
 
 
 def source_status(reference: str) -> dict[str, Any]:
@@ -23,7 +26,7 @@ def source_status(reference: str) -> dict[str, Any]:
 
     source = load(reference)
     now = time.time()
-    with open_backends(source) as stores:
+    with open_backends(source, readonly_sink=True) as stores:  # beside a run: no writer lock
         counts = stores.frontier.counts(source.name)
         holders = [
             {
@@ -87,7 +90,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def register(commands: Any) -> None:
+def register(commands: Commands) -> None:
     """Add ``status`` to ``collector``'s parser."""
     status = commands.add_parser(
         "status", help="where a source's items are now: frontier, dead letters, sink (no run)"

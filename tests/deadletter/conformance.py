@@ -390,6 +390,35 @@ class StoreConformance:
         assert ids(store.list(first_seen_before=T0 + 101)) == {old.id, new.id}
         assert len(store.list(first_seen_before=T0 + 101, limit=1)) == 1
 
+    # --- attempts across cycles --------------------------------------------------------------
+
+    def test_a_retried_entry_that_fails_again_adds_its_attempts(
+        self, store: DeadLetterStore
+    ) -> None:
+        """TRIES grows by each cycle's attempts after a retry (issue 27 item 12); within one
+        cycle a put seen again (a rerun, a resent call) keeps the largest count, never adds."""
+        entry = letter(attempts=1)
+        store.put([entry])
+        assert store.resolve(entry.id, "reenqueued", "operator retry", requeued=True)
+        assert store.put([letter(attempts=1, seen=T0 + 10)]) == 0  # fetched again, failed
+        got = store.get(entry.id)
+        assert got is not None
+        assert (got.status, got.attempts) == ("open", 2)
+        store.put([letter(attempts=1, seen=T0 + 11)])  # the same cycle's failure again
+        store.put([letter(attempts=1, seen=T0 + 11)])
+        got = store.get(entry.id)
+        assert got is not None
+        assert got.attempts == 2
+        store.put([letter(attempts=3, seen=T0 + 12)])  # this cycle went on to 3 attempts
+        got = store.get(entry.id)
+        assert got is not None
+        assert got.attempts == 4  # 1 before the retry + 3 in this cycle
+        assert store.resolve(entry.id, "discarded", "tried enough")
+        store.put([letter(attempts=2, seen=T0 + 20)])  # seen again after the discard
+        got = store.get(entry.id)
+        assert got is not None
+        assert (got.attempts, len(store.list(status=None))) == (6, 1)
+
     # --- requeues ---------------------------------------------------------------------------
 
     def test_requeued_resolution_counts_and_survives_reopening(

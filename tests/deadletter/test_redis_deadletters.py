@@ -295,11 +295,18 @@ def test_two_reviewers_never_get_the_same_entry(
     taken = [eid for ids in got.values() for eid in ids]
     assert sorted(taken) == sorted(e.id for e in entries)  # each exactly once
     assert pending(client, store) == 40
-    # a claim resets the idle time: a second reviewer right after gets nothing
-    time.sleep(0.15)
-    claimed = [e.id for _, e in store.claim_stale_reviews("src", "dave", idle_ms=100, count=100)]
+    # a claim resets the idle time: a second reviewer right after gets nothing. The three have
+    # been gone an hour (Redis is told so, not waited for), and "right after" is anything under
+    # a minute: a loaded box once took over 100 ms between two calls.
+    stream = store.review_key("src")
+    for held in client.xpending_range(stream, REVIEW_GROUP, "-", "+", 100):
+        holder = held["consumer"]
+        assert isinstance(holder, bytes | str), held
+        client.xclaim(stream, REVIEW_GROUP, holder, 0, [held["message_id"]], idle=3_600_000)
+    claimed = [e.id for _, e in store.claim_stale_reviews("src", "dave", idle_ms=60_000, count=100)]
     assert sorted(claimed) == sorted(e.id for e in entries)
-    assert store.claim_stale_reviews("src", "erin", idle_ms=100) == []
+    late = store.claim_stale_reviews("src", "erin", idle_ms=60_000)
+    assert late == [], f"erin took {len(late)} entries dave had just claimed"
 
 
 def test_resolving_an_entry_in_review_drops_its_review(
@@ -356,11 +363,12 @@ def test_take_for_review_waits_for_work(store: RedisDeadLetterStore) -> None:
     timer = threading.Timer(0.1, store.escalate, args=(entry.id, "later"))
     timer.start()
     try:
-        ((_, got),) = store.take_for_review("src", "alice", block_ms=5000)
+        ((_, got),) = store.take_for_review("src", "alice", block_ms=60_000)
     finally:
         timer.join()
     assert got.id == entry.id
-    assert time.monotonic() - started < 4
+    took = time.monotonic() - started
+    assert took < 30, f"woken {took:.1f} s after an entry came, not by it"  # block: 60 s
 
 
 def test_the_group_is_created_on_first_use(

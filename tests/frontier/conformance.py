@@ -9,7 +9,7 @@ used. Every time is an explicit ``now`` (UNIX seconds); nothing sleeps.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -32,11 +32,15 @@ from collector.frontier.base import (
     Lease,
     Offer,
     OfferResult,
+    PageHistory,
     RankFor,
     RetryLater,
     StateCounts,
     SweepResult,
 )
+
+Reopen = Callable[[], Frontier]
+"""A new Frontier object on the same storage as the ``frontier`` fixture's (a restart)."""
 
 SRC = "src"
 T0 = 1_700_000_000.0
@@ -294,6 +298,149 @@ class FrontierConformance:
         assert frontier.counts(SRC) == counts(queued=1)
         # the requeue gave it a new queue TTL counted from the requeue
         assert urls_of(claim(frontier, now=T0 + 350)) == [url(1)]
+
+    # --- validators (conditional requests) -----------------------------------------------------
+    @staticmethod
+    def _refetch(frontier: Frontier, u: str, now: float) -> Lease:
+        """Offer a done page again once its freshness passed, and claim it."""
+        assert offer(frontier, [u], now=now) == _result(enqueued=1)
+        lease = claim(frontier, now=now + 1)
+        assert urls_of(lease) == [u]
+        return lease
+
+    def test_a_completed_page_s_validators_come_back_with_its_next_claim(
+        self, frontier: Frontier
+    ) -> None:
+        offer(frontier, [url(1)])
+        lease = claim(frontier)
+        assert (lease.items[0].etag, lease.items[0].last_modified) == (None, None)  # none yet
+        weak, modified = 'W/"5f8e-1a2b"', "Tue, 01 Dec 2026 10:00:00 GMT"
+        page = Completed(url(1), T0 + 100, T0 + 70, etag=weak, last_modified=modified)
+        assert frontier.ack(lease, [page], now=T0 + 70).accepted == 1
+        (item,) = self._refetch(frontier, url(1), T0 + 200).items
+        assert (item.etag, item.last_modified) == (weak, modified)  # as given, weak or not
+
+    def test_validators_survive_retries_and_plans_and_go_with_a_plain_completion(
+        self, frontier: Frontier
+    ) -> None:
+        offer(frontier, [url(1)])
+        lease = claim(frontier)
+        page = Completed(url(1), T0 + 10, T0, etag='"v1"', last_modified="ünïcode date")
+        frontier.ack(lease, [page], now=T0)
+        lease = self._refetch(frontier, url(1), T0 + 20)
+        retry = RetryLater(url(1), T0 + 30, 1.0, 1, T0 + 21, "http_503")
+        assert frontier.ack(lease, [retry], now=T0 + 21).accepted == 1
+        (item,) = claim(frontier, now=T0 + 31).items
+        assert (item.etag, item.last_modified) == ('"v1"', "ünïcode date")
+        lease = claim(frontier, now=T0 + 31 + LEASE + 1)  # the lease expired: reclaimed
+        (item,) = lease.items
+        assert item.etag == '"v1"'
+        only_etag = Completed(url(1), T0 + 200, T0 + 100, etag='"v2"')
+        frontier.ack(lease, [only_etag], now=T0 + 100)
+        lease = self._refetch(frontier, url(1), T0 + 300)
+        assert (lease.items[0].etag, lease.items[0].last_modified) == ('"v2"', None)
+        frontier.ack(lease, [Completed(url(1), T0 + 400, T0 + 301)], now=T0 + 301)
+        (item,) = self._refetch(frontier, url(1), T0 + 500).items
+        assert (item.etag, item.last_modified) == (None, None)  # the page sent none: forgotten
+
+    def test_make_stale_and_revive_forget_validators(self, frontier: Frontier) -> None:
+        for name in ("stale", "dead"):
+            offer(frontier, [url(name)])
+        lease = claim(frontier)
+        etag, modified = '"x"', "Mon, 30 Nov 2026 00:00:00 GMT"
+        frontier.ack(
+            lease,
+            [
+                Completed(url("stale"), T0 + 1_000, T0, etag=etag, last_modified=modified),
+                DeadLettered(url("dead"), 1, "validation"),
+            ],
+            now=T0,
+        )
+        # a dead page keeps what it had (none here); revive forgets even given ones
+        assert frontier.make_stale(SRC, [url("stale")]) == 1
+        assert (
+            frontier.revive(
+                SRC, [Completed(url("dead"), T0 + 5, T0 + 1, etag=etag, last_modified=modified)]
+            )
+            == 1
+        )
+        assert offer(frontier, [url("stale"), url("dead")], now=T0 + 10) == _result(enqueued=2)
+        lease = claim(frontier, now=T0 + 11)
+        assert sorted(urls_of(lease)) == sorted([url("stale"), url("dead")])
+        assert {(i.etag, i.last_modified) for i in lease.items} == {(None, None)}
+
+    # --- page history (what a learned revisit schedule reads) ----------------------------------
+    def test_a_page_s_history_comes_back_with_its_next_claim_and_in_histories(
+        self, frontier: Frontier
+    ) -> None:
+        offer(frontier, [url(1), url(2)])
+        lease = claim(frontier)
+        assert {item.history for item in lease.items} == {None}  # none yet
+        assert list(frontier.histories(SRC)) == []
+        # odd floats (fractions from the window's scaling, 17 digits) read back exactly
+        seen = PageHistory(3, 1.25, 2.0 / 3.0, 7_200.123456789, 0.1, T0 + 70, T0 + 0.1, 1e-300)
+        first = PageHistory(1, 0.0, 0.0, 0.0, 0.0, T0 + 70, None, 0.0)
+        pages = [
+            Completed(url(1), T0 + 100, T0 + 70, history=seen),
+            Completed(url(2), T0 + 100, T0 + 70, history=first),
+        ]
+        assert frontier.ack(lease, pages, now=T0 + 70).accepted == 2
+        assert dict(frontier.histories(SRC)) == {url(1): seen, url(2): first}
+        assert dict(frontier.histories("other")) == {}
+        assert offer(frontier, [url(1), url(2)], now=T0 + 200) == _result(enqueued=2)
+        lease = claim(frontier, now=T0 + 201)
+        assert {i.url: i.history for i in lease.items} == {url(1): seen, url(2): first}
+
+    def test_history_survives_retries_lease_expiry_stale_and_revive(
+        self, frontier: Frontier
+    ) -> None:
+        h1 = PageHistory(2, 1.0, 1.0, 50.0, 50.0, T0, T0, 0.02)
+        offer(frontier, [url(1)])
+        frontier.ack(claim(frontier), [Completed(url(1), T0 + 10, T0, history=h1)], now=T0)
+        lease = self._refetch(frontier, url(1), T0 + 20)
+        retry = RetryLater(url(1), T0 + 30, 1.0, 1, T0 + 21, "http_503")
+        assert frontier.ack(lease, [retry], now=T0 + 21).accepted == 1
+        assert claim(frontier, now=T0 + 31).items[0].history == h1
+        lease = claim(frontier, now=T0 + 31 + LEASE + 1)  # the lease expired: reclaimed
+        assert lease.items[0].history == h1
+        # a completion without a history keeps the kept one
+        frontier.ack(lease, [Completed(url(1), T0 + 200, T0 + 100)], now=T0 + 100)
+        assert dict(frontier.histories(SRC)) == {url(1): h1}
+        assert frontier.make_stale(SRC, [url(1)]) == 1
+        assert dict(frontier.histories(SRC)) == {url(1): h1}
+        lease = self._refetch(frontier, url(1), T0 + 150)
+        assert lease.items[0].history == h1
+        frontier.ack(lease, [DeadLettered(url(1), 1, "validation")], now=T0 + 151)
+        assert frontier.revive(SRC, [Completed(url(1), T0 + 300, T0 + 160)]) == 1
+        h2 = PageHistory(3, 1.0, 2.0, 400.0, 50.0, T0 + 400, T0, 0.004)
+        lease = self._refetch(frontier, url(1), T0 + 400)
+        assert lease.items[0].history == h1
+        frontier.ack(lease, [Completed(url(1), T0 + 500, T0 + 400, history=h2)], now=T0 + 400)
+        assert dict(frontier.histories(SRC)) == {url(1): h2}
+
+    def test_a_stale_ack_does_not_write_its_history(self, frontier: Frontier) -> None:
+        h1 = PageHistory(1, 0.0, 0.0, 0.0, 0.0, T0, None, 0.0)
+        offer(frontier, [url(1)])
+        old = claim(frontier)
+        new = claim(frontier, now=T0 + LEASE + 1)  # the first lease expired: taken over
+        late = Completed(url(1), T0 + 100, T0 + 90, history=h1)
+        assert frontier.ack(old, [late], now=T0 + 90).stale == [url(1)]
+        assert list(frontier.histories(SRC)) == []
+        assert frontier.ack(new, [late], now=T0 + 90).accepted == 1
+        assert dict(frontier.histories(SRC)) == {url(1): h1}
+
+    def test_history_is_kept_across_a_reopen(self, frontier: Frontier, reopen: Reopen) -> None:
+        h1 = PageHistory(4, 2.0, 3.0, 9_000.0, 4_000.0, T0 + 5, T0 + 1, 3e-4)
+        offer(frontier, [url(1)])
+        frontier.ack(claim(frontier), [Completed(url(1), T0 + 10, T0 + 5, history=h1)], now=T0)
+        again = reopen()
+        try:
+            assert dict(again.histories(SRC)) == {url(1): h1}
+            assert offer(again, [url(1)], now=T0 + 20) == _result(enqueued=1)
+            assert claim(again, now=T0 + 21).items[0].history == h1
+        finally:
+            if again is not frontier:
+                again.close()
 
     # --- claim --------------------------------------------------------------------------------
     def test_claim_order_is_rank_descending(self, frontier: Frontier) -> None:
@@ -871,6 +1018,7 @@ class _Item:
     attempts: int = 0
     first_attempt_at: float | None = None
     enqueued_at: float = 0.0
+    validators: tuple[str | None, str | None] = (None, None)  # (etag, last_modified) kept
 
 
 def _frontier_machine(frontier: Frontier) -> type[RuleBasedStateMachine]:
@@ -929,7 +1077,8 @@ def _frontier_machine(frontier: Frontier) -> type[RuleBasedStateMachine]:
                     )
                 ):
                     expected.enqueued += 1
-                    self.items[u] = _Item(enqueued_at=self.now)
+                    kept = it.validators if it is not None else (None, None)
+                    self.items[u] = _Item(enqueued_at=self.now, validators=kept)
                 elif it.state in ("queued", "leased"):
                     expected.already_queued += 1
                 elif it.state == "dead":
@@ -976,6 +1125,7 @@ def _frontier_machine(frontier: Frontier) -> type[RuleBasedStateMachine]:
                     it.first_attempt_at,
                 )
                 assert item.enqueued_at == it.enqueued_at
+                assert (item.etag, item.last_modified) == it.validators
                 it.state, it.token, it.lease_expires = "leased", lease.token, self.now + lease_s
             if lease.items:
                 self.leases.append(lease)
@@ -996,8 +1146,10 @@ def _frontier_machine(frontier: Frontier) -> type[RuleBasedStateMachine]:
                 kind = data.draw(st.sampled_from(["completed", "retry", "dead"]), label=u)
                 if kind == "completed":
                     fresh_s = data.draw(st.sampled_from([0.0, 20.0, 100.0]), label="fresh")
+                    etag = data.draw(st.sampled_from([None, '"a"', 'W/"b"']), label="etag")
+                    modified = data.draw(st.sampled_from([None, "Mon, 30 Nov"]), label="lm")
                     outcome: Completed | RetryLater | DeadLettered = Completed(
-                        u, self.now + fresh_s, self.now
+                        u, self.now + fresh_s, self.now, etag=etag, last_modified=modified
                     )
                 elif kind == "retry":
                     delay = data.draw(st.sampled_from([0.0, 15.0, 50.0]), label="delay")
@@ -1014,6 +1166,7 @@ def _frontier_machine(frontier: Frontier) -> type[RuleBasedStateMachine]:
                 if isinstance(outcome, Completed):
                     it.state, it.fresh_until = "done", outcome.fresh_until
                     it.attempts, it.first_attempt_at = 0, None
+                    it.validators = (outcome.etag, outcome.last_modified)
                 elif isinstance(outcome, RetryLater):
                     it.state, it.not_before = "queued", outcome.not_before
                     it.attempts, it.first_attempt_at = outcome.attempts, outcome.first_attempt_at
@@ -1053,7 +1206,7 @@ def _frontier_machine(frontier: Frontier) -> type[RuleBasedStateMachine]:
                 it = self.items.get(u)
                 if it is not None and it.state in ("dead", "expired"):
                     expected += 1
-                    self.items[u] = _Item(enqueued_at=self.now)
+                    self.items[u] = _Item(enqueued_at=self.now, validators=it.validators)
             got = frontier.requeue(self.source, picks, now=self.now, queue_ttl_s=1e9)
             assert got == expected
 

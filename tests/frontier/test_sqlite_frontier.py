@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import pairwise
 from pathlib import Path
 
@@ -35,6 +35,10 @@ class TestSqliteFrontier(FrontierConformance):
         yield f
         f.close()
 
+    @pytest.fixture
+    def reopen(self, tmp_path: Path) -> Callable[[], Frontier]:
+        return lambda: SqliteFrontier(tmp_path / "f.db")
+
 
 class TestSqliteMemoryFrontier(FrontierConformance):
     @pytest.fixture
@@ -42,6 +46,10 @@ class TestSqliteMemoryFrontier(FrontierConformance):
         f = SqliteFrontier(":memory:")
         yield f
         f.close()
+
+    @pytest.fixture
+    def reopen(self, frontier: Frontier) -> Callable[[], Frontier]:
+        return lambda: frontier  # nothing outlives the object: the same one
 
 
 # --- SQLite only ---------------------------------------------------------------------------------
@@ -349,3 +357,37 @@ def test_ack_finds_each_item_through_the_url_index(tmp_path: Path) -> None:
             assert any("items_url" in row[-1] for row in plan), plan
     finally:
         f.close()
+
+
+# --- files written by schema version 3 (no validators) keep working: none known ---------------
+def test_a_version_3_file_gets_empty_validators_on_open(tmp_path: Path) -> None:
+    import sqlite3
+
+    from collector.frontier.base import Completed
+
+    path = tmp_path / "v3.db"
+    first = SqliteFrontier(path)
+    offer(first, [url(i) for i in range(3)], run_id="r1")
+    lease = claim(first, 1)
+    first.ack(lease, [done(i.url) for i in lease.items], now=T0 + 1)
+    held = claim(first, 1, now=T0 + 2)
+    first.close()
+    db = sqlite3.connect(path)  # the version 3 table: the same without the two columns
+    db.execute("ALTER TABLE items DROP COLUMN etag")
+    db.execute("ALTER TABLE items DROP COLUMN last_modified")
+    db.execute("PRAGMA user_version = 3")
+    db.commit()
+    db.close()
+
+    again = SqliteFrontier(path)
+    try:
+        page = Completed(held.items[0].url, T0 + 10, T0 + 3, etag='"e"')
+        assert again.ack(held, [page], now=T0 + 3).accepted == 1  # the old lease still holds
+        assert offer(again, [url(i) for i in range(3)], now=T0 + 20_000, run_id="r2").enqueued == 2
+        items = {i.url: (i.etag, i.last_modified) for i in claim(again, 10, now=T0 + 20_001).items}
+        assert items == {url(0): (None, None), held.items[0].url: ('"e"', None)}
+    finally:
+        again.close()
+    check = sqlite3.connect(path)
+    assert check.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    check.close()

@@ -24,7 +24,7 @@ from collector.sinks.jsonl import JsonlSink
 from .conformance import SinkConformance, rec, result
 
 SOURCE = "items"
-NAME = re.compile(r"^items-\d{5}\.jsonl$")
+NAME = re.compile(r"^(items-\d{5}\.jsonl|\.items\.lock)$")  # segments, and the writer lock
 
 
 class TestJsonlSink(SinkConformance):
@@ -321,3 +321,39 @@ def test_writer_killed_mid_way_leaves_a_sink_that_reopens_clean(tmp_path: Path) 
         finally:
             sink.close()
         assert duplicate_keys(lines(folder)) == []
+
+
+def test_threads_of_one_process_opening_the_sink_at_once_share_its_writer_lock(
+    tmp_path: Path,
+) -> None:
+    """The one-writer lock guards against other processes; threads of this one share it. Eight
+    threads opening the sink together all get it (the look-up and the flock were apart: the
+    losers of that race were refused as if another process wrote)."""
+    import threading
+
+    for round_ in range(20):
+        barrier = threading.Barrier(8)
+        opened: list[JsonlSink] = []
+        refused: list[BaseException] = []
+
+        def open_one(
+            name: str, barrier: threading.Barrier, opened: list[JsonlSink],
+            refused: list[BaseException],
+        ) -> None:  # fmt: skip
+            barrier.wait()
+            try:
+                opened.append(JsonlSink(tmp_path, source=name))
+            except BaseException as exc:
+                refused.append(exc)
+
+        threads = [
+            threading.Thread(target=open_one, args=(f"race-{round_}", barrier, opened, refused))
+            for _ in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for sink in opened:
+            sink.close()
+        assert not refused, refused[0]

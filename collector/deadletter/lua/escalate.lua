@@ -1,4 +1,12 @@
--- ARGV[3] maxlen, ARGV[4] id, ARGV[5] reason, ARGV[6] event data (without the message id).
+-- Move an open entry to manual review: a message in its source's review stream.
+-- KEYS[1]  the store's meta key (its epoch: prelude)
+-- KEYS[2]  the call's reply record (a replayed script: collector/_redis.py)
+-- ARGV[1]  P: the key prefix '<prefix>:dl:' (prelude)
+-- ARGV[2]  the epoch this store adopted (prelude: another one means the data is gone)
+-- ARGV[3]  events maxlen
+-- ARGV[4]  entry id
+-- ARGV[5]  reason
+-- ARGV[6]  event data (without the message id)
 -- Returns the review message id (in the source's review stream), or false if not open.
 local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
 if again ~= nil then return again end

@@ -1,4 +1,14 @@
--- ARGV[3] limit (<0: no limit), then flag/value pairs: source, stage, error_class, status.
+-- Entries by filters, newest last_seen first, read from the indexes.
+-- KEYS[1]  the store's meta key (its epoch: prelude)
+-- ARGV[1]  P: the key prefix '<prefix>:dl:' (prelude)
+-- ARGV[2]  the epoch this store adopted (prelude: another one means the data is gone)
+-- ARGV[3]  limit (<0: no limit)
+-- ARGV[4]  '1' to filter by source     ARGV[5]  the source
+-- ARGV[6]  '1' to filter by stage      ARGV[7]  the stage
+-- ARGV[8]  '1' to filter by class      ARGV[9]  the error class
+-- ARGV[10] '1' to filter by status     ARGV[11] the status
+-- ARGV[12] candidates: a filter set at most this large is read whole, else the order is walked
+-- Returns one entry hash per entry.
 local limit = tonumber(ARGV[3])
 if limit == 0 then return {} end
 local has_src, src = ARGV[4] == '1', ARGV[5]

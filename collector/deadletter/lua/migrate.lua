@@ -1,7 +1,12 @@
--- Layout 1 -> 2 for the entries ARGV[3..] (idempotent: a migrated entry has v = 2). Layout 1
--- encoded the cause in error_class ('retries_exhausted:http_500') and the resolution kind in its
--- text ('repaired: trimmed'), and kept every review message in one stream P .. 'review'; the
--- caller deletes that stream after the last chunk. Returns how many entries changed.
+-- Layout 1 -> 2 for some entries (idempotent: a migrated entry has v = 2). Layout 1 encoded
+-- the cause in error_class ('retries_exhausted:http_500') and the resolution kind in its text
+-- ('repaired: trimmed'), and kept every review message in one stream P .. 'review'; the caller
+-- deletes that stream after the last chunk.
+-- KEYS[1]  the store's meta key (its epoch: prelude)
+-- ARGV[1]  P: the key prefix '<prefix>:dl:' (prelude)
+-- ARGV[2]  the epoch this store adopted (prelude: another one means the data is gone)
+-- ARGV[3..] entry ids
+-- Returns how many entries changed.
 local causes = {retries_exhausted = true, max_total_exceeded = true}
 local kinds = {repaired = true, reenqueued = true, escalated = true, discarded = true,
                reviewed = true}

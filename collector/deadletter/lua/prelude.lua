@@ -1,5 +1,7 @@
 -- Shared by every script: ARGV[1] is the key prefix "{prefix}:dl:", ARGV[2] the epoch token,
--- KEYS[1] the meta key. The epoch check runs before any write.
+-- KEYS[1] the meta key. The epoch check runs before any write. Redis runs each script as one
+-- chunk: collector/_redis.py's REPLAY_LUA, this file, then the script's file, so a script reads
+-- the names below as locals (.luacheckrc says so to luacheck).
 local P = ARGV[1]
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[2] then
   return redis.error_reply('DLLOST the dead-letter data this store was using is gone')

@@ -1,42 +1,63 @@
--- ARGV[3] events maxlen, then 23 values per entry in the order put() sends them.
+-- Upsert entries (an entry seen again after its resolution is open again).
+-- KEYS[1]  the store's meta key (its epoch: prelude)
+-- KEYS[2]  the call's reply record (a replayed script: collector/_redis.py)
+-- ARGV[1]  P: the key prefix '<prefix>:dl:' (prelude)
+-- ARGV[2]  the epoch this store adopted (prelude: another one means the data is gone)
+-- ARGV[3]  events maxlen
+-- ARGV[4..] 23 values per entry, in the order put() sends them (named below)
 -- Returns how many ids were new.
 local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
 if again ~= nil then return again end
+-- an entry's values, by offset from its first (the order of RedisDeadLetterStore.put)
+local ID, SOURCE, URL, STAGE, CLASS, MESSAGE, ATTEMPTS = 0, 1, 2, 3, 4, 5, 6
+local FIRST_SEEN, LAST_SEEN, RECORD_KEY, PAYLOAD, FAILED = 7, 8, 9, 10, 11
+local FLOW_RUN_ID, HAS_FLOW_RUN_ID, STATUS, RESOLUTION, HAS_RESOLUTION = 12, 13, 14, 15, 16
+local CODEC, EVENT, CAUSE, RESOLUTION_KIND, TRACE_ID, URL_DIGEST = 17, 18, 19, 20, 21, 22
+local VALUES = 23
 local new = 0
-for i = 4, #ARGV, 23 do
-  local id = ARGV[i]
+for i = 4, #ARGV, VALUES do
+  local function v(name) return ARGV[i + name] end
+  local id = v(ID)
   local key = P .. id
-  local last = ARGV[i + 8]
+  local last = v(LAST_SEEN)
   local cur = current(key)
-  local src = ARGV[i + 1]
-  local stage, cls, cause = ARGV[i + 3], ARGV[i + 4], ARGV[i + 19]
+  local src = v(SOURCE)
+  local stage, cls, cause = v(STAGE), v(CLASS), v(CAUSE)
   local lab = label(stage, cause, cls)
   if not cur then
     new = new + 1
-    local st = ARGV[i + 14]
-    redis.call('HSET', key, 'id', id, 'source', src, 'url', ARGV[i + 2], 'stage', stage,
-               'error_class', cls, 'message', ARGV[i + 5], 'attempts', ARGV[i + 6],
-               'first_seen', ARGV[i + 7], 'last_seen', last, 'record_key', ARGV[i + 9],
-               'payload', ARGV[i + 10], 'failed_expectations', ARGV[i + 11],
-               'codec', ARGV[i + 17], 'status', st, 'cause', cause, 'trace_id', ARGV[i + 21],
-               'url_digest', ARGV[i + 22], 'v', '2')
-    if ARGV[i + 13] == '1' then redis.call('HSET', key, 'flow_run_id', ARGV[i + 12]) end
-    if ARGV[i + 16] == '1' then redis.call('HSET', key, 'resolution', ARGV[i + 15]) end
-    if ARGV[i + 20] ~= '' then redis.call('HSET', key, 'resolution_kind', ARGV[i + 20]) end
+    local st = v(STATUS)
+    redis.call('HSET', key, 'id', id, 'source', src, 'url', v(URL), 'stage', stage,
+               'error_class', cls, 'message', v(MESSAGE), 'attempts', v(ATTEMPTS),
+               'first_seen', v(FIRST_SEEN), 'last_seen', last, 'record_key', v(RECORD_KEY),
+               'payload', v(PAYLOAD), 'failed_expectations', v(FAILED),
+               'codec', v(CODEC), 'status', st, 'cause', cause, 'trace_id', v(TRACE_ID),
+               'url_digest', v(URL_DIGEST), 'v', '2')
+    if v(HAS_FLOW_RUN_ID) == '1' then redis.call('HSET', key, 'flow_run_id', v(FLOW_RUN_ID)) end
+    if v(HAS_RESOLUTION) == '1' then redis.call('HSET', key, 'resolution', v(RESOLUTION)) end
+    if v(RESOLUTION_KIND) ~= '' then
+      redis.call('HSET', key, 'resolution_kind', v(RESOLUTION_KIND))
+    end
     redis.call('SADD', P .. 'ix:stage:' .. esc(stage), id)
     redis.call('SADD', P .. 'ix:stage:' .. esc(stage) .. ':' .. esc(src), id)
     redis.call('SADD', P .. 'ix:class:' .. esc(cls), id)
     status_add(id, src, lab, st)
   else
     src = cur.src
-    local attempts = ARGV[i + 6]
-    if tonumber(cur.attempts) > tonumber(attempts) then attempts = cur.attempts end
-    redis.call('HSET', key, 'message', ARGV[i + 5], 'attempts', attempts, 'last_seen', last,
-               'payload', ARGV[i + 10], 'failed_expectations', ARGV[i + 11],
-               'codec', ARGV[i + 17], 'cause', cause, 'trace_id', ARGV[i + 21],
-               'url_digest', ARGV[i + 22])
-    if ARGV[i + 13] == '1' then
-      redis.call('HSET', key, 'flow_run_id', ARGV[i + 12])
+    -- attempts across cycles (collector/deadletter/base.py): a put onto a resolved entry
+    -- starts a new cycle, whose attempts add to those of the cycles before it
+    local earlier = tonumber(redis.call('HGET', key, 'earlier_attempts') or '0')
+    if cur.status == 'resolved' then
+      earlier = tonumber(cur.attempts)
+      redis.call('HSET', key, 'earlier_attempts', earlier)
+    end
+    local attempts = math.max(tonumber(cur.attempts), earlier + tonumber(v(ATTEMPTS)))
+    redis.call('HSET', key, 'message', v(MESSAGE), 'attempts', attempts, 'last_seen', last,
+               'payload', v(PAYLOAD), 'failed_expectations', v(FAILED),
+               'codec', v(CODEC), 'cause', cause, 'trace_id', v(TRACE_ID),
+               'url_digest', v(URL_DIGEST))
+    if v(HAS_FLOW_RUN_ID) == '1' then
+      redis.call('HSET', key, 'flow_run_id', v(FLOW_RUN_ID))
     else
       redis.call('HDEL', key, 'flow_run_id')
     end
@@ -53,6 +74,6 @@ for i = 4, #ARGV, 23 do
   end
   redis.call('ZADD', P .. 'ix:seen', last, id)
   redis.call('ZADD', P .. 'ix:seen:' .. esc(src), last, id)
-  event(ARGV[3], 'quarantined', id, ARGV[i + 18])
+  event(ARGV[3], 'quarantined', id, v(EVENT))
 end
 return remember(new)

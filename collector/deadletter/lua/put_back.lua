@@ -1,5 +1,11 @@
--- ARGV[3] message id, ARGV[4] entry id. Hands a held review back to the queue: the message is
--- replaced by a new one at the end of the source's review stream, which no reviewer holds.
+-- Hand a held review back to the queue: the message is replaced by a new one at the end of
+-- the source's review stream, which no reviewer holds.
+-- KEYS[1]  the store's meta key (its epoch: prelude)
+-- KEYS[2]  the call's reply record (a replayed script: collector/_redis.py)
+-- ARGV[1]  P: the key prefix '<prefix>:dl:' (prelude)
+-- ARGV[2]  the epoch this store adopted (prelude: another one means the data is gone)
+-- ARGV[3]  message id
+-- ARGV[4]  entry id
 -- Returns the new message id, or false when the message is not the entry's current review.
 local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
 if again ~= nil then return again end

@@ -1,5 +1,15 @@
--- ARGV[3] maxlen, ARGV[4] id, ARGV[5] kind, ARGV[6] detail, ARGV[7] event data, ARGV[8] '1'
--- when the item was requeued (the entry's requeues count grows). Returns 1 if resolved now.
+-- Resolve an entry that is not resolved yet (open or in review).
+-- KEYS[1]  the store's meta key (its epoch: prelude)
+-- KEYS[2]  the call's reply record (a replayed script: collector/_redis.py)
+-- ARGV[1]  P: the key prefix '<prefix>:dl:' (prelude)
+-- ARGV[2]  the epoch this store adopted (prelude: another one means the data is gone)
+-- ARGV[3]  events maxlen
+-- ARGV[4]  entry id
+-- ARGV[5]  resolution kind
+-- ARGV[6]  resolution detail
+-- ARGV[7]  event data
+-- ARGV[8]  '1' when the item was requeued (the entry's requeues count grows)
+-- Returns 1 if resolved now.
 local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
 if again ~= nil then return again end
 local id = ARGV[4]

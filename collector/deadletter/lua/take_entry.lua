@@ -1,8 +1,14 @@
--- ARGV[3] source, ARGV[4] entry id, ARGV[5] reviewer, ARGV[6] idle ms past which a review held
--- by someone else is taken over (-1: never). Hands the review of one escalated entry to the
--- reviewer, whatever its place in the stream. Returns the message id the reviewer now holds,
--- 'held' when another reviewer holds it (not idle long enough), or false when the entry is not
--- in review in this source.
+-- Hand the review of one escalated entry to a reviewer, whatever its place in the stream.
+-- KEYS[1]  the store's meta key (its epoch: prelude)
+-- KEYS[2]  the call's reply record (a replayed script: collector/_redis.py)
+-- ARGV[1]  P: the key prefix '<prefix>:dl:' (prelude)
+-- ARGV[2]  the epoch this store adopted (prelude: another one means the data is gone)
+-- ARGV[3]  source
+-- ARGV[4]  entry id
+-- ARGV[5]  reviewer
+-- ARGV[6]  idle ms past which a review held by someone else is taken over (-1: never)
+-- Returns the message id the reviewer now holds, 'held' when another reviewer holds it (not idle
+-- long enough), or false when the entry is not in review in this source.
 --
 -- A consumer group delivers only in stream order, so a waiting message cannot be delivered out
 -- of turn. Instead it is replaced by a new message at the end, put in the reviewer's pending
@@ -48,8 +54,8 @@ for _, message in ipairs(waiting) do
   if msg ~= cur.msg then
     redis.call('XDEL', stream, msg)
     if entry and redis.call('HGET', P .. entry, 'review_msg') == msg then
-      local again = redis.call('XADD', stream, '*', 'entry', entry, 'reason', reason)
-      redis.call('HSET', P .. entry, 'review_msg', again)
+      local moved = redis.call('XADD', stream, '*', 'entry', entry, 'reason', reason)
+      redis.call('HSET', P .. entry, 'review_msg', moved)
     end
   end
 end

@@ -1,6 +1,14 @@
 -- Open (or re-open) a host's circuit breaker unless another worker already did since the
 -- caller's epoch (collector/fetch/circuit.py RedisCircuitStore.trip).
--- KEYS[1] the host's hash; ARGV: seen_epoch, now, draw, cooldown_s, factor, max_s, jitter, ttl_s
+-- KEYS[1]  the host's hash (epoch, opens, until)
+-- ARGV[1]  seen_epoch: the epoch the caller saw
+-- ARGV[2]  now
+-- ARGV[3]  draw: a uniform random number in [0, 1) for the jitter
+-- ARGV[4]  cooldown_s: the first open's cooldown
+-- ARGV[5]  factor: each further open's cooldown grows by it
+-- ARGV[6]  max_s: the longest cooldown
+-- ARGV[7]  jitter: the cooldown varies by this share either way
+-- ARGV[8]  ttl_s: the hash outlives its cooldown by this
 -- Returns {epoch, opens, until, opened (1 when this call opened it)}.
 local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
 local opens = tonumber(redis.call('HGET', KEYS[1], 'opens') or '0')

@@ -1,3 +1,7 @@
--- ARGV: holder, now. Records that the holder is alive.
+-- Record that a holder is alive.
+-- KEYS[1]  B: the source's base {<prefix>:<source>} (prelude)
+-- ARGV[1]  holder
+-- ARGV[2]  now
+-- Returns 1.
 redis.call('HSET', K_HB, ARGV[1], ARGV[2])
 return 1

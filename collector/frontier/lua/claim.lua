@@ -1,6 +1,15 @@
--- KEYS: base, token key, request record. ARGV: now, lease_expires, limit, holder ('' for an anonymous claim).
+-- Lease the best-ranked due items under a new fencing token, after putting expired leases
+-- back in the queue and expiring items past their queue TTL.
+-- KEYS[1]  B: the source's base {<prefix>:<source>} (prelude)
+-- KEYS[2]  the fencing-token counter ({prefix}:fencing_token)
+-- KEYS[3]  the call's reply record (a replayed script: collector/_redis.py)
+-- ARGV[1]  now
+-- ARGV[2]  lease_expires
+-- ARGV[3]  limit
+-- ARGV[4]  holder ('' for an anonymous claim)
 -- Returns token, reclaimed, expired, and a JSON array of url, attempts, first_attempt_at,
--- enqueued_at per item (times as exact text), or '' when nothing was leased.
+-- enqueued_at, etag, last_modified, history per item (times as exact text, '' for none), or '' when
+-- nothing was leased.
 local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
 if again ~= nil then return again end
 local now_s, lexp, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -12,8 +21,8 @@ local due = redis.call('ZRANGEBYSCORE', K_L, '-inf', now_s)
 if #due > 0 then bulk('ZREM', K_L, due, 1000) end
 for _, url in ipairs(due) do
   local rec, k, f = load(url)
-  if rec and rec[1] == L then
-    rec[9] = nil; move(rec, Q); enter_queue(url, rec, now); save(k, f, rec)
+  if rec and rec[F_STATE] == L then
+    rec[F_LEASE_TOKEN] = nil; move(rec, Q); enter_queue(url, rec, now); save(k, f, rec)
     reclaimed = reclaimed + 1
   end
 end
@@ -29,8 +38,8 @@ for _, name in ipairs(buckets) do
     for _, entry in ipairs(redis.call('LRANGE', lk, s, s + 49)) do
       for _, url in ipairs(unpack_urls(entry)) do
         local rec, k, f = load(url)
-        if rec and rec[1] == Q and rec[5] <= now then
-          if not rec[3] then rec[3] = -tonumber(redis.call('ZSCORE', K_Q, url) or '0') end
+        if rec and rec[F_STATE] == Q and rec[F_EXPIRES_AT] <= now then
+          if not rec[F_RANK] then rec[F_RANK] = -tonumber(redis.call('ZSCORE', K_Q, url) or '0') end
           leave_queue(url, rec); move(rec, E); clear_error(url, rec); save(k, f, rec)
           redis.call('ZADD', K_E, now_s, url)
           expired = expired + 1
@@ -53,7 +62,7 @@ if #ready > 0 then
     local url = ready[i]
     local rec = load(url)
     if rec then
-      redis.call('ZADD', K_Q, fmt(-rec[3]), url)
+      redis.call('ZADD', K_Q, fmt(-rec[F_RANK]), url)
       redis.call('ZADD', K_P, ready[i + 1], url)
     end
     members[#members + 1] = url
@@ -73,20 +82,24 @@ while taken < limit do
   for p = 1, #page, 2 do
     local url = page[p]
     local rec, k, f = load(url)
-    if not rec or rec[1] ~= Q then
+    if not rec or rec[F_STATE] ~= Q then
       gone[#gone + 1] = url  -- cannot happen; heal the index rather than fail the claim
-    elseif rec[6] and rec[6] > now then
+    elseif rec[F_NOT_BEFORE] and rec[F_NOT_BEFORE] > now then
       skip = skip + 1
     else
       gone[#gone + 1] = url
-      if rec[6] then gone_p[#gone_p + 1] = url end
-      rec[3], rec[9] = -tonumber(page[p + 1]), token
+      if rec[F_NOT_BEFORE] then gone_p[#gone_p + 1] = url end
+      rec[F_RANK], rec[F_LEASE_TOKEN] = -tonumber(page[p + 1]), token
       move(rec, L); save(k, f, rec)
       leases[#leases + 1] = lexp; leases[#leases + 1] = url
       out[#out + 1] = url
-      out[#out + 1] = rec[7] or 0
-      out[#out + 1] = rec[8] and cfmt(rec[8]) or ''
-      out[#out + 1] = cfmt(rec[4])
+      out[#out + 1] = rec[F_ATTEMPTS] or 0
+      out[#out + 1] = rec[F_FIRST_ATTEMPT_AT] and cfmt(rec[F_FIRST_ATTEMPT_AT]) or ''
+      out[#out + 1] = cfmt(rec[F_ENQUEUED_AT])
+      local etag, modified = get_validators(k, f)
+      out[#out + 1] = etag or ''
+      out[#out + 1] = modified or ''
+      out[#out + 1] = redis.call('HGET', K_HIST, url) or ''
       taken = taken + 1
     end
   end

@@ -1,8 +1,12 @@
--- ARGV: now, limit, run_id. Up to limit urls of listed items that are due: expired ones, and done ones
--- whose fresh_until has passed (the due index; make_stale puts them at -inf). Index entries of
--- items that moved on, or that no seed list names any more, are dropped here. The urls returned
--- stay indexed until the offer that requeues them removes them. Returns a JSON array.
--- Items already tagged with the run are passed over (they are the run's already).
+-- Up to limit urls of listed items that are due: expired ones, and done ones whose
+-- fresh_until has passed (the due index; make_stale puts them at -inf).
+-- KEYS[1]  B: the source's base {<prefix>:<source>} (prelude)
+-- ARGV[1]  now
+-- ARGV[2]  limit
+-- ARGV[3]  run_id: items already tagged with the run are passed over (they are its already)
+-- Index entries of items that moved on, or that no seed list names any more, are dropped here.
+-- The urls returned stay indexed until the offer that requeues them removes them. Returns a
+-- JSON array.
 local now_s, limit = ARGV[1], tonumber(ARGV[2])
 local run = tonumber(redis.call('HGET', K_RUNS, ARGV[3]) or '-1')
 local out = {}
@@ -11,8 +15,8 @@ local function pick(key, state, page)
   local gone = {}
   for _, url in ipairs(page) do
     local rec = load(url)
-    if rec and rec[1] == state and not rec[14] then
-      if rec[2] == run then skip = skip + 1 else out[#out + 1] = url end
+    if rec and rec[F_STATE] == state and not rec[F_UNLISTED] then
+      if rec[F_RUN] == run then skip = skip + 1 else out[#out + 1] = url end
     else
       gone[#gone + 1] = url
     end

@@ -1,4 +1,8 @@
--- Earliest not_before of a queued item (0 for those without one) or lease expiry, or nil.
+-- When the next item becomes claimable.
+-- KEYS[1]  B: the source's base {<prefix>:<source>} (prelude)
+-- ARGV[1]  now (unused: the earliest time is returned, past or not)
+-- Returns the earliest not_before of a queued item (0 for those without one) or lease expiry
+-- (exact text), or false when nothing is queued or leased.
 local best = nil
 if redis.call('ZCARD', K_Q) > redis.call('ZCARD', K_P) then best = 0 end
 for _, key in ipairs({K_P, K_D, K_L}) do

@@ -1,7 +1,14 @@
--- ARGV: now, expires_at, run_id, and a JSON array of, per url: action ('n' enqueue, 'r' requeue,
--- 't' tag), url, the version read ('' for none), queue score = -rank ('' for tags). A url whose
--- record is no longer the version that was read is left alone; returns the 1-based positions of
--- those.
+-- The write half of an offer: queue, requeue or tag the urls offer_read read, unless their
+-- record changed since.
+-- KEYS[1]  B: the source's base {<prefix>:<source>} (prelude)
+-- KEYS[2]  the call's reply record (a replayed script: collector/_redis.py)
+-- ARGV[1]  now
+-- ARGV[2]  expires_at
+-- ARGV[3]  run_id
+-- ARGV[4]  a JSON array of, per url: action ('n' enqueue, 'r' requeue, 't' tag), url, the
+--          version read ('' for none), queue score = -rank ('' for tags)
+-- A url whose record is no longer the version that was read is left alone. Returns the 1-based
+-- positions of those.
 local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
 if again ~= nil then return again end
 local now, exp = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -19,29 +26,35 @@ for i = 1, #A, 4 do
     conflicts[#conflicts + 1] = n
   elseif action == 'n' then
     bump(run, Q, 1)
-    save(k, f, {Q, run, false, now, exp})
+    save(k, f, {[F_STATE] = Q, [F_RUN] = run, [F_RANK] = false, [F_ENQUEUED_AT] = now,
+                [F_EXPIRES_AT] = exp})
     queued[#queued + 1] = A[i + 3]
     queued[#queued + 1] = url
     push_expiry(url, exp)
   else
     local rec = cmsgpack.unpack(raw)
     if action == 'r' then
-      if rec[1] == D then redis.call('ZREM', K_F, url)
-      elseif rec[1] == E then redis.call('ZREM', K_E, url) end
-      bump(rec[2], rec[1], -1); bump(run, Q, 1)
-      rec[1], rec[2], rec[3], rec[4], rec[5] = Q, run, false, now, exp
-      rec[6], rec[7], rec[8], rec[9], rec[14] = nil, nil, nil, nil, nil
+      if rec[F_STATE] == D then redis.call('ZREM', K_F, url)
+      elseif rec[F_STATE] == E then redis.call('ZREM', K_E, url) end
+      bump(rec[F_RUN], rec[F_STATE], -1); bump(run, Q, 1)
+      rec[F_STATE], rec[F_RUN], rec[F_RANK] = Q, run, false
+      rec[F_ENQUEUED_AT], rec[F_EXPIRES_AT] = now, exp
+      rec[F_NOT_BEFORE], rec[F_ATTEMPTS], rec[F_FIRST_ATTEMPT_AT] = nil, nil, nil
+      rec[F_LEASE_TOKEN], rec[F_UNLISTED] = nil, nil
       clear_error(url, rec)
       save(k, f, rec)
       queued[#queued + 1] = A[i + 3]
       queued[#queued + 1] = url
       push_expiry(url, exp)
-    elseif rec[2] ~= run or rec[14] then
-      bump(rec[2], rec[1], -1); bump(run, rec[1], 1)
-      rec[2] = run
-      if rec[14] then
-        rec[14] = nil  -- listed again
-        if rec[1] == D then redis.call('ZADD', K_F, rec[10] and fmt(rec[10]) or '-inf', url) end
+    elseif rec[F_RUN] ~= run or rec[F_UNLISTED] then
+      bump(rec[F_RUN], rec[F_STATE], -1); bump(run, rec[F_STATE], 1)
+      rec[F_RUN] = run
+      if rec[F_UNLISTED] then
+        rec[F_UNLISTED] = nil  -- listed again
+        if rec[F_STATE] == D then
+          local due = rec[F_FRESH_UNTIL] and fmt(rec[F_FRESH_UNTIL]) or '-inf'
+          redis.call('ZADD', K_F, due, url)
+        end
       end
       save(k, f, rec)
     end

@@ -1,18 +1,37 @@
--- Shared by every script: key names, record access, counters, queue and expiry indexes.
--- Record fields: 1 state, 2 run, 3 rank (false while the item's B:q score holds it), 4 enqueued_at,
--- 5 expires_at, 6 not_before, 7 attempts, 8 first_attempt_at, 9 lease_token, 10 fresh_until,
--- 11 last_fetched_at, 12 cost, 13 has a last_error in B:err, 14 unlisted (a changed seed list no
--- longer names it: adopt leaves it alone once settled). Absent fields are nil (zero), so they
--- take no space.
+-- Shared by every script: key names, record fields, counters, queue and expiry indexes. Redis
+-- runs each script as one chunk: collector/_redis.py's REPLAY_LUA, this file, then the script's
+-- file, so a script reads the names below as locals (.luacheckrc says so to luacheck).
+--
+-- KEYS[1] of every script is the source's base B = {<prefix>:<source>}: every key of the source
+-- is B .. ':<name>', in one hash slot. A replayed script's last KEY is its reply record.
 local B = KEYS[1]
 local K_Q, K_D, K_P, K_L = B .. ':q', B .. ':d', B .. ':p', B .. ':l'
 local K_XB, K_N, K_RUNS, K_ERR = B .. ':xb', B .. ':n', B .. ':runs', B .. ':err'
 local K_F, K_E = B .. ':f', B .. ':e'  -- due index: done items by fresh_until; expired items
+local K_HIST = B .. ':hist'  -- url -> the page's history (collector/frontier/base.py PageHistory)
 -- lease holders: B:lh token -> holder, B:ht:<holder> its tokens, B:hb holder -> last heartbeat
 local K_LH, K_HB = B .. ':lh', B .. ':hb'
-local Q, L, D, X, E, R = 1, 2, 3, 4, 5, 6
+-- item states, as counted in B:n and B:rc:<run> (collector/frontier/base.py STATES)
+local Q, L, D, X, E, R = 1, 2, 3, 4, 5, 6  -- queued, leased, done, dead, expired, retired
 
--- exact text of a double (Redis turns Lua numbers into text with only 14 digits)
+-- An item's record (a msgpack array, see save) holds these fields by position. Absent fields
+-- are nil or false (zero), so they take no space.
+local F_STATE = 1             -- Q, L, D, X, E or R
+local F_RUN = 2               -- the run's small number (run_number) the item is tagged with
+local F_RANK = 3              -- false while the item's B:q score holds it
+local F_ENQUEUED_AT = 4
+local F_EXPIRES_AT = 5        -- end of its queue TTL (in the expiry list of that time)
+local F_NOT_BEFORE = 6        -- a retry waits until then (B:d, then B:p)
+local F_ATTEMPTS = 7
+local F_FIRST_ATTEMPT_AT = 8
+local F_LEASE_TOKEN = 9       -- the fencing token of the lease that holds it
+local F_FRESH_UNTIL = 10      -- a done item is due again then (B:f)
+local F_LAST_FETCHED_AT = 11
+local F_COST = 12
+local F_HAS_ERROR = 13        -- 1: B:err holds its last_error
+local F_UNLISTED = 14         -- 1: a changed seed list no longer names it (adopt leaves it alone
+                              -- once settled)
+
 local function fmt(x) return string.format('%.17g', x) end
 local function nz(x) if x == 0 then return nil end return x end
 -- fmt remembered: the items of one offer share their times, and formatting is the costly part
@@ -46,10 +65,32 @@ local function save(k, f, rec)
   for i = 1, n do if rec[i] == nil then rec[i] = false end end
   redis.call('HSET', k, f, cmsgpack.pack(rec))
 end
--- last_error lives in B:err; field 13 of the record says there is one to clear
-local function set_error(url, rec, text) redis.call('HSET', K_ERR, url, text); rec[13] = 1 end
+-- A done page's validators (ETag, Last-Modified: what its next fetch sends back) live beside the
+-- records, not in them: in B:v:HHHH, the record's bucket number, under the record's field, as a
+-- msgpack array {etag or false, last_modified or false}. In the record they would take most done
+-- records past 64 bytes, and every bucket holding one out of Redis' listpack encoding. No field:
+-- none known (records saved before validators were kept read the same).
+local function vloc(k) return B .. ':v:' .. string.sub(k, #B + 4) end
+local function get_validators(k, f)
+  local raw = redis.call('HGET', vloc(k), f)
+  if not raw then return false, false end
+  local v = cmsgpack.unpack(raw)
+  return v[1], v[2]
+end
+local function set_validators(k, f, etag, modified)
+  if etag or modified then
+    redis.call('HSET', vloc(k), f, cmsgpack.pack({etag or false, modified or false}))
+  else
+    redis.call('HDEL', vloc(k), f)
+  end
+end
+
+-- last_error lives in B:err; F_HAS_ERROR says there is one to clear
+local function set_error(url, rec, text)
+  redis.call('HSET', K_ERR, url, text); rec[F_HAS_ERROR] = 1
+end
 local function clear_error(url, rec)
-  if rec[13] then redis.call('HDEL', K_ERR, url); rec[13] = nil end
+  if rec[F_HAS_ERROR] then redis.call('HDEL', K_ERR, url); rec[F_HAS_ERROR] = nil end
 end
 
 -- many-argument calls, in slices small enough for unpack()
@@ -67,7 +108,7 @@ local function bump(run, state, n)
   d[state] = (d[state] or 0) + n
 end
 local function move(rec, to)
-  bump(rec[2], rec[1], -1); bump(rec[2], to, 1); rec[1] = to
+  bump(rec[F_RUN], rec[F_STATE], -1); bump(rec[F_RUN], to, 1); rec[F_STATE] = to
 end
 local function flush_counts()
   local total = {}
@@ -156,19 +197,19 @@ local function flush_expiry()
   pushes = {}
 end
 
--- put a queued record in its indexes (the caller has set rec[1] = Q and saves it)
+-- put a queued record in its indexes (the caller has set rec[F_STATE] = Q and saves it)
 local function enter_queue(url, rec, now)
-  local nb = rec[6]
+  local nb = rec[F_NOT_BEFORE]
   if nb and nb > now then
     redis.call('ZADD', K_D, fmt(nb), url)
   else
-    redis.call('ZADD', K_Q, fmt(-rec[3]), url)
+    redis.call('ZADD', K_Q, fmt(-rec[F_RANK]), url)
     if nb then redis.call('ZADD', K_P, fmt(nb), url) end
   end
-  push_expiry(url, rec[5])
+  push_expiry(url, rec[F_EXPIRES_AT])
 end
 local function leave_queue(url, rec)
-  if rec[6] then redis.call('ZREM', K_D, url); redis.call('ZREM', K_P, url) end
+  if rec[F_NOT_BEFORE] then redis.call('ZREM', K_D, url); redis.call('ZREM', K_P, url) end
   redis.call('ZREM', K_Q, url)
 end
 

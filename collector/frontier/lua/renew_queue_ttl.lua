@@ -1,7 +1,13 @@
--- ARGV: now, the new expires_at, page size. Queued items past their queue TTL get the new one:
--- the earliest expiry buckets' entries (at or before now, each a packed run of urls), about a
--- page of urls at a time; urls of items that moved on are dropped, as a claim drops them. Returns how many were renewed and 1 when
--- buckets at or before now are left (the caller runs the script again), else 0.
+-- Queued items past their queue TTL get a new one: the earliest expiry lists' entries (at or
+-- before now, each a packed run of urls), about a page of urls at a time; urls of items that
+-- moved on are dropped, as a claim drops them.
+-- KEYS[1]  B: the source's base {<prefix>:<source>} (prelude)
+-- KEYS[2]  the call's reply record (a replayed script: collector/_redis.py)
+-- ARGV[1]  now
+-- ARGV[2]  the new expires_at
+-- ARGV[3]  page size
+-- Returns how many were renewed and 1 when lists at or before now are left (the caller runs the
+-- script again), else 0.
 local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
 if again ~= nil then return again end
 local now_s, budget = ARGV[1], tonumber(ARGV[3])
@@ -16,8 +22,8 @@ while budget > 0 do
   if entry then
     for _, url in ipairs(unpack_urls(entry)) do
       local rec, k, f = load(url)
-      if rec and rec[1] == Q and rec[5] <= now then
-        rec[5] = new_exp
+      if rec and rec[F_STATE] == Q and rec[F_EXPIRES_AT] <= now then
+        rec[F_EXPIRES_AT] = new_exp
         push_expiry(url, new_exp)
         save(k, f, rec)
         renewed = renewed + 1

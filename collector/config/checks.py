@@ -1,0 +1,247 @@
+"""Checks deeper than the model: seed files, placeholder seeds, the suite, unset variables,
+Redis URLs, and the warnings of a valid source (refused seeds, hosts that do not resolve)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from collector._text import quoted
+from collector.config.sections import (
+    _ENV_REF,
+    _REDIS_SCHEMES,
+    MAX_PROBLEMS,
+    PostgresSinkSettings,
+    _placeholder_problem,
+)
+from collector.config.source import Source, write_inline_suite
+from collector.errors import ConfigError
+from collector.policy.urls import check_url_syntax
+
+
+def _capped(problems: list[str], label: str) -> list[str]:
+    """At most MAX_PROBLEMS lines, in the order found, the last saying there are more: a file
+    broken everywhere (a seed file of 10,000 bad lines) stays readable. Some checks stop looking
+    past the cap, so that line does not count them."""
+    if len(problems) <= MAX_PROBLEMS:
+        return problems
+    shown = MAX_PROBLEMS - 1
+    return [
+        *problems[:shown],
+        f"{label}: more problems not shown (the first {shown} are above); fix these first",
+    ]
+
+
+def placeholder_seed_problem(url: str, label: str) -> str | None:
+    """A seed on a ``.invalid`` host: a placeholder (``collector init`` writes
+    ``https://example.invalid/...``; the name can never resolve, RFC 6761), so the run could only
+    dead-letter it. Said with what to do, naming the file."""
+    host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    if host != "invalid" and not host.endswith(".invalid"):
+        return None
+    return (
+        f"{quoted(url)} is a placeholder (a .invalid host never resolves): "
+        f"replace the placeholder seed URL in {label} with a page of the site to collect"
+    )
+
+
+# Seed-file lines a load checks: a typo in a hand-written file is caught before anything runs,
+# while loading a catalogue of millions of lines stays cheap (~8 us a line); the plan checks every
+# line it offers (a malformed one is a refused_url dead letter naming it), `collector validate`
+# checks them all (seed_file_problems with first=None).
+SEED_LINES_CHECKED = 10_000
+
+
+def seed_file_problems(source: Source, label: str, *, first: int | None) -> list[str]:
+    """Problems of the seed file's first ``first`` lines (every line with None), one line each."""
+    if source.seeds.file is None:
+        return []
+    seed_file = source.path(source.seeds.file)
+    if not seed_file.is_file():
+        return [f"{label}: seeds.file: {seed_file} does not exist"]
+    problems: list[str] = []
+    try:
+        with seed_file.open(encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                if first is not None and number > first:
+                    break
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    reason = (
+                        check_url_syntax(line)
+                        or _placeholder_problem(line)
+                        or placeholder_seed_problem(line, label)
+                    )
+                    if reason is not None:
+                        problems.append(f"{label}: seeds.file line {number}: {reason}")
+                        if len(problems) > MAX_PROBLEMS:
+                            break
+    except UnicodeDecodeError as exc:
+        problems.append(f"{label}: seeds.file: {seed_file} is not UTF-8 text: {exc}")
+    return problems
+
+
+def _deep_checks(source: Source, label: str) -> list[str]:
+    """Checks that need the file system or imports: seed file, suite, hooks."""
+    problems: list[str] = []
+    for index, url in enumerate(source.seeds.urls):
+        placeholder = placeholder_seed_problem(url, label)
+        if placeholder is not None:
+            problems.append(f"{label}: seeds.urls[{index}]: {placeholder}")
+    problems += seed_file_problems(source, label, first=SEED_LINES_CHECKED)
+    if source.seeds.template is not None:
+        sample = source.seeds.template.format(i=source.seeds.range[0] if source.seeds.range else 0)
+        reason = check_url_syntax(sample) or placeholder_seed_problem(source.seeds.template, label)
+        if reason is not None:
+            problems.append(f"{label}: seeds.template: {reason}")
+    if source.validation.suite is not None:
+        from collector.settle.suite import suite_problems
+
+        problems += _suite_problems(source, label, suite_problems)
+    try:
+        source.ttl.validate_hook()
+    except ConfigError as exc:
+        problems.append(f"{label}: {exc}")
+    if source.record.parser != "json":
+        from collector._hooks import resolve_callable
+
+        try:
+            resolve_callable(source.record.parser, field="record.parser")
+        except ConfigError as exc:
+            problems.append(f"{label}: {exc}")
+    return problems
+
+
+def _suite_problems(source: Source, label: str, check: Callable[[Path], list[str]]) -> list[str]:
+    """``check``'s problems with the source's suite file, or with its inline suite written to a
+    temporary file (checked without touching state_dir), one line each naming the field."""
+    suite = source.validation.suite
+    if isinstance(suite, dict):
+        with tempfile.TemporaryDirectory() as folder:
+            inline = write_inline_suite(suite, Path(folder) / "inline.json")
+            # the temporary file's name would mean nothing to the user
+            found = [line.replace(str(inline), "(inline suite)") for line in check(inline)]
+    elif suite is not None:
+        found = check(source.path(suite))
+    else:
+        found = []
+    return [f"{label}: validation.suite: {line}" for line in found]
+
+
+def suite_kwargs_problems(source: Source, label: str) -> list[str]:
+    """The run's GX check of the suite's kwargs (a missing required ``column``...), for
+    ``collector validate``: it imports GX (seconds), so only when the source has a suite, and
+    not in :func:`parse_source`, which every run calls in a process meant to stay free of GX
+    (collector.settle.suite.kwargs_problems). Every bad expectation, one line each."""
+    if source.validation.suite is None:
+        return []
+    from collector.settle.suite import kwargs_problems
+
+    return _capped(_suite_problems(source, label, kwargs_problems), label)
+
+
+_WARN_SEED_SAMPLE = 10_000  # seed URLs looked at by source_warnings (the plan checks them all)
+_WARN_HOSTS = 20  # distinct hosts checked (each may cost a DNS lookup)
+
+
+def source_warnings(source: Source) -> list[str]:
+    """What is valid but will probably go wrong at run time, one line each.
+
+    * a ``${env:NAME}`` whose variable is not set here (it may still be set where the run
+      happens, so this is a warning, not a problem);
+    * seed hosts the URL policy refuses (loopback or private addresses without
+      ``allow_private_networks``, hosts outside ``allowed_hosts``): the run would dead-letter
+      them at plan without fetching anything.
+    """
+    warnings = [
+        f"{problem} here; the run fails unless it is set where it runs"
+        for problem in unset_variables(source)
+    ]
+    refused = _refused_seeds(source)
+    if refused is not None:
+        count, sampled, reason = refused
+        warnings.append(
+            f"{count} of the first {sampled} seed URLs would be refused before fetching: {reason}"
+        )
+    return warnings
+
+
+def unset_variables(source: Source) -> list[str]:
+    """Every ``${env:NAME}`` of the fields that take them whose variable is not set, one line
+    each (``FIELD: environment variable NAME is not set``): ``run`` refuses with all of them at
+    once, ``validate`` warns."""
+    refs: list[tuple[str, str | None]] = [
+        (f"limits.headers.{k}", v) for k, v in source.limits.headers.items()
+    ]
+    refs += [
+        ("frontier.url", source.frontier.url),
+        ("deadletters.url", source.deadletters.url),
+        ("limits.rate_storage", source.limits.rate_storage),
+    ]
+    if isinstance(source.sink, PostgresSinkSettings):
+        refs.append(("sink.dsn", source.sink.dsn))
+    return [
+        f"{field}: environment variable {name} is not set"
+        for field, value in refs
+        for name in _ENV_REF.findall(value or "")
+        if name not in os.environ
+    ]
+
+
+def redis_url_checked(url: str, *, field: str) -> str:
+    """A resolved Redis URL (from ``${env:}``/``${secret:}``), checked as a literal one is at
+    load: the same refusal (a ConfigError, exit 2), showing the scheme only (the rest may hold
+    a password)."""
+    if not url.startswith(_REDIS_SCHEMES):
+        got = f"{url.partition('://')[0]}://" if "://" in url else "no scheme"
+        raise ConfigError(
+            f"{field}: url must start with redis://, rediss:// or unix://, got {got} from its "
+            "${env:}/${secret:} reference"
+        )
+    return url
+
+
+def _refused_seeds(source: Source) -> tuple[int, int, str] | None:
+    """(refused, sampled, first reason) over a sample of the seeds, or None if none refused."""
+    from collector.errors import RecoverableFetchError
+    from collector.policy.urls import HostPolicy
+    from collector.run.seeds import SeedCheck
+
+    # The plan's own check (SeedCheck), so validate warns about exactly what a run refuses; the
+    # verdict is per URL (a URL with credentials is refused on a host others are fine on), the
+    # DNS lookups per host (the policy caches them; unresolvable hosts are skipped here).
+    check = SeedCheck(
+        HostPolicy(
+            allow_private_networks=source.allow_private_networks,
+            allowed_hosts=source.limits.allowed_hosts,
+        )
+    )
+    hosts: set[str] = set()
+    unresolved: set[str] = set()
+    refused = sampled = 0
+    first: str | None = None
+    try:
+        for sampled, url in enumerate(source.iter_seed_urls(), 1):
+            host = (urlsplit(url).hostname or "").lower()
+            if host not in hosts:
+                if len(hosts) >= _WARN_HOSTS:
+                    sampled -= 1
+                    break
+                hosts.add(host)
+            reason = None
+            if host not in unresolved:
+                try:
+                    reason = check.refusal(url)
+                except RecoverableFetchError:
+                    unresolved.add(host)  # DNS may work at run time
+            if reason is not None:
+                refused += 1
+                first = first or reason
+            if sampled >= _WARN_SEED_SAMPLE:
+                break
+    except (OSError, ValueError):
+        return None  # an unreadable seed file is a problem reported elsewhere
+    return None if first is None else (refused, sampled, first)

@@ -1,0 +1,306 @@
+"""How many ``collector work`` helpers each deployed source gets: the autoscaler's decisions,
+as pure functions of samples, so they are tested in virtual time.
+
+The model (docs/fleet.md):
+
+- **load factor** of a source: ``log2(1 + backlog / backlog_unit) + log10(1 + wait / wait_high)``,
+  capped at ``load_cap``, and 0 when nothing is due. ``backlog`` is the due items (queued),
+  ``wait`` the claim wait (how long a due item waits before a claim: :class:`ClaimWait`).
+- **weight** = class priority (critical 4, high 3, normal 2, low 1) x (1 + load factor).
+- **want**: 0 when the source drained (nothing due); one more helper than it has when its claim
+  wait stayed above ``wait_high_s`` for ``wait_held_s``, or its helpers report being busy above
+  ``busy_high``; else what it has. Never above its cap: ``schedule.max_helpers``, and 0 when
+  more helpers would break per-host politeness (:func:`politeness_cap`).
+- **shares** of the global ``budget``: first one helper each to the sources that want one
+  (those starved longest first, then by weight), then the rest one at a time to the source with
+  the highest ``weight / (helpers given + 1)``, never above its want.
+- **actions** (:func:`plan_actions`): start helpers only into free budget (stopping helpers count
+  as running until they end, so the budget is never exceeded); a drained source's helpers are
+  not stopped: they end by themselves once nothing is due (stopping them would cut requests in
+  flight); and *soft preemption*: when the budget is full and a source of a higher class is
+  short, stop one helper of the lowest-weight source of a lower class that holds more than its
+  share (the graceful stop: its items go back unchanged, no attempt counted).
+
+Plain Python; the flow (flows/fleet.py) samples the frontiers and carries out the actions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from collector import defaults
+
+__all__ = [
+    "CLASS_PRIORITY",
+    "Actions",
+    "ClaimWait",
+    "Decision",
+    "FleetSettings",
+    "SourceLoad",
+    "decide",
+    "load_factor",
+    "plan_actions",
+    "politeness_cap",
+    "shares",
+    "want",
+    "weight",
+]
+
+RunClass = Literal["critical", "high", "normal", "low"]
+CLASS_PRIORITY: Mapping[str, int] = {"critical": 4, "high": 3, "normal": 2, "low": 1}
+"""A class's priority in the weight (the pool's queue priorities 1..4, turned around)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSettings:
+    """The autoscaler's knobs (defaults in collector/defaults.py, docs/fleet.md)."""
+
+    budget: int = defaults.FLEET_BUDGET
+    wait_high_s: float = defaults.FLEET_WAIT_HIGH_S
+    wait_held_s: float = defaults.FLEET_WAIT_HELD_S
+    busy_high: float = defaults.FLEET_BUSY_HIGH
+    cpu_high: float = defaults.FLEET_CPU_HIGH
+    load_cap: float = defaults.FLEET_LOAD_CAP
+    backlog_unit: int = defaults.FLEET_BACKLOG_UNIT
+    starve_after_s: float = 30.0  # a source short of helpers this long goes first for one
+    preempt: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLoad:
+    """One deployed source as the autoscaler sees it at one moment."""
+
+    source: str
+    run_class: str
+    backlog: int  # due items: queued
+    wait_s: float  # claim wait (ClaimWait.estimate); math.inf: due items and nothing claims
+    wait_high_for_s: float = 0.0  # how long wait_s has stayed above wait_high_s
+    busy: float | None = None  # helpers' busy share, when they report it
+    cpu: float | None = None  # helpers' mean CPU share (their own reports; 1.0: one core)
+    helpers: int = 0  # helper runs going now (stopping ones included)
+    stopping: int = 0  # of which asked to stop already (their slots free once they ended)
+    max_helpers: int = defaults.FLEET_MAX_HELPERS  # schedule.max_helpers and politeness
+    short_for_s: float = 0.0  # how long it has had fewer helpers than it wanted
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the autoscaler decided for one source, with the figures that caused it."""
+
+    load: SourceLoad
+    load_factor: float
+    weight: float
+    want: int
+    share: int
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Actions:
+    """Helpers to start and to stop per source in this round (stops: graceful)."""
+
+    start: dict[str, int] = field(default_factory=dict)
+    stop: dict[str, int] = field(default_factory=dict)
+    preempted: dict[str, str] = field(default_factory=dict)  # victim -> the source it frees for
+
+
+def load_factor(backlog: int, wait_s: float, settings: FleetSettings) -> float:
+    """How loaded a source is, 0 (nothing due) .. ``load_cap``; grows with backlog and wait."""
+    if backlog <= 0:
+        return 0.0
+    if math.isinf(wait_s):
+        return settings.load_cap
+    factor = math.log2(1 + backlog / settings.backlog_unit) + math.log10(
+        1 + max(0.0, wait_s) / settings.wait_high_s
+    )
+    return min(settings.load_cap, factor)
+
+
+def weight(run_class: str, factor: float) -> float:
+    """``class priority x (1 + load factor)``."""
+    return CLASS_PRIORITY[run_class] * (1.0 + factor)
+
+
+def politeness_cap(
+    *, shared_domain_concurrency: bool, per_domain_rate: str | None, rate_storage: str
+) -> tuple[int | None, str]:
+    """Most helpers per-host politeness allows a source (None: no limit from it), and why.
+
+    A helper is another process: unless the per-host limits are shared by all of them (the
+    ``domain:<host>`` slots of ``limits.shared_domain_concurrency``, and a per-host rate counted
+    in Redis), each helper would add its own window and rate to every host. Then it gets none.
+    """
+    if not shared_domain_concurrency:
+        return 0, "per-host concurrency is per process: set limits.shared_domain_concurrency"
+    if per_domain_rate is not None and rate_storage.startswith("memory"):
+        return 0, "per-host rate is per process: set limits.rate_storage to a redis:// URL"
+    return None, "helpers share the per-host slots and rate"
+
+
+def want(load: SourceLoad, settings: FleetSettings) -> tuple[int, str]:
+    """How many helpers the source asks for now, and why."""
+    cap = max(0, load.max_helpers)
+    if load.backlog <= 0:
+        return 0, "drained"
+    if cap == 0:
+        return 0, "no helpers allowed (max_helpers or politeness)"
+    if load.wait_high_for_s >= settings.wait_held_s and load.wait_s > settings.wait_high_s:
+        return min(cap, load.helpers + 1), (
+            f"claim wait {_seconds(load.wait_s)} > {_seconds(settings.wait_high_s)} "
+            f"for {load.wait_high_for_s:.1f} s"
+        )
+    if load.busy is not None and load.busy > settings.busy_high and load.helpers > 0:
+        return min(cap, load.helpers + 1), f"helpers busy {load.busy:.0%}"
+    if load.cpu is not None and load.cpu > settings.cpu_high and load.helpers > 0:
+        return min(cap, load.helpers + 1), (
+            f"helpers' CPU {load.cpu:.0%} > {settings.cpu_high:.0%} of a core"
+        )
+    return min(cap, load.helpers), "steady"
+
+
+def shares(
+    wants: Mapping[str, int],
+    weights: Mapping[str, float],
+    short_for_s: Mapping[str, float],
+    settings: FleetSettings,
+) -> dict[str, int]:
+    """Split ``budget`` helpers among the sources by weight, none above its want."""
+    given = {name: 0 for name in wants}
+    left = max(0, settings.budget)
+    wanting = [name for name, count in wants.items() if count > 0]
+    starved = [n for n in wanting if short_for_s.get(n, 0.0) >= settings.starve_after_s]
+    first = sorted(starved, key=lambda n: (-short_for_s[n], -weights[n], n)) + sorted(
+        (n for n in wanting if n not in starved), key=lambda n: (-weights[n], n)
+    )
+    for name in first:  # one each first: a source that wants a helper is not starved
+        if left == 0:
+            break
+        given[name] = 1
+        left -= 1
+    while left > 0:
+        open_ = [n for n in wanting if given[n] < wants[n]]
+        if not open_:
+            break
+        best = max(open_, key=lambda n: (weights[n] / (given[n] + 1), -given[n], n))
+        given[best] += 1
+        left -= 1
+    return given
+
+
+def decide(loads: Sequence[SourceLoad], settings: FleetSettings) -> list[Decision]:
+    """Each source's load factor, weight, want and share of the budget."""
+    factors = {x.source: load_factor(x.backlog, x.wait_s, settings) for x in loads}
+    weights = {x.source: weight(x.run_class, factors[x.source]) for x in loads}
+    asked = {x.source: want(x, settings) for x in loads}
+    given = shares(
+        {name: count for name, (count, _) in asked.items()},
+        weights,
+        {x.source: x.short_for_s for x in loads},
+        settings,
+    )
+    return [
+        Decision(
+            load=x,
+            load_factor=factors[x.source],
+            weight=weights[x.source],
+            want=asked[x.source][0],
+            share=given[x.source],
+            why=asked[x.source][1],
+        )
+        for x in loads
+    ]
+
+
+def plan_actions(decisions: Sequence[Decision], settings: FleetSettings) -> Actions:
+    """Starts, stops and preemptions that move the running helpers towards the shares."""
+    running = {d.load.source: d.load.helpers for d in decisions}
+    free = max(0, settings.budget - sum(running.values()))
+    start: dict[str, int] = {}
+    stop: dict[str, int] = {}
+    preempted: dict[str, str] = {}
+    short = sorted(
+        (d for d in decisions if d.share > d.load.helpers),
+        key=lambda d: (-CLASS_PRIORITY[d.load.run_class], -d.weight, d.load.source),
+    )
+    for d in short:
+        count = min(d.share - d.load.helpers, free)
+        if count > 0:
+            start[d.load.source] = count
+            free -= count
+    freeing = sum(d.load.stopping for d in decisions)  # slots already on their way back
+    if settings.preempt and free == 0:
+        over = [d for d in decisions if d.load.helpers - d.load.stopping > d.share]
+        for d in short:
+            missing = d.share - d.load.helpers - start.get(d.load.source, 0)
+            if missing <= 0:
+                continue
+            if freeing > 0:  # a helper stopping already frees a slot: wait for it
+                freeing -= 1
+                continue
+            victims = [
+                v for v in over
+                if CLASS_PRIORITY[v.load.run_class] < CLASS_PRIORITY[d.load.run_class]
+                and v.load.source not in preempted
+            ]  # fmt: skip
+            if not victims:
+                continue
+            victim = min(victims, key=lambda v: (v.weight, v.load.source))
+            stop[victim.load.source] = stop.get(victim.load.source, 0) + 1
+            preempted[victim.load.source] = d.load.source
+    return Actions(start, stop, preempted)
+
+
+class ClaimWait:
+    """A source's claim wait from frontier samples, and how long it stayed high.
+
+    The wait a due item has before a claim is estimated by Little's law: ``queued / claim
+    rate``, the claim rate being the growth of ``leased + done + dead`` over the last
+    ``window_s`` of samples (taken every ``FLEET_SAMPLE_S``, 100 ms). Nothing queued: 0. Items
+    queued and none claimed over the window: infinite (no one is working the source).
+    """
+
+    def __init__(self, window_s: float = 2.0, threshold_s: float = defaults.FLEET_WAIT_HIGH_S):
+        self.window_s = window_s
+        self.threshold_s = threshold_s
+        self._samples: deque[tuple[float, int]] = deque()
+        self._high_since: float | None = None
+        self.estimate = 0.0
+
+    def observe(self, now: float, *, queued: int, claimed_total: int) -> float:
+        """Add a sample; returns the new estimate (seconds)."""
+        self._samples.append((now, claimed_total))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
+            self._samples.popleft()
+        first_at, first_claimed = self._samples[0]
+        span = now - first_at
+        rate = (claimed_total - first_claimed) / span if span > 0 else 0.0
+        if queued <= 0:
+            self.estimate = 0.0
+        elif rate > 0:
+            self.estimate = queued / rate
+        else:
+            self.estimate = math.inf if span >= min(self.window_s, 0.5) else 0.0
+        if self.estimate > self.threshold_s:
+            self._high_since = now if self._high_since is None else self._high_since
+        else:
+            self._high_since = None
+        return self.estimate
+
+    def high_for(self, now: float) -> float:
+        """How long the estimate has stayed above the threshold (0 when it is not above)."""
+        return 0.0 if self._high_since is None else now - self._high_since
+
+
+def with_helpers(loads: Iterable[SourceLoad], helpers: Mapping[str, int]) -> list[SourceLoad]:
+    """The same loads with the helper counts replaced (what a round of actions leads to)."""
+    return [replace(x, helpers=helpers.get(x.source, x.helpers)) for x in loads]
+
+
+def _seconds(value: float) -> str:
+    if math.isinf(value):
+        return "inf (nothing claims)"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"

@@ -1,0 +1,108 @@
+"""Write each source's own deployment (``collector deploy``), through Prefect's public API.
+
+:func:`collector.fleet.deploy.plan_for` says what a source's deployment is; this writes it with
+``RunnerDeployment.from_flow(collect, ...).apply()``: created the first time, updated in place
+after (its schedule replaced, its trigger automation re-created, its concurrency limit removed
+if an older layout set one). The entrypoint is a module path (``flows.collect.collect``), so any
+worker with Collector installed runs it from anywhere: no working directory, no code copy.
+
+A file source is deployed by its absolute path, which must exist on every worker machine; a
+``block:<name>`` source travels with the server (docs/fleet.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+from collector import defaults
+from collector.errors import ConfigError
+from collector.fleet.deploy import DeploymentPlan
+
+__all__ = ["Deployed", "check_schedule", "deploy_plans"]
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """One deployment written: its id, and whether it existed before."""
+
+    plan: DeploymentPlan
+    deployment_id: UUID
+    updated: bool
+
+
+def check_schedule(plan: DeploymentPlan) -> None:
+    """Prefect's own check of the cron string, as one line naming the source."""
+    if plan.cron is None:
+        return
+    from prefect.client.schemas.schedules import CronSchedule
+    from pydantic import ValidationError
+
+    try:
+        CronSchedule(cron=plan.cron, timezone=plan.timezone)
+    except ValidationError as exc:
+        reason = exc.errors()[0].get("msg", str(exc))
+        raise ConfigError(f"{plan.source}: schedule.cron {plan.cron!r}: {reason}") from None
+
+
+async def deploy_plans(
+    plans: Sequence[DeploymentPlan], *, pool: str = defaults.FLEET_POOL
+) -> list[Deployed]:
+    """Create or update one deployment per plan on ``pool`` (which must exist)."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments.runner import RunnerDeployment
+    from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
+    from prefect.exceptions import ObjectNotFound
+    from prefect.schedules import Cron, Interval, Schedule
+    from prefect.types.entrypoint import EntrypointType
+
+    from flows.collect import collect
+
+    for plan in plans:
+        check_schedule(plan)
+    async with get_client() as client:
+        try:
+            await client.read_work_pool(pool)
+        except ObjectNotFound:
+            raise ConfigError(
+                f"work pool {pool!r} does not exist on {client.api_url}: create it with "
+                f"infra/bootstrap (or `prefect work-pool create {pool} --type process`)"
+            ) from None
+        existing: set[str] = set()
+        for plan in plans:
+            try:
+                await client.read_deployment_by_name(f"{collect.name}/{plan.name}")
+                existing.add(plan.name)
+            except ObjectNotFound:
+                pass
+    written = []
+    for plan in plans:
+        schedules: list[Schedule] = []
+        busy = {"on_busy": "skip"}
+        if plan.cron is not None:
+            schedules.append(
+                Cron(plan.cron, timezone=plan.timezone, active=plan.active, parameters=busy)
+            )
+        elif plan.interval_s is not None:
+            schedules.append(
+                Interval(
+                    plan.interval_s, timezone=plan.timezone, active=plan.active, parameters=busy
+                )
+            )
+        deployment = RunnerDeployment.from_flow(
+            collect,
+            name=plan.name,
+            schedules=schedules,
+            parameters=dict(plan.parameters),
+            triggers=[DeploymentEventTrigger(**plan.trigger)],
+            description=plan.description,
+            tags=list(plan.tags),
+            work_pool_name=pool,
+            work_queue_name=plan.work_queue,
+            entrypoint_type=EntrypointType.MODULE_PATH,
+            concurrency_limit=None,  # never limited by a deployment: the source lock is per source
+        )
+        deployment_id = await deployment.aapply()
+        written.append(Deployed(plan, deployment_id, plan.name in existing))
+    return written

@@ -1,0 +1,451 @@
+"""The ``fleet`` flow: `collector work` helpers for every deployed source, by priority and load.
+
+One long run (or a deployment on a short interval with ``duration_s`` to match). It finds the
+sources deployed by ``collector deploy`` (deployments ``collect/source-<name>`` on the pool),
+samples each one's frontier every ``sample_s`` (100 ms: due backlog, claim wait by Little's law,
+which helpers hold leases), and every ``decide_every_s`` decides with
+:mod:`collector.fleet.model` how many helpers each source gets within ``budget``, then acts:
+
+- **start**: a flow run of the source's own deployment with ``role=work`` (no plan, no source
+  lock: it helps drain the shared frontier) and the tag ``collector-helper``, so any worker of
+  the pool runs it; it ends by itself ``helper_idle_s`` after its frontier had nothing due;
+- **stop** (soft preemption only; a drained source's helpers end by themselves): a running
+  helper is set Cancelling, the worker sends it SIGTERM and the collect flow's graceful stop
+  returns its items unchanged (no attempt counted). Helpers not running yet are not stopped (a
+  worker submitting one could still start it); they are preempted once they run.
+
+Every round that changes a source emits ``collector.fleet.scaled`` on ``collector.source.<name>``
+with the figures that caused it, and the table artifact ``collector-fleet`` (source, class,
+backlog, wait, helpers, weight) is updated when it changed. Helpers count against the budget
+from the moment they are created until they end, stopping ones included, so the budget is
+never exceeded.
+
+Interruptions: stopping this flow (Cancel, Ctrl-C, SIGKILL) starts and stops nothing more; the
+helpers it started go on and end by themselves when their frontier is drained (helper_idle_s).
+A new run finds them by their tag and counts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+from uuid import UUID
+
+import httpx
+from prefect import flow, get_run_logger
+from prefect.artifacts import acreate_table_artifact
+from prefect.client.orchestration import PrefectClient, get_client
+from prefect.client.schemas.filters import (
+    FlowFilter,
+    FlowFilterName,
+    FlowRunFilter,
+    FlowRunFilterDeploymentId,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+    FlowRunFilterTags,
+    WorkPoolFilter,
+    WorkPoolFilterName,
+)
+from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.events import emit_event
+from prefect.exceptions import PrefectHTTPStatusError
+from prefect.settings import PREFECT_CLIENT_METRICS_ENABLED
+from prefect.states import Cancelling
+from pydantic import Field
+
+from collector import defaults
+from collector.backends import open_frontier
+from collector.config import Source
+from collector.errors import CollectorError
+from collector.fleet.deploy import DEPLOYMENT_PREFIX
+from collector.fleet.model import (
+    Actions,
+    Decision,
+    FleetSettings,
+    decide,
+    plan_actions,
+    politeness_cap,
+)
+from collector.fleet.report import helpers_cpu
+from collector.fleet.tracker import SourceTracker
+from collector.frontier.base import Frontier
+from collector.ops import metrics
+from flows.sources import resolve_source
+
+__all__ = ["HELPER_TAG", "SCALED_EVENT", "fleet"]
+
+HELPER_TAG = "collector-helper"
+SCALED_EVENT = "collector.fleet.scaled"
+ARTIFACT_KEY = "collector-fleet"
+_LIVE = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.CANCELLING]
+_DISCOVER_EVERY_S = 30.0
+# A failed round is skipped, not the end of the fleet: the next one reads the helpers again from
+# the API, so a start or stop that half-happened is counted then (the budget stays true).
+_TRANSIENT = (PrefectHTTPStatusError, httpx.TransportError, CollectorError)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+
+
+@dataclass
+class _Deployed:
+    """A source deployed on the pool, with its frontier and running figures."""
+
+    source: Source
+    reference: str
+    deployment_id: UUID
+    frontier: Frontier
+    tracker: SourceTracker
+    politeness: str
+
+
+async def _discover(
+    client: PrefectClient,
+    pool: str,
+    settings: FleetSettings,
+    known: dict[str, _Deployed],
+    logger: Any,
+) -> None:
+    """Add the deployed sources not known yet (one that cannot be loaded is said once)."""
+    deployments = await client.read_deployments(
+        flow_filter=FlowFilter(name=FlowFilterName(any_=["collect"])),
+        work_pool_filter=WorkPoolFilter(name=WorkPoolFilterName(any_=[pool])),
+    )
+    for deployment in deployments:
+        if not deployment.name.startswith(DEPLOYMENT_PREFIX):
+            continue
+        reference = str((deployment.parameters or {}).get("source", ""))
+        name = deployment.name.removeprefix(DEPLOYMENT_PREFIX)
+        if name in known:
+            continue
+        try:
+            source = await asyncio.to_thread(resolve_source, reference)
+            frontier = await asyncio.to_thread(open_frontier, source)
+        except CollectorError as exc:
+            logger.warning("fleet: %s (%s) left out: %s", name, reference, exc)
+            continue
+        limits = source.limits
+        cap, why = politeness_cap(
+            shared_domain_concurrency=limits.shared_domain_concurrency,
+            per_domain_rate=limits.per_domain_rate,
+            rate_storage=limits.rate_storage,
+        )
+        most = source.schedule.max_helpers if cap is None else min(cap, source.schedule.max_helpers)
+        known[name] = _Deployed(
+            source,
+            reference,
+            deployment.id,
+            frontier,
+            SourceTracker(name, source.priority.run_class, max_helpers=most, settings=settings),
+            why,
+        )
+        logger.info(
+            "fleet: watching %s (%s, at most %d helpers: %s)",
+            name,
+            source.priority.run_class,
+            most,
+            why,
+        )
+
+
+async def _helpers(
+    client: PrefectClient, deployed: dict[str, _Deployed]
+) -> dict[str, list[FlowRun]]:
+    """The live helper runs of each source (created, pending, running, stopping)."""
+    by_id = {d.deployment_id: name for name, d in deployed.items()}
+    found: dict[str, list[FlowRun]] = {name: [] for name in deployed}
+    if not by_id:
+        return found
+    runs = await client.read_flow_runs(
+        flow_run_filter=FlowRunFilter(
+            deployment_id=FlowRunFilterDeploymentId(any_=list(by_id)),
+            tags=FlowRunFilterTags(all_=[HELPER_TAG]),
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=_LIVE)),
+        ),
+        limit=200,
+    )
+    for run in runs:
+        if run.deployment_id in by_id:
+            found[by_id[run.deployment_id]].append(run)
+    return found
+
+
+async def _sample(deployed: dict[str, _Deployed], helpers: dict[str, list[FlowRun]]) -> None:
+    now = time.monotonic()
+    for name, d in deployed.items():
+        counts = await asyncio.to_thread(d.frontier.counts, name)
+        holders = await asyncio.to_thread(d.frontier.holders, name)
+        d.tracker.sample(now, counts, holders, {str(r.id) for r in helpers.get(name, [])})
+
+
+async def _start(
+    client: PrefectClient, d: _Deployed, count: int, *, batch_size: int, idle_s: float
+) -> list[UUID]:
+    started = []
+    for _ in range(count):
+        run = await client.create_flow_run_from_deployment(
+            d.deployment_id,
+            parameters={
+                "source": d.reference,
+                "role": "work",
+                "idle_wait_s": idle_s,  # for its first items (a run may still be planning)
+                "drain_wait_s": idle_s,  # for retry-later items, then it ends
+                "batch_size": batch_size,
+            },
+            tags=[HELPER_TAG, f"source:{d.source.name}"],
+        )
+        started.append(run.id)
+    return started
+
+
+async def _stop(client: PrefectClient, runs: Sequence[FlowRun], count: int, why: str) -> list[UUID]:
+    """Stop ``count`` running helpers gracefully, the newest first: Cancelling, the worker's
+    SIGTERM, the collect flow's stop path. Helpers not running yet are left to start (a run
+    cancelled while a worker submits it can still be started by that worker: preempted on a
+    later decision instead); stopping ones are not stopped twice."""
+    running = sorted(
+        (r for r in runs if r.state_type == StateType.RUNNING),
+        key=lambda r: r.start_time or r.created or 0,
+        reverse=True,
+    )
+    stopped = []
+    for run in running[:count]:
+        # not forced: a helper that ended meanwhile stays ended (the server refuses the change)
+        await client.set_flow_run_state(run.id, Cancelling(message=f"fleet: {why}"))
+        stopped.append(run.id)
+    return stopped
+
+
+def _figures(decision: Decision, settings: FleetSettings, used: int) -> dict[str, Any]:
+    load = decision.load
+    return {
+        "source": load.source,
+        "class": load.run_class,
+        "backlog": load.backlog,
+        "claim_wait_s": None if math.isinf(load.wait_s) else round(load.wait_s, 4),
+        "wait_high_for_s": round(load.wait_high_for_s, 2),
+        "busy": None if load.busy is None else round(load.busy, 3),
+        "cpu": None if load.cpu is None else round(load.cpu, 3),
+        "helpers": load.helpers,
+        "max_helpers": load.max_helpers,
+        "load_factor": round(decision.load_factor, 3),
+        "weight": round(decision.weight, 3),
+        "want": decision.want,
+        "share": decision.share,
+        "why": decision.why,
+        "budget": settings.budget,
+        "budget_used": used,
+    }
+
+
+def _emit(
+    decision: Decision, actions: Actions, settings: FleetSettings, used: int, *,
+    started: int, stopped: int,
+) -> None:  # fmt: skip
+    """The event of one source's change (what was done, not only decided)."""
+    name = decision.load.source
+    if not started and not stopped:
+        return
+    payload = _figures(decision, settings, used)
+    payload.update(started=started, stopped=stopped, preempted_for=actions.preempted.get(name))
+    emit_event(
+        event=SCALED_EVENT,
+        resource={
+            "prefect.resource.id": f"collector.source.{name}",
+            "collector.class": decision.load.run_class,
+        },
+        payload=payload,
+    )
+
+
+def _table(decisions: Sequence[Decision]) -> list[dict[str, Any]]:
+    return [
+        {
+            "source": d.load.source,
+            "class": d.load.run_class,
+            "backlog": d.load.backlog,
+            "wait": "-"
+            if d.load.backlog == 0
+            else ("no claims" if math.isinf(d.load.wait_s) else f"{d.load.wait_s:.3f} s"),
+            "helpers": d.load.helpers,
+            "cpu": "-" if d.load.cpu is None else f"{d.load.cpu:.0%}",
+            "share": d.share,
+            "weight": round(d.weight, 2),
+            "why": d.why,
+        }
+        for d in sorted(decisions, key=lambda d: (-d.weight, d.load.source))
+    ]
+
+
+@flow(name="fleet", validate_parameters=True, log_prints=False)
+async def fleet(
+    budget: Annotated[
+        int, Field(ge=0, le=1000, description="Helpers running at once across all sources.")
+    ] = defaults.FLEET_BUDGET,
+    duration_s: Annotated[
+        float, Field(gt=0, description="How long this run keeps scaling (seconds).")
+    ] = 3600.0,
+    pool: Annotated[str, Field(description="The work pool of the deployed sources.")] = (
+        defaults.FLEET_POOL
+    ),
+    sample_s: Annotated[
+        float, Field(gt=0, description="Each frontier is sampled this often (seconds).")
+    ] = defaults.FLEET_SAMPLE_S,
+    decide_every_s: Annotated[
+        float, Field(gt=0, description="Helpers are started/stopped at most this often.")
+    ] = 1.0,
+    wait_high_s: Annotated[
+        float, Field(gt=0, description="A claim wait above this asks for a helper (seconds).")
+    ] = defaults.FLEET_WAIT_HIGH_S,
+    wait_held_s: Annotated[
+        float, Field(ge=0, description="...when it stayed above it this long (seconds).")
+    ] = defaults.FLEET_WAIT_HELD_S,
+    preempt: Annotated[
+        bool, Field(description="Stop a lower class's helper when a higher class waits.")
+    ] = True,
+    helper_idle_s: Annotated[
+        float, Field(ge=0, description="A helper ends after nothing was due this long.")
+    ] = defaults.FLEET_HELPER_IDLE_S,
+    batch_size: Annotated[int, Field(ge=1, le=10_000, description="Helpers' batch size.")] = (
+        defaults.BATCH_SIZE
+    ),
+    stop_when_idle_s: Annotated[
+        float | None,
+        Field(
+            ge=0,
+            description="End early once every source had nothing due and no helper "
+            "this long (None: run for duration_s).",
+        ),
+    ] = None,
+) -> dict[str, Any]:
+    """Keep each deployed source's helpers at its share of the budget; returns the tallies."""
+    logger = get_run_logger()
+    metrics.enable(metrics.enabled() or bool(PREFECT_CLIENT_METRICS_ENABLED.value()))
+    settings = FleetSettings(
+        budget=budget, wait_high_s=wait_high_s, wait_held_s=wait_held_s, preempt=preempt
+    )
+    deployed: dict[str, _Deployed] = {}
+    tally = {"rounds": 0, "started": 0, "stopped": 0, "preempted": 0, "most_helpers": 0,
+             "cpu_reports": 0, "api_errors": 0}  # fmt: skip
+    last_table: list[dict[str, Any]] | None = None
+    deadline = time.monotonic() + duration_s
+    next_decision = next_discovery = time.monotonic()
+    helpers: dict[str, list[FlowRun]] = {}
+    idle_since: float | None = None
+    seen_work = False  # stop_when_idle_s counts only after some work was seen
+    try:
+        async with get_client() as client:
+            while time.monotonic() < deadline:
+                now = time.monotonic()
+                try:
+                    if now >= next_discovery:
+                        await _discover(client, pool, settings, deployed, logger)
+                        next_discovery = now + _DISCOVER_EVERY_S
+                    if now >= next_decision:
+                        helpers = await _helpers(client, deployed)
+                    await _sample(deployed, helpers)
+                    if now >= next_decision:
+                        next_decision = now + decide_every_s
+                        last_table = await _round(
+                            client,
+                            deployed,
+                            helpers,
+                            settings,
+                            tally,
+                            last_table,
+                            batch_size,
+                            helper_idle_s,
+                            logger,
+                        )
+                except _TRANSIENT as exc:  # the API or a store away for a moment: next round
+                    next_decision = max(next_decision, now + decide_every_s)
+                    tally["api_errors"] += 1
+                    logger.warning("fleet: round skipped, will retry: %s", _first_line(exc))
+                busy = any(d.tracker.backlog for d in deployed.values()) or any(helpers.values())
+                seen_work = seen_work or busy
+                idle_since = None if busy else (now if idle_since is None else idle_since)
+                idle_for = 0.0 if idle_since is None or not seen_work else now - idle_since
+                if stop_when_idle_s is not None and idle_for >= stop_when_idle_s > 0:
+                    break
+                await asyncio.sleep(max(0.0, sample_s - (time.monotonic() - now)))
+    finally:
+        for d in deployed.values():
+            d.frontier.close()
+    logger.info("fleet: %s", tally)
+    return tally
+
+
+async def _round(
+    client: PrefectClient,
+    deployed: dict[str, _Deployed],
+    helpers: dict[str, list[FlowRun]],
+    settings: FleetSettings,
+    tally: dict[str, int],
+    last_table: list[dict[str, Any]] | None,
+    batch_size: int,
+    idle_s: float,
+    logger: Any,
+) -> list[dict[str, Any]]:
+    """One decision: loads -> decisions -> actions, carried out, said and shown."""
+    now = time.monotonic()
+    loads = [
+        d.tracker.load(
+            now,
+            len(helpers.get(name, [])),
+            sum(1 for r in helpers.get(name, []) if r.state_type == StateType.CANCELLING),
+            # their own reports: the label each running helper keeps on its flow run
+            helpers_cpu(
+                r.labels for r in helpers.get(name, []) if r.state_type == StateType.RUNNING
+            ),
+        )
+        for name, d in deployed.items()
+    ]
+    decisions = decide(loads, settings)
+    actions = plan_actions(decisions, settings)
+    used = sum(x.helpers for x in loads)
+    tally["rounds"] += 1
+    tally["most_helpers"] = max(tally["most_helpers"], used)
+    tally["cpu_reports"] += sum(1 for x in loads if x.cpu is not None)
+    for decision in decisions:
+        name = decision.load.source
+        d = deployed[name]
+        d.tracker.decided(now, want=decision.want, helpers=decision.load.helpers)
+        stopped: list[UUID] = []
+        started: list[UUID] = []
+        metrics.fleet_sampled(name, decision.load.wait_s, decision.load.helpers, decision.load.cpu)
+        if actions.stop.get(name):
+            victim_for = actions.preempted.get(name)
+            why = f"preempted for {victim_for}" if victim_for else decision.why
+            stopped = await _stop(client, helpers.get(name, []), actions.stop[name], why)
+            tally["stopped"] += len(stopped)
+            if victim_for and stopped:
+                tally["preempted"] += len(stopped)
+                metrics.fleet_preempted(name, len(stopped))
+            if stopped:  # none running yet: preempted at a later decision, once one runs
+                logger.info("fleet: %s: stopped %d helper(s) (%s)", name, len(stopped), why)
+        if actions.start.get(name):
+            started = await _start(
+                client, d, actions.start[name], batch_size=batch_size, idle_s=idle_s
+            )
+            tally["started"] += len(started)
+            logger.info(
+                "fleet: %s: started %d helper(s) (%s; weight %.2f, share %d)",
+                name,
+                len(started),
+                decision.why,
+                decision.weight,
+                decision.share,
+            )
+        _emit(decision, actions, settings, used, started=len(started), stopped=len(stopped))
+    metrics.fleet_budget(settings.budget, used)
+    table = _table(decisions)
+    if table != last_table:
+        await acreate_table_artifact(
+            table, key=ARTIFACT_KEY, description=f"Fleet: {used} of {settings.budget} helpers"
+        )
+    return table

@@ -1,0 +1,399 @@
+"""A Prefect process work pool of a test's own, with one real worker, and `collector deploy`
+run as a user runs it (tests/test_fleet_*.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+RUN_TIMEOUT_S = 180  # one flow run: worker poll, process start, Prefect import, the run
+
+
+class Pool:
+    """A process work pool of its own on the session's Prefect API, with one worker."""
+
+    def __init__(self, api: str, folder: Path) -> None:
+        self.api = api
+        self.name = f"fleet-{uuid.uuid4().hex[:8]}"
+        self.folder = folder
+        self.log = folder / "worker.log"
+        self.worker: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.actions import WorkPoolCreate
+
+        async def create() -> None:
+            async with get_client() as client:
+                await client.create_work_pool(WorkPoolCreate(name=self.name, type="process"))
+
+        asyncio.run(create())
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+        env.update(
+            PREFECT_API_URL=self.api,
+            PREFECT_HOME=str(self.folder / "prefect-home"),
+            PREFECT_WORKER_QUERY_SECONDS="1",
+            PREFECT_WORKER_PREFETCH_SECONDS="1",
+            PREFECT_LOGGING_LEVEL="WARNING",
+            COLLECTOR_LOCAL_SERVER="0",
+        )
+        work_dir = self.folder / "elsewhere"  # the module entrypoint runs from any folder
+        work_dir.mkdir()
+        with self.log.open("wb") as out:
+            self.worker = subprocess.Popen(
+                [str(BIN / "prefect"), "worker", "start", "--pool", self.name,
+                 "--type", "process", "--limit", "12"],
+                cwd=work_dir, env=env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def stop(self) -> None:
+        if self.worker is not None and self.worker.poll() is None:
+            os.killpg(self.worker.pid, signal.SIGTERM)
+            try:
+                self.worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.worker.pid, signal.SIGKILL)
+                self.worker.wait(timeout=10)
+
+    def wait_for(self, what: str, check: Callable[[], Any], timeout: float = RUN_TIMEOUT_S) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = check()
+            if value:
+                return value
+            if self.worker is not None and self.worker.poll() is not None:
+                raise AssertionError(f"the worker exited: {self.log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for {what}\n{self.log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def pool(prefect_api: str, tmp_path: Path) -> Iterator[Pool]:
+    running = Pool(prefect_api, tmp_path)
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def deploy(*args: str) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [str(BIN / "collector"), "deploy", *args, "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PREFECT_API_URL": api_url()},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def api_url() -> str:
+    from prefect.settings import PREFECT_API_URL
+
+    return str(PREFECT_API_URL.value())
+
+
+def final(run_id: Any) -> Any:
+    from prefect.client.orchestration import get_client
+
+    async def read() -> Any:
+        async with get_client() as client:
+            return await client.read_flow_run(run_id)
+
+    run = asyncio.run(read())
+    return run if run.state is not None and run.state.is_final() else None
+
+
+def ended(run: Any) -> Callable[[], Any]:
+    return lambda: final(run.id)
+
+
+# --- the eight sources of issue 26, run as a team runs them (tests/test_fleet_flow.py and
+# bench/fleet.py share this) ---
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One source of the scenario: its class, how many items, each page's delay, its cap."""
+
+    name: str
+    run_class: str
+    items: int
+    delay_s: float
+    max_helpers: int
+
+
+# four classes, two sources each: six small ones that drain in their own run, a burst (normal)
+# and a bulk (low) source that hold the budget, and a critical source that arrives when the
+# budget is full. The large ones outlast a process start (5-30 s on a loaded box).
+EIGHT = (
+    Spec("crit-a", "critical", 30, 0.0, 1),
+    Spec("high-a", "high", 30, 0.0, 1),
+    Spec("high-b", "high", 30, 0.0, 1),
+    Spec("norm-b", "normal", 30, 0.0, 1),
+    Spec("low-b", "low", 30, 0.0, 1),
+    Spec("burst", "normal", 360, 0.5, 2),
+    Spec("bulk-low", "low", 600, 0.5, 2),
+    Spec("urgent", "critical", 40, 0.5, 2),
+)
+LATE = "urgent"  # requested once the budget is full
+
+
+def write_source(folder: Path, spec: Spec, site_url: str, redis: str, dsn: str) -> Path:
+    delay = f"?delay={spec.delay_s:g}" if spec.delay_s else ""
+    document = {
+        "name": spec.name,
+        "seeds": {"urls": [f"{site_url}/items/{i}.json{delay}" for i in range(spec.items)]},
+        "record": {"key": "id"},
+        "priority": {"class": spec.run_class},
+        "frontier": {"type": "redis", "url": redis},
+        "deadletters": {"type": "redis", "url": redis},
+        "sink": {"type": "postgres", "dsn": dsn, "table": "records"},
+        "ttl": {"http_timeout_s": 20, "request_deadline_s": 25},
+        # shared per-host slots: helpers may join (politeness), 2 requests per process
+        "limits": {"concurrency": 2, "per_domain_concurrency": 64,
+                   "shared_domain_concurrency": True},
+        "locks": {"wait_s": 5},
+        "allow_private_networks": True,
+        "schedule": {"max_helpers": spec.max_helpers},
+    }  # fmt: skip
+    path = folder / f"{spec.name}.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    return path
+
+
+def record_counts(dsn: str) -> dict[str, int]:
+    """Records per source in the sink (no table yet: none)."""
+    with psycopg.connect(dsn) as conn:
+        try:
+            rows = conn.execute("SELECT source, count(*) FROM records GROUP BY source").fetchall()
+        except psycopg.errors.UndefinedTable:
+            return {}
+    return {source: int(count) for source, count in rows}
+
+
+@dataclass
+class Outcome:
+    """What one play of the scenario showed."""
+
+    t0: float
+    runs: dict[str, Any]  # source -> its own run (final)
+    helpers: list[Any]  # every helper run (final)
+    tally: dict[str, Any]  # the fleet flow's (empty when fixed)
+    late_at: float | None  # when the late source was requested
+    first_record_at: dict[str, float] = field(default_factory=dict)
+    drained_at: dict[str, float] = field(default_factory=dict)
+    live: list[tuple[float, dict[str, int]]] = field(default_factory=list)  # live helpers
+    most_live: int = 0
+    most_live_seen: list[Any] = field(default_factory=list)
+
+    def source_of(self, run: Any) -> str:
+        tags: list[str] = run.tags
+        return next(t.removeprefix("source:") for t in tags if t.startswith("source:"))
+
+    def peak(self, source: str) -> int:
+        return max((counts.get(source, 0) for _, counts in self.live), default=0)
+
+
+def _flow_runs(deployment_ids: dict[Any, str]) -> list[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterDeploymentId
+
+    async def read() -> list[Any]:
+        async with get_client() as client:
+            return await client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(
+                    deployment_id=FlowRunFilterDeploymentId(any_=list(deployment_ids))
+                ),
+                limit=200,
+            )
+
+    return asyncio.run(read())
+
+
+def _deployment_ids(names: list[str]) -> dict[Any, str]:
+    from prefect.client.orchestration import get_client
+
+    from collector.fleet.deploy import deployment_name
+
+    async def read() -> dict[Any, str]:
+        async with get_client() as client:
+            found = {}
+            for name in names:
+                d = await client.read_deployment_by_name(f"collect/{deployment_name(name)}")
+                found[d.id] = name
+            return found
+
+    return asyncio.run(read())
+
+
+def _start_helpers(deployment_id: Any, source: str, reference: str, count: int) -> None:
+    """What an operator does without the fleet: ``count`` helpers of one source, by hand."""
+    from prefect.client.orchestration import get_client
+
+    from flows.fleet import HELPER_TAG
+
+    async def start() -> None:
+        async with get_client() as client:
+            for _ in range(count):
+                await client.create_flow_run_from_deployment(
+                    deployment_id,
+                    parameters={"source": reference, "role": "work", "idle_wait_s": HELPER_IDLE_S,
+                                "drain_wait_s": HELPER_IDLE_S, "batch_size": BATCH},
+                    tags=[HELPER_TAG, f"source:{source}"],
+                )  # fmt: skip
+
+    asyncio.run(start())
+
+
+HELPER_IDLE_S = 3.0
+BATCH = 3
+SCENARIO_TIMEOUT_S = 900  # a play took 390 s at load 26 on 2 cores
+
+
+def play(
+    pool: Pool,
+    folder: Path,
+    site_url: str,
+    redis: str,
+    dsn: str,
+    *,
+    budget: int = 4,
+    mode: str = "autoscaler",
+    preempt: bool = True,
+    specs: tuple[Spec, ...] = EIGHT,
+    fixed: dict[str, int] | None = None,
+) -> Outcome:
+    """Deploy ``specs`` with `collector deploy`, request all but LATE at once, and LATE once
+    ``budget`` helpers are live; ``mode`` autoscaler (the fleet flow, in a thread) or fixed
+    (``fixed`` helpers per source started by hand with the runs). Waits until every run and
+    helper ended; returns what was seen."""
+    from prefect.deployments import run_deployment
+
+    from collector.fleet.deploy import deployment_name
+    from flows.fleet import HELPER_TAG, fleet
+
+    names = [s.name for s in specs]
+    items = {s.name: s.items for s in specs}
+    paths = {s.name: write_source(folder, s, site_url, redis, dsn) for s in specs}
+    deploy(*(str(p) for p in paths.values()), "--pool", pool.name, "--batch-size", str(BATCH))
+    ids = _deployment_ids(names)
+    by_name = {name: i for i, name in ids.items()}
+    before = {r.id for r in _flow_runs(ids)}  # an earlier play's runs of the same sources
+    t0 = time.monotonic()
+    own = {n: run_deployment(f"collect/{deployment_name(n)}", timeout=0)
+           for n in names if n != LATE}  # fmt: skip  # all at once
+    tally: dict[str, Any] = {}
+    scaler: threading.Thread | None = None
+    if mode == "autoscaler":
+
+        def scale() -> None:
+            tally.update(
+                asyncio.run(
+                    fleet(
+                        budget=budget, duration_s=SCENARIO_TIMEOUT_S, pool=pool.name,
+                        decide_every_s=0.5, batch_size=BATCH, helper_idle_s=HELPER_IDLE_S,
+                        preempt=preempt, stop_when_idle_s=20.0,
+                    )
+                )
+            )  # fmt: skip
+
+        # the thread runs in a copy of this context: Prefect's settings (the API) with it
+        scaler = threading.Thread(target=contextvars.copy_context().run, args=(scale,), daemon=True)
+        scaler.start()
+    else:
+        for name, count in (fixed or {}).items():
+            _start_helpers(by_name[name], name, str(paths[name]), count)
+    outcome = Outcome(t0=t0, runs={}, helpers=[], tally=tally, late_at=None)
+    deadline = t0 + SCENARIO_TIMEOUT_S
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        found = [r for r in _flow_runs(ids) if r.id not in before]
+        helpers = [r for r in found if HELPER_TAG in r.tags]
+        live_runs = [h for h in helpers if not h.state.is_final()]
+        live = {n: 0 for n in names}
+        for h in live_runs:
+            live[outcome.source_of(h)] += 1
+        outcome.live.append((now - t0, live))
+        if len(live_runs) > outcome.most_live:
+            outcome.most_live = len(live_runs)
+            outcome.most_live_seen = [(h.name, h.state.name) for h in live_runs]
+        running = sum(1 for h in live_runs if h.state.is_running())
+        full = len(live_runs) >= budget and (mode == "autoscaler" or running >= budget)
+        # fixed helpers that ended before all ran at once: the budget is as full as it gets
+        full = full or (mode != "autoscaler" and len(live_runs) < len(helpers))
+        if LATE not in own and full:
+            own[LATE] = run_deployment(f"collect/{deployment_name(LATE)}", timeout=0)
+            outcome.late_at = now - t0
+        for name, count in record_counts(dsn).items():
+            if count and name not in outcome.first_record_at:
+                outcome.first_record_at[name] = now - t0
+            if count >= items.get(name, 1 << 60) and name not in outcome.drained_at:
+                outcome.drained_at[name] = now - t0
+        ours = [r for r in found if HELPER_TAG not in r.tags]
+        done = (
+            LATE in own
+            and len(ours) == len(names)
+            and all(r.state.is_final() for r in found)
+            and (scaler is None or not scaler.is_alive())
+        )
+        if done:
+            outcome.runs = {ids[r.deployment_id]: r for r in ours}
+            outcome.helpers = helpers
+            return outcome
+        if pool.worker is not None and pool.worker.poll() is not None:
+            raise AssertionError(f"the worker exited: {pool.log.read_text()[-3000:]}")
+        time.sleep(0.5)
+    states = [(r.name, r.tags, r.state.name, r.state.message) for r in _flow_runs(ids)]
+    raise AssertionError(
+        f"the scenario did not end in {SCENARIO_TIMEOUT_S} s: late source requested at "
+        f"{outcome.late_at}, fleet {tally}, runs {states}\n{pool.log.read_text()[-3000:]}"
+    )
+
+
+def ledgers(run_ids: list[Any]) -> dict[Any, dict[str, Any]]:
+    """Each run's ledger artifact (flows/collect.py ``_publish``) as {count: value}."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterType,
+        FlowRunFilter,
+        FlowRunFilterId,
+    )
+
+    async def read() -> dict[Any, dict[str, Any]]:
+        async with get_client() as client:
+            found = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(type=ArtifactFilterType(any_=["table"])),
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=run_ids)),
+                limit=200,
+            )
+        tables: dict[Any, dict[str, Any]] = {}
+        for artifact in found:
+            if not (artifact.key or "").endswith("-summary"):
+                continue
+            data: Any = artifact.data
+            rows = json.loads(data) if isinstance(data, str) else data
+            tables[artifact.flow_run_id] = {row["count"]: row["value"] for row in rows}
+        return tables
+
+    return asyncio.run(read())

@@ -1,0 +1,67 @@
+"""The fast lane (``./bootstrap test --fast``, ``pytest -m "not slow"``): which tests are slow.
+
+A test is slow, and left to the whole suite, when it starts a Prefect server (it uses the
+session's ``prefect_api``: 15-60 s to start on a loaded box, then a flow run per test) or lives
+in one of the end-to-end files below (each test runs ``collector`` or Prefect commands as
+subprocesses, seconds each), or is one of the few single tests that start a fresh Python (listed
+below), or carries ``@pytest.mark.slow`` itself. Everything else (units,
+the conformance suites, the Hypothesis properties) is the fast lane. tests/test_lanes.py checks
+that every test file has fast tests or is listed there as slow only, on purpose.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+END_TO_END_FILES = frozenset({
+    "test_cli.py", "test_cli_terminal.py", "test_deploy_e2e.py", "test_init.py",
+    "test_lifecycle.py", "test_local_cluster.py", "test_local_server.py",
+    "test_local_server_ui.py", "test_metrics.py", "test_metrics_end_to_end.py",
+    "test_recovery_locks.py", "test_workers.py",
+})  # fmt: skip
+
+# Single tests that start a fresh Python that imports the project (an import-hygiene check, a
+# writer killed midway): seconds of imports each, in files whose other tests are fast.
+SUBPROCESS_TESTS = frozenset({
+    "test_config.py::test_cli_validate_does_not_import_prefect",
+    "test_validation.py::test_load_and_empty_batch_do_not_import_gx_and_validation_prints_nothing",
+    "test_plan_difference.py::test_a_difference_plan_killed_midway_is_made_whole_by_the_next_plan",
+    "test_jsonl_sink.py::test_writer_killed_mid_way_leaves_a_sink_that_reopens_clean",
+})  # fmt: skip
+
+# Longest first (the slowest files of a CI run), so none of them starts last and runs alone
+# while the other workers have nothing left (each file stays on one worker: --dist loadfile).
+# A fresh-clone run at load ~10 (--durations): the fleet flow test alone 431 s, then
+# test_local_server 194 + 132 s, test_page_is_the_record 170 + 114 s, the dead-letter end to
+# end 145 s, the metrics end to end 116 s (and a 62 s setup), deploy_e2e 117 + 112 + 98 s.
+LONGEST_FIRST = (
+    "test_fleet_flow.py",  # one 8-source play on a process worker: 4-8 min on a loaded box
+    "test_local_cluster.py", "test_deploy_e2e.py", "test_local_server.py",
+    "test_page_is_the_record.py", "test_workers.py", "test_local_server_ui.py",
+    "test_deadletters_end_to_end.py", "test_metrics_end_to_end.py", "test_lifecycle.py",
+    "test_cli_terminal.py",
+)  # fmt: skip
+
+# Test file name -> whether it has a fast test, of everything this session collected (before
+# `-m` deselected any): what tests/test_lanes.py checks.
+collected: dict[str, bool] = {}
+
+
+def is_slow(item: pytest.Item) -> bool:
+    fixtures = getattr(item, "fixturenames", ())
+    return (
+        item.path.name in END_TO_END_FILES
+        or "prefect_api" in fixtures
+        or f"{item.path.name}::{item.name}" in SUBPROCESS_TESTS
+    )
+
+
+def mark_and_order(items: list[pytest.Item]) -> None:
+    """Mark the slow tests, record each file's lanes, put the longest files first."""
+    for item in items:
+        if is_slow(item) and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+        fast = item.get_closest_marker("slow") is None
+        collected[item.path.name] = collected.get(item.path.name, False) or fast
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order kept

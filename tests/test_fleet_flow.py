@@ -1,0 +1,151 @@
+"""The ``fleet`` flow on real parts (issue 26): a Prefect API, a process worker of the pool,
+Redis frontiers and dead letters, a Postgres sink, a local site. Eight sources of four classes
+are deployed by `collector deploy` and requested at once; with a budget of 4 helpers:
+
+- none is cancelled (each source's run is its own deployment's, Completed, with its ledger);
+- the burst source's helpers go up to its cap and back to none once it drained, while the bulk
+  source still has helpers;
+- the critical source, requested once the budget is full, preempts a low source's helper;
+- every source ends exact: each record once, every ledger balanced, and per source the run's
+  and its helpers' stored items add up to the seeds (each item stored by exactly one of them).
+
+One play of the scenario (tests/fleet_world.py, shared with bench/fleet.py) checks all of it:
+each play costs minutes of process starts on a loaded box."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from collector.demo.site import FaultSite
+from tests.fleet_world import EIGHT, LATE, Outcome, Pool, ledgers, play
+from tests.fleet_world import pool as pool  # the fixture
+
+pytestmark = pytest.mark.slow
+
+BUDGET = 4
+# the six small sources drain in their own run: no helpers for them here (bench/fleet.py lets
+# them have one), so the budget goes to the burst and the bulk source with fewer process starts
+SPECS = tuple(replace(s, max_helpers=0) if s.items <= 30 else s for s in EIGHT)
+ITEMS = {s.name: s.items for s in SPECS}
+
+
+def _rows(dsn: str) -> Counter[tuple[str, int]]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT source, key FROM records").fetchall()
+    return Counter((source, int(key)) for source, key in rows)
+
+
+async def _events(name: str, sources: list[str]) -> list[Any]:
+    """The events ``name`` about each source (the API returns at most 50 per call)."""
+    from prefect.client.orchestration import get_client
+
+    found: list[Any] = []
+    async with get_client() as client:
+        for source in sources:
+            query = {"event": {"name": [name]},
+                     "resource": {"id": [f"collector.source.{source}"]}}  # fmt: skip
+            response = await client._client.post(
+                "/events/filter", json={"filter": query, "limit": 50}
+            )
+            response.raise_for_status()
+            found += response.json()["events"]
+    return found
+
+
+async def _messages(run_ids: list[Any]) -> dict[Any, list[str]]:
+    """Every state message of each run (a preempted helper was set Cancelling by the fleet)."""
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        return {i: [s.message or "" for s in await client.read_flow_run_states(i)] for i in run_ids}
+
+
+def _timeline(outcome: Outcome) -> list[Any]:
+    return [
+        (outcome.source_of(r), r.state.type.value, r.state.message, r.start_time, r.end_time)
+        for r in outcome.helpers
+    ]
+
+
+def test_eight_sources_share_a_budget_of_four_by_priority_and_load(
+    pool: Pool, tmp_path: Path, redis_url: str, postgres_dsn: str
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with FaultSite() as site:
+        outcome = play(
+            pool, tmp_path, site.base_url, redis_url, postgres_dsn, budget=BUDGET, specs=SPECS
+        )
+    result, helpers, timeline = outcome.tally, outcome.helpers, _timeline(outcome)
+
+    # requested at once, none cancelled: every source's own run Completed
+    assert outcome.late_at is not None, "the fleet never filled its budget"
+    assert sorted(outcome.runs) == sorted(ITEMS), outcome.runs
+    states = {n: (r.state.type.value, r.state.message) for n, r in outcome.runs.items()}
+    assert {s for s, _ in states.values()} == {"COMPLETED"}, states
+
+    # the budget held (helpers count from creation until they ended, stopping ones included)
+    assert outcome.most_live <= BUDGET, (outcome.most_live_seen, result)
+    assert result["most_helpers"] <= BUDGET, result
+    assert result["started"] == len(helpers), (result, timeline)
+    assert {r.state.type.value for r in helpers} <= {"COMPLETED", "CANCELLED"}, timeline
+    assert result["cpu_reports"] > 0, result  # the helpers reported their CPU share
+
+    # the burst: up to its cap, then none once it drained while the bulk source still had some
+    assert outcome.peak("burst") == 2, (outcome.live, timeline)
+    top = next(t for t, live in outcome.live if live["burst"] == 2)
+    after = [(t, live) for t, live in outcome.live if t > top]
+    assert any(live["burst"] == 0 and live["bulk-low"] > 0 for _, live in after), (
+        "the burst's helpers did not end while the bulk source was still helped",
+        outcome.live,
+    )
+
+    # the critical source preempted a low source's helper
+    assert result["preempted"] >= 1, (result, timeline)
+    cancelled = [r for r in helpers if r.state.type.value == "CANCELLED"]
+    # the lowest weight first (a critical source short of two helpers may then take a normal's)
+    victims = {outcome.source_of(r) for r in cancelled}
+    assert "bulk-low" in victims and LATE not in victims, timeline
+    said = asyncio.run(_messages([r.id for r in cancelled]))
+    assert all(any(f"preempted for {LATE}" in m for m in said[r.id]) for r in cancelled), said
+    events = asyncio.run(_events("collector.fleet.scaled", list(ITEMS)))
+    payloads = [e["payload"] for e in events]
+    assert any(p.get("preempted_for") == LATE for p in payloads), payloads
+    assert all({"backlog", "claim_wait_s", "weight", "share", "budget_used", "cpu"} <= p.keys()
+               for p in payloads)  # fmt: skip
+
+    # every source exact: each record once, every ledger balanced, helpers' terms counted
+    rows = _rows(postgres_dsn)
+    assert set(rows) == {(n, i) for n, count in ITEMS.items() for i in range(count)}
+    assert set(rows.values()) == {1}
+    runs = list(outcome.runs.values())
+    tables = ledgers([r.id for r in runs + helpers])
+    missing = [r.name for r in runs + helpers if r.id not in tables]
+    assert not missing, f"runs without a ledger artifact: {missing}"
+    assert all(t["balanced"] is True for t in tables.values()), tables
+    for name, run in outcome.runs.items():
+        own = tables[run.id]
+        assert own["discovered"] == ITEMS[name], (name, own)
+        theirs = [tables[h.id] for h in helpers if outcome.source_of(h) == name]
+        stored = own["stored"] + sum(t["stored"] for t in theirs)
+        assert stored == ITEMS[name], (name, own, theirs)  # each item by exactly one holder
+        assert own["stored"] + own["stored_by_others"] <= ITEMS[name], (name, own)
+        if theirs and name in ("burst", "bulk-low"):
+            assert own["stored_by_others"] > 0, (name, own)  # the run counted its helpers'
+
+    async def artifact() -> Any:
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["collector-fleet"]))
+            )
+
+    table = asyncio.run(artifact())
+    assert table and table[0].type == "table"
