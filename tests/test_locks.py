@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from collector.config import load_source
 from collector.fetch.engine import FetchEngine
 from collector.frontier import ClaimedItem
 from collector.policy.retry import RetryBudget, RetrySettings
 from collector.policy.urls import HostPolicy
 from collector.run.locks import domain_lock_name, host_slots, source_lock_name
+from collector.sinks.jsonl import JsonlSink
 from flows._locks import ensure_limit
 from flows.collect import collect
 from tests.helpers import hold_source_lock, sink_lines, summary_of, write_source
@@ -75,6 +77,9 @@ async def test_a_run_holds_the_source_lock_and_a_second_one_waits_skips_or_exits
         )
         await ensure_limit(source_lock_name(name), 1)
         async with concurrency(source_lock_name(name), occupy=1, strict=True, lease_duration=60):
+            # we hold what a run holds: the lock, and the JSONL sink's one-writer lock (the
+            # others must wait for or skip the source lock, not be refused by the sink)
+            writer = JsonlSink(load_source(source).sink_path, source=name)
             runs = {
                 option: subprocess.Popen(
                     [*COLLECTOR, "run", str(source), "--json", *option.split()],
@@ -94,8 +99,12 @@ async def test_a_run_holds_the_source_lock_and_a_second_one_waits_skips_or_exits
             said = ""
             while "held by another run" not in said and (line := waiting.stderr.readline()):
                 said += line
-            assert waiting.poll() is None, "the waiting run ended while the lock was held"
+            if waiting.poll() is not None:
+                rest = waiting.communicate(timeout=60)[1]
+                said += rest
+                pytest.fail(f"the waiting run ended while the lock was held:\n{said[-4000:]}")
             assert site.fetches() == [] and sink_lines(tmp_path / "out") == []
+            writer.close()
         out, err = waiting.communicate(timeout=300)
         err = said + err
         assert runs["--lock-wait 1"].returncode == 3, busy[1][-2000:]

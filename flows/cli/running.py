@@ -132,13 +132,19 @@ def _settled(ledger: Account) -> int:
     return ledger.settled_items
 
 
-def _preflight(loaded: Source) -> None:
+def _preflight(loaded: Source, *, role: str) -> None:
     """Reach the stores and resolve every ``${env:}`` / ``${secret:}`` before Prefect starts,
-    so a server that is down or a variable that is not set is one line, not a traceback."""
+    so a server that is down or a variable that is not set is one line, not a traceback.
+
+    A run looks at a JSONL sink without its writer lock: the run holding the source lock holds
+    that too, and this one is about to wait for (or skip) the source lock, not be refused by the
+    sink (and runs starting together would refuse each other here). A ``work`` helper takes no
+    source lock, so the sink's one-writer refusal is its one line, said before Prefect starts.
+    """
     from collector.backends import open_backends
     from collector.config import redis_url_checked
 
-    with open_backends(loaded):
+    with open_backends(loaded, readonly_sink=role != "work"):
         pass
     loaded.resolved_headers()
     storage = loaded.limits.rate_storage
@@ -222,7 +228,7 @@ def _checked_before_the_flow(
             print(f"{source}: {problem}", file=sys.stderr)
         return EXIT_INVALID, None, None
     try:
-        _preflight(loaded)
+        _preflight(loaded, role=getattr(args, "role", "run"))
     except ConfigError as exc:  # a missing variable or Secret / RedisDatabase block
         print(f"{source}: {exc}", file=sys.stderr)
         return EXIT_INVALID, None, None
