@@ -32,6 +32,8 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from itertools import pairwise
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,6 +46,7 @@ from collector.policy.ttl import TTLSettings
 HOUR, DAY = 3_600.0, 86_400.0
 MIN_S, MAX_S = 600.0, 7 * DAY
 BODY_BYTES, HEADER_BYTES, NOT_MODIFIED_BYTES = 2_000, 238, 174  # nginx: 200 = headers + body
+FIXED_SHARES = (1.0, 0.75, 0.5, 0.35)  # the fixed TTL at these shares of the budget: its curve
 
 
 @dataclass
@@ -173,7 +176,7 @@ def nutch(site: list[Page], days: int, budget: int) -> Result:
     return simulate(site, days=days, budget_per_h=budget, after_fetch=adapt)
 
 
-def collector(site: list[Page], days: int, budget: int) -> Result:
+def collector(site: list[Page], days: int, budget: int, min_gain_s: float = 0.0) -> Result:
     start = len(site) / budget * HOUR
     schedule = RevisitSchedule(
         TTLSettings(
@@ -182,6 +185,7 @@ def collector(site: list[Page], days: int, budget: int) -> Result:
             budget_per_hour=budget * 0.98,  # the simulator sends at most the budget: a margin
             min_fresh_s=MIN_S,
             max_fresh_s=MAX_S,
+            min_gain_s=min_gain_s,
         ),
         PrioritySettings(
             rules=tuple(
@@ -204,34 +208,71 @@ def collector(site: list[Page], days: int, budget: int) -> Result:
     return result
 
 
+def requests_for(curve: list[tuple[int, float]], target: float) -> float | None:
+    """Requests the fixed TTL needs for ``target`` weighted freshness, read off its curve
+    (requests, freshness) by linear interpolation; None above its best point."""
+    points = sorted(curve)
+    for (r0, f0), (r1, f1) in pairwise(points):
+        if f0 <= target <= f1 and f1 > f0:
+            return r0 + (target - f0) / (f1 - f0) * (r1 - r0)
+    if points and target <= points[0][1]:
+        return points[0][0] * target / points[0][1]  # below the curve: as if proportional
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pages", type=int, default=10_000)
     parser.add_argument("--days", type=int, default=14)
     parser.add_argument("--budget", type=int, default=420, help="requests per hour")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--gains", default="0,3600,14400", help="collector's ttl.min_gain_s values (seconds)"
+    )
     args = parser.parse_args()
+    runs: list[tuple[str, Callable[[list[Page]], Result]]] = [
+        (f"fixed {share:.0%}", partial(_fixed_at, days=args.days, budget=args.budget, share=share))
+        for share in FIXED_SHARES
+    ]
+    runs.append(("nutch", lambda site: nutch(site, args.days, args.budget)))
+    for gain in (float(g) for g in args.gains.split(",")):
+        label = f"collector {gain / HOUR:g} h" if gain else "collector"
+        runs.append(
+            (label, partial(collector, days=args.days, budget=args.budget, min_gain_s=gain))
+        )
     rows = []
-    for name, policy in (("fixed", fixed), ("nutch", nutch), ("collector", collector)):
+    for name, policy in runs:
         site = make_site(args.pages, args.days, random.Random(args.seed))
         began = time.process_time()
-        result = policy(site, args.days, args.budget)
+        result = policy(site)
         rows.append((name, result, time.process_time() - began))
-    base = rows[0][1].per_request(args.pages, args.days)
+    base = rows[0][1]  # fixed at the whole budget
+    curve = [(r.requests, r.weighted_freshness) for name, r, _ in rows if name.startswith("fixed")]
     print(f"{args.pages} pages, {args.days} days, budget {args.budget} requests/hour (simulated)")
     print(
-        "policy    freshness  weighted  requests  fresh/req  x fixed  unchanged fetches (304s)"
-        "  bytes saved  cpu s"
+        "policy            freshness  weighted  requests  fresh/req x fixed  fixed needs  x fewer"
+        "  unchanged fetches (304s)  bytes saved  cpu s"
     )
     for name, r, cpu in rows:
-        per = r.per_request(args.pages, args.days)
+        per = r.per_request(args.pages, args.days) / base.per_request(args.pages, args.days)
+        needs = requests_for(curve, r.weighted_freshness)
+        needed = f"{needs:11.0f}  {needs / r.requests:7.2f}" if needs else "  (above)        -"
         saved = r.unchanged_fetches * (HEADER_BYTES + BODY_BYTES - NOT_MODIFIED_BYTES)
         share = r.unchanged_fetches / r.requests if r.requests else 0.0
         print(
-            f"{name:9} {r.freshness:9.3f} {r.weighted_freshness:9.3f} {r.requests:9d} "
-            f"{per:10.3f} {per / base:8.2f}  {r.unchanged_fetches:8d} ({share:5.1%})"
+            f"{name:17} {r.freshness:9.3f} {r.weighted_freshness:9.3f} {r.requests:9d} "
+            f"{per:15.2f}  {needed}  {r.unchanged_fetches:8d} ({share:5.1%})"
             f"          {saved / 1e6:7.1f} MB  {cpu:5.1f}"
         )
+    print(
+        "fixed needs: the requests a fixed TTL needs for the row's weighted freshness (read off"
+        " the fixed rows); x fewer: that over the row's requests"
+    )
+
+
+def _fixed_at(site: list[Page], *, days: int, budget: int, share: float) -> Result:
+    """The fixed TTL spending ``share`` of the budget (a longer TTL): a point of its curve."""
+    return fixed(site, days, max(1, round(budget * share)))
 
 
 if __name__ == "__main__":

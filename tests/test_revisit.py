@@ -4,9 +4,11 @@ of small fetch increments (optimal for concave freshness), on generated historie
 
 from __future__ import annotations
 
+import functools
 import math
 from itertools import pairwise
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -90,6 +92,76 @@ def test_the_split_is_as_good_as_a_greedy_one(pages: list[tuple[float, int]], sc
         freq[best] += step
     greedy = [1 / f if f > 0 else max_s for f in freq]
     assert _weighted(rates, weights, got) >= _weighted(rates, weights, greedy) - 1e-3 * sum(weights)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 1 / 86_400, 1 / 3_600, 1 / 600, 1 / 60]),
+            st.integers(1, 10),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.floats(min_value=0.5, max_value=4.0),
+    st.sampled_from([60.0, 600.0, 3_600.0, 20_000.0]),
+)
+def test_a_gain_floor_spends_only_fetches_worth_it_as_a_greedy_one_does(
+    pages: list[tuple[float, int]], scale: float, floor: float
+) -> None:
+    """With ``min_gain``, the split maximises weighted freshness less ``min_gain`` per fetch a
+    second, within the budget: the reference is the greedy one that stops once the best next
+    step buys less than the floor."""
+    rates = [r for r, _ in pages]
+    weights = [float(w) for _, w in pages]
+    min_s, max_s = 1.0, 1e9
+    budget = scale * len(pages) / 3_600
+    got = revisit_intervals(
+        rates, weights, budget_per_s=budget, min_s=min_s, max_s=max_s, min_gain=floor
+    )
+    spent = sum(1 / i for i in got)
+    assert spent <= budget * 1.01 + len(pages) / max_s
+    step = budget / 2_000
+    freq = [0.0] * len(pages)
+    for _ in range(2_000):
+        gains = [
+            w * (freshness(r, f + step) - freshness(r, f)) if r > 0 else 0.0
+            for r, w, f in zip(rates, weights, freq, strict=True)
+        ]
+        best = max(range(len(pages)), key=gains.__getitem__)
+        if gains[best] < floor * step:
+            break
+        freq[best] += step
+    greedy = [1 / f if f > 0 else max_s for f in freq]
+
+    def value(intervals: list[float]) -> float:
+        return _weighted(rates, weights, intervals) - floor * sum(1 / i for i in intervals)
+
+    assert value(got) >= value(greedy) - 1e-3 * sum(weights)
+
+
+def test_a_gain_floor_leaves_the_budget_unspent_where_fetches_buy_little() -> None:
+    """Pages that change once a day and pages that never do, a budget of one fetch a minute
+    each: without a floor the daily pages take all they can (every min_s); with a floor of an
+    hour of freshness a fetch, each is fetched where one more fetch still buys an hour, and the
+    pages that never change at max_s."""
+    rates, weights = [1 / 86_400] * 5 + [0.0] * 5, [1.0] * 10
+    solve = functools.partial(
+        revisit_intervals, rates, weights, budget_per_s=10 / 60, min_s=60.0, max_s=30 * 86_400.0
+    )
+    spend_all = solve()
+    floored = solve(min_gain=3_600.0)
+    assert spend_all[:5] == [60.0] * 5
+    assert all(i == 30 * 86_400.0 for i in floored[5:])
+    daily = floored[0]
+    assert sum(1 / i for i in floored) < 0.01 * 10 / 60  # a few fetches a day, not 1,440 a page
+    # one more fetch of a daily page at its interval buys about the floor (dF/df = 3,600 s)
+    f, df = 1 / daily, 1e-9
+    gain = (freshness(1 / 86_400, f + df) - freshness(1 / 86_400, f)) / df
+    assert gain == pytest.approx(3_600.0, rel=1e-3)
+    # a floor above what the first fetch of any page buys: nothing is worth fetching
+    assert solve(min_gain=1e6) == [30 * 86_400.0] * 10
 
 
 def test_bounds_are_kept() -> None:

@@ -189,6 +189,8 @@ def test_fixed_keeps_the_rules_and_adaptive_spends_the_budget_within_bounds() ->
         ),
         ({"revisit": "sometimes"}, "revisit"),
         ({"revisit": "adaptive", "budget_per_hour": 0}, "budget_per_hour"),
+        ({"min_gain_s": 60}, "min_gain_s is only read with revisit: adaptive"),
+        ({"revisit": "adaptive", "budget_per_hour": 5, "min_gain_s": -1}, "min_gain_s"),
     ],
 )
 def test_bad_revisit_settings_are_one_line_each(

@@ -182,12 +182,19 @@ def revisit_intervals(
     min_s: float,
     max_s: float,
     counts: Sequence[int] | None = None,
+    min_gain: float = 0.0,
 ) -> list[float]:
-    """Each page's revisit interval (seconds, within ``[min_s, max_s]``) that spends about
+    """Each page's revisit interval (seconds, within ``[min_s, max_s]``) that spends at most
     ``budget_per_s`` fetches a second where they keep the most weighted freshness.
 
     ``counts``: how many pages each entry stands for (pages of one rate and weight share their
     optimum, so a source's pages can be solved as a few classes); one each by default.
+
+    ``min_gain``: the least a fetch must buy, in weighted seconds of freshness (``w dF/df``: one
+    more fetch of a page keeps its copy fresh ``dF/df`` seconds longer on average). It is a
+    floor under the budget's price: where the budget would buy fetches worth less (pages that
+    never change, pages already fetched about as often as they change), it is left unspent.
+    0 spends the whole budget.
 
     A page that gets no fetch from the optimum (it changes too fast to be worth it, or never) is
     given ``max_s``: bounds are the user's promise, the optimum is only advice within them.
@@ -205,10 +212,15 @@ def revisit_intervals(
     # by what the clamped intervals really spend, a few times over.
     spend = max(budget_per_s - sum(n) / max_s, 0.0)
     intervals = [max_s] * len(rates)
+    if top <= min_gain:  # not even the first fetch of any page is worth the price
+        return intervals
     for _ in range(6):
         if spend <= 0:
             break
-        intervals = _bounded(_optimum(rates, weights, n, spend, top), min_s, max_s)
+        frequencies, priced = _optimum(rates, weights, n, spend, top, min_gain)
+        intervals = _bounded(frequencies, min_s, max_s)
+        if priced:  # the floor, not the budget, set the price: what it spends is all it wants
+            break
         spent = sum(k / i for k, i in zip(n, intervals, strict=True))
         if abs(spent - budget_per_s) <= 1e-3 * budget_per_s:
             break
@@ -221,10 +233,20 @@ def _bounded(frequencies: list[float], min_s: float, max_s: float) -> list[float
 
 
 def _optimum(
-    rates: Sequence[float], weights: Sequence[float], n: list[int], spend: float, top: float
-) -> list[float]:
-    """Frequencies that spend ``spend`` fetches a second (``n`` pages per entry) at one price."""
-    low, high = 0.0, top  # mu: the price of one fetch a second
+    rates: Sequence[float],
+    weights: Sequence[float],
+    n: list[int],
+    spend: float,
+    top: float,
+    floor: float,
+) -> tuple[list[float], bool]:
+    """Frequencies that spend at most ``spend`` fetches a second (``n`` pages per entry) at one
+    price, never below ``floor``; and whether the floor set it (the budget was not binding)."""
+    if floor > 0:
+        at_floor = [_frequency_for(r, w, floor) for r, w in zip(rates, weights, strict=True)]
+        if sum(k * f for k, f in zip(n, at_floor, strict=True)) <= spend:
+            return at_floor, True
+    low, high = floor, top  # mu: the price of one fetch a second
     for _ in range(60):
         mu = (low + high) / 2
         total = sum(k * _frequency_for(r, w, mu) for r, w, k in zip(rates, weights, n, strict=True))
@@ -238,11 +260,11 @@ def _optimum(
     # share each page moves between the two prices.
     under = [_frequency_for(r, w, high) for r, w in zip(rates, weights, strict=True)]
     if low <= 0:  # the budget buys more than every page wants
-        return under
+        return under, False
     over = [_frequency_for(r, w, low) for r, w in zip(rates, weights, strict=True)]
     below = sum(k * f for k, f in zip(n, under, strict=True))
     above = sum(k * f for k, f in zip(n, over, strict=True))
     if above <= below:
-        return under
+        return under, False
     share = min(max((spend - below) / (above - below), 0.0), 1.0)
-    return [u + share * (o - u) for u, o in zip(under, over, strict=True)]
+    return [u + share * (o - u) for u, o in zip(under, over, strict=True)], False

@@ -97,8 +97,11 @@ class Budget:
     time, the solve cached (see the module docstring for when it is redone).
     """
 
-    def __init__(self, *, budget_per_s: float, min_s: float, max_s: float) -> None:
+    def __init__(
+        self, *, budget_per_s: float, min_s: float, max_s: float, min_gain: float = 0.0
+    ) -> None:
         self.budget_per_s, self.min_s, self.max_s = budget_per_s, min_s, max_s
+        self.min_gain = min_gain
         self.counts: Counter[Key] = Counter()
         self._intervals: dict[Key, float] = {}
         self._moved = 0
@@ -141,6 +144,7 @@ class Budget:
             min_s=self.min_s,
             max_s=self.max_s,
             counts=[self.counts[k] for k in keys],
+            min_gain=self.min_gain,
         )
         self._intervals = dict(zip(keys, intervals, strict=True))
         self._moved = 0
@@ -161,6 +165,8 @@ class RevisitSchedule:
                 budget_per_s=ttl.budget_per_hour / 3_600.0,
                 min_s=ttl.min_fresh_s,
                 max_s=ttl.max_fresh_s,
+                # in the solve's units: weighted seconds (a page of weight w gains w dF/df)
+                min_gain=ttl.min_gain_s * priority.weight,
             )
 
     def key(self, url: str, history: PageHistory | None) -> Key | None:
@@ -179,7 +185,10 @@ class RevisitSchedule:
         if self.budget is None:
             return 0
         budget = Budget(
-            budget_per_s=self.budget.budget_per_s, min_s=self.budget.min_s, max_s=self.budget.max_s
+            budget_per_s=self.budget.budget_per_s,
+            min_s=self.budget.min_s,
+            max_s=self.budget.max_s,
+            min_gain=self.budget.min_gain,
         )
         for url, history in histories:
             budget.move(None, self.key(url, history))

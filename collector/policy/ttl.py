@@ -119,6 +119,13 @@ class TTLSettings(BaseModel):
     max_fresh_s: float = Field(
         defaults.MAX_FRESH_S, gt=0, description="revisit: adaptive: longest learned interval."
     )
+    min_gain_s: float = Field(
+        0.0,
+        ge=0,
+        description="revisit: adaptive: the least freshness (seconds, for a page of the "
+        "source's weight) one refetch must be expected to buy; the budget is left unspent "
+        "where fetches buy less. 0: spend the whole budget.",
+    )
 
     @model_validator(mode="after")
     def _aligned(self) -> Self:
@@ -135,6 +142,8 @@ class TTLSettings(BaseModel):
             problems.append(
                 "budget_per_hour is only read with revisit: adaptive (revisit is fixed)"
             )
+        if self.revisit == "fixed" and self.min_gain_s > 0:
+            problems.append("min_gain_s is only read with revisit: adaptive (revisit is fixed)")
         if self.min_fresh_s > self.max_fresh_s:
             problems.append(
                 f"min_fresh_s ({self.min_fresh_s:g} s) must be <= max_fresh_s "
