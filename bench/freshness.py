@@ -227,7 +227,7 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=420, help="requests per hour")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
-        "--gains", default="0,3600,14400", help="collector's ttl.min_gain_s values (seconds)"
+        "--gains", default="0,28800,43200,64800", help="collector's ttl.min_gain_s values (seconds)"
     )
     args = parser.parse_args()
     runs: list[tuple[str, Callable[[list[Page]], Result]]] = [
