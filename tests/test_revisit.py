@@ -60,7 +60,7 @@ def _weighted(rates: list[float], weights: list[float], intervals: list[float]) 
     return sum(w * freshness(r, 1 / i) for r, w, i in zip(rates, weights, intervals, strict=True))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -71,52 +71,18 @@ def _weighted(rates: list[float], weights: list[float], intervals: list[float]) 
         max_size=8,
     ),
     st.floats(min_value=0.5, max_value=4.0),
+    st.sampled_from([0.0, 0.0, 60.0, 600.0, 3_600.0, 20_000.0]),
 )
-def test_the_split_is_as_good_as_a_greedy_one(pages: list[tuple[float, int]], scale: float) -> None:
+def test_the_split_is_as_good_as_a_greedy_one(
+    pages: list[tuple[float, int]], scale: float, floor: float
+) -> None:
+    """The split maximises weighted freshness, less ``min_gain`` per fetch a second, within the
+    budget. The reference: the budget in 2,000 small steps, each to the page it helps most,
+    stopping once the best next step buys less than the floor (0: the whole budget)."""
     rates = [r for r, _ in pages]
     weights = [float(w) for _, w in pages]
     min_s, max_s = 1.0, 1e9
     budget = scale * len(pages) / 3_600  # fetches a second
-    got = revisit_intervals(rates, weights, budget_per_s=budget, min_s=min_s, max_s=max_s)
-    spent = sum(1 / i for i in got)
-    assert spent <= budget * 1.01 + len(pages) / max_s
-    # the reference: the budget in 2,000 small steps, each to the page it helps most
-    step = budget / 2_000
-    freq = [0.0] * len(pages)
-    for _ in range(2_000):
-        gains = [
-            w * (freshness(r, f + step) - freshness(r, f)) if r > 0 else 0.0
-            for r, w, f in zip(rates, weights, freq, strict=True)
-        ]
-        best = max(range(len(pages)), key=gains.__getitem__)
-        freq[best] += step
-    greedy = [1 / f if f > 0 else max_s for f in freq]
-    assert _weighted(rates, weights, got) >= _weighted(rates, weights, greedy) - 1e-3 * sum(weights)
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from([0.0, 1 / 86_400, 1 / 3_600, 1 / 600, 1 / 60]),
-            st.integers(1, 10),
-        ),
-        min_size=1,
-        max_size=8,
-    ),
-    st.floats(min_value=0.5, max_value=4.0),
-    st.sampled_from([60.0, 600.0, 3_600.0, 20_000.0]),
-)
-def test_a_gain_floor_spends_only_fetches_worth_it_as_a_greedy_one_does(
-    pages: list[tuple[float, int]], scale: float, floor: float
-) -> None:
-    """With ``min_gain``, the split maximises weighted freshness less ``min_gain`` per fetch a
-    second, within the budget: the reference is the greedy one that stops once the best next
-    step buys less than the floor."""
-    rates = [r for r, _ in pages]
-    weights = [float(w) for _, w in pages]
-    min_s, max_s = 1.0, 1e9
-    budget = scale * len(pages) / 3_600
     got = revisit_intervals(
         rates, weights, budget_per_s=budget, min_s=min_s, max_s=max_s, min_gain=floor
     )
