@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -42,6 +43,22 @@ settings.load_profile("collector")
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     lanes.mark_and_order(items)
+
+
+# --- where a worker's time goes: COLLECTOR_TEST_TIMELINE=DIR writes one line per test per worker
+# (start, end, test id; seconds since the epoch) to DIR/<worker>.tsv; tools.worker_timeline.py
+# draws each worker's busy spans and idle tail from them (issue 30: balancing the CI lanes).
+_TIMELINE = os.environ.get("COLLECTOR_TEST_TIMELINE")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    started = time.time()
+    yield
+    if _TIMELINE:
+        line = f"{started:.3f}\t{time.time():.3f}\t{item.nodeid}\n"
+        with open(os.path.join(_TIMELINE, f"{_WORKER or 'main'}.tsv"), "a") as out:
+            out.write(line)
 
 
 @pytest.fixture(scope="session", autouse=True)
