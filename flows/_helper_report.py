@@ -11,6 +11,7 @@ away for a moment) is skipped; the next one says the same thing, fresher.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import threading
 from typing import Any
@@ -32,7 +33,11 @@ class HelperReport:
         self.every_s = every_s
         self.meter = CpuMeter()
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fleet-report", daemon=True)
+        # the creator's context: the Prefect API it chose by context, not the environment's
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(
+            target=context.run, args=(self._run,), name="fleet-report", daemon=True
+        )
 
     def __enter__(self) -> HelperReport:
         self._thread.start()

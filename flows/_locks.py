@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import threading
@@ -335,8 +336,13 @@ class _LockBeater:
         self.beat = LockBeat(holder, 0.0, here, pid, started, str(lease_id))
         self._stopped = threading.Event()
         self._beat_once()  # on record before the run starts: a waiter can judge it at once
+        # In this context: Prefect's settings (which API) and the run's context are context
+        # variables a bare thread does not inherit. Without it, a process that chose its API by
+        # context (``prefect_test_harness``, ``temporary_settings``) beat on a server of its own
+        # (Prefect started an ephemeral one): the lease on the real one went unrenewed.
+        context = contextvars.copy_context()
         self._thread = threading.Thread(
-            target=self._run, name=f"lock-beat-{holder[:12]}", daemon=True
+            target=context.run, args=(self._run,), name=f"lock-beat-{holder[:12]}", daemon=True
         )
         self._thread.start()
 

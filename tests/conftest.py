@@ -67,6 +67,16 @@ def _stop_the_local_server_at_the_end() -> Iterator[None]:
     from flows.local_server import stop_local_server
 
     stop_local_server()
+    # An ephemeral Prefect server this process started (a flow or client called with no API):
+    # Prefect stops it at exit, but a pytest-xdist worker may leave without running exit
+    # handlers, and CI found one such server per worker still serving, idle, after the run.
+    import sys
+
+    if "prefect.server.api.server" in sys.modules:
+        from prefect.server.api.server import SubprocessASGIServer
+
+        for server in list(SubprocessASGIServer._instances.values()):
+            server.stop()
 
 
 @pytest.fixture(scope="session")

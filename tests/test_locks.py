@@ -218,3 +218,35 @@ async def test_helpers_creating_one_limit_at_once_all_get_it(prefect_api: str) -
         sizes = await asyncio.gather(*(_locks.ensure_limit(name, 1) for _ in range(8)))
         assert sizes == [1] * 8
         _locks._limits_seen.pop(name, None)
+
+
+async def test_the_holders_beat_goes_to_the_api_the_run_chose_by_context(
+    tmp_path: Path, prefect_api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The beat thread sees the Prefect API its creator chose by context (as here: the session's
+    API is a context setting, not in the environment, as ``prefect_test_harness`` does it). A
+    bare thread saw no API, and Prefect started an ephemeral server of its own to beat on: the
+    real server's beat stood still and its lease went unrenewed."""
+    import asyncio
+    import time
+
+    from collector import defaults
+    from flows._locks import read_beat, source_lock
+
+    assert "PREFECT_API_URL" not in os.environ  # the API is chosen by context only
+    monkeypatch.setattr(defaults, "HEARTBEAT_S", 0.2)
+    source = load_source(
+        write_source(tmp_path, name="locks-beat-context", seeds={"urls": ["http://h.example/0"]})
+    )
+    async with source_lock(source, holder="beat-context", on_busy="wait", wait_s=0) as held:
+        assert held
+        _, first = await read_beat(source)
+        assert first is not None and first.holder == "beat-context"
+        latest = first
+        deadline = time.monotonic() + 60  # a loaded box: beats every 0.2 s, seen within a minute
+        while latest.at <= first.at and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            _, beat = await read_beat(source)
+            assert beat is not None
+            latest = beat
+    assert latest.at > first.at, "no beat after the first reached the run's Prefect API"
