@@ -30,17 +30,35 @@ SUBPROCESS_TESTS = frozenset({
 })  # fmt: skip
 
 # Longest first (the slowest files of a CI run), so none of them starts last and runs alone
-# while the other workers have nothing left (each file stays on one worker: --dist loadfile).
-# A fresh-clone run at load ~10 (--durations): the fleet flow test alone 431 s, then
-# test_local_server 194 + 132 s, test_page_is_the_record 170 + 114 s, the dead-letter end to
-# end 145 s, the metrics end to end 116 s (and a 62 s setup), deploy_e2e 117 + 112 + 98 s.
+# while the other workers have nothing left (each file stays on one worker: --dist loadfile;
+# ./bootstrap passes --no-loadscope-reorder, or pytest-xdist would order the files by their
+# number of tests and send the one-test fleet file last). Seconds per file in two fresh-clone
+# runs beside a CPU hog per core (load 7-9), the larger of the two: the order to keep when a
+# file grows (tools/worker_timeline.py shows each worker's files and idle tail).
 LONGEST_FIRST = (
-    "test_fleet_flow.py",  # one 8-source play on a process worker: 4-8 min on a loaded box
-    "test_local_cluster.py", "test_deploy_e2e.py", "test_local_server.py",
-    "test_page_is_the_record.py", "test_workers.py", "test_local_server_ui.py",
-    "test_deadletters_end_to_end.py", "test_metrics_end_to_end.py", "test_lifecycle.py",
-    "test_cli_terminal.py",
-)  # fmt: skip
+    "test_deploy_e2e.py",  # 307 s
+    "test_local_server.py",  # 268
+    "test_cli_terminal.py",  # 259
+    "test_fleet_flow.py",  # 251: one 8-source play on a process worker
+    "test_workers.py",  # 240
+    "test_local_cluster.py",  # 202
+    "test_operator_truth.py",  # 202
+    "test_fleet_deploy.py",  # 192
+    "test_page_is_the_record.py",  # 171
+    "test_collect_flow.py",  # 155
+    "test_local_server_ui.py",  # 127
+    "test_lifecycle.py",  # 122
+    "test_init.py",  # 117
+    "test_metrics_end_to_end.py",  # 99
+    "test_recovery_locks.py",  # 77
+    "test_redis_restart.py",  # 75
+    "test_seed_changes.py",  # 62
+    "test_tracing.py",  # 61
+    "test_locks.py",  # 60
+    "test_quarantine_scenario.py",  # 53
+    "test_validation_oracle.py",  # 52
+    "test_adaptive.py",  # 50
+)
 
 # Test file name -> whether it has a fast test, of everything this session collected (before
 # `-m` deselected any): what tests/test_lanes.py checks.
