@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     from flows.cli._common import Commands
 
 
+DETAIL_WIDTH = 30  # the progress line's detail column: the rest fits beside it in 80 columns
+
+
 class _Progress:
     """The terminal's progress bar: shown from the first second ("starting Prefect ..."), moved
     per item by the engine's ``fetched`` events, and left on screen as the run's last line.
@@ -65,13 +68,20 @@ class _Progress:
             TextColumn,
             TimeElapsedColumn,
         )
+        from rich.table import Column
 
         self._progress = Progress(
             SpinnerColumn(finished_text="[green]done"),
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[detail]}"),
+            # At most DETAIL_WIDTH wide, cut with an ellipsis: at 80 columns a long detail ("1 host
+            # slowed", circuit deferrals) made rich squeeze every column, and the count read
+            # "3…" on the run's last line (the full ledger follows it anyway).
+            TextColumn(
+                "{task.fields[detail]}",
+                table_column=Column(no_wrap=True, overflow="ellipsis", max_width=DETAIL_WIDTH),
+            ),
             TimeElapsedColumn(),
             console=_console(),
             transient=False,  # the final state stays as the run's last progress line
