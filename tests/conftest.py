@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -46,7 +47,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # --- where a worker's time goes: COLLECTOR_TEST_TIMELINE=DIR writes one line per test per worker
-# (start, end, test id; seconds since the epoch) to DIR/<worker>.tsv; tools.worker_timeline.py
+# (start, end, test id; seconds since the epoch) to DIR/<worker>.tsv; tools/worker_timeline.py
 # draws each worker's busy spans and idle tail from them (issue 30: balancing the CI lanes).
 _TIMELINE = os.environ.get("COLLECTOR_TEST_TIMELINE")
 
@@ -70,8 +71,6 @@ def _stop_the_local_server_at_the_end() -> Iterator[None]:
     # An ephemeral Prefect server this process started (a flow or client called with no API):
     # Prefect stops it at exit, but a pytest-xdist worker may leave without running exit
     # handlers, and CI found one such server per worker still serving, idle, after the run.
-    import sys
-
     if "prefect.server.api.server" in sys.modules:
         from prefect.server.api.server import SubprocessASGIServer
 
