@@ -50,6 +50,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # (start, end, test id; seconds since the epoch) to DIR/<worker>.tsv; tools/worker_timeline.py
 # draws each worker's busy spans and idle tail from them (issue 30: balancing the CI lanes).
 _TIMELINE = os.environ.get("COLLECTOR_TEST_TIMELINE")
+if _TIMELINE:
+    os.makedirs(_TIMELINE, exist_ok=True)  # a new path works: CI scripts point it at a fresh dir
 
 
 @pytest.hookimpl(hookwrapper=True)
