@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,13 @@ import yaml
 from collector.config import SourceError, load_source, parse_source
 from collector.demo.site import FaultSite
 from collector.fleet.deploy import deployment_name, plan_for
-from tests.fleet_world import Pool, deploy, ended
+from tests.fleet_world import RUN_TIMEOUT_S, Pool, deploy, ended, final
 from tests.fleet_world import pool as pool  # the fixture
+from tests.servers import numbered_pages
+
+# how long the twice-requested source's pages wait for the other run to end (a loaded box took
+# minutes to start a flow run's process)
+GATE_BOUND_S = 2 * RUN_TIMEOUT_S
 
 
 def _document(name: str, base_url: str, *, items: int = 4, delay_s: float = 0.0,
@@ -164,9 +170,28 @@ def test_one_source_requested_twice_at_once_runs_once_and_skips_once(
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
 
-    with FaultSite() as site:
-        document = _document("fleet-twice", site.base_url, delay_s=2.0,
+    # "At once" means the second run asks for the lock while the first holds it. Any fixed page
+    # delay is outlasted by process starts on a loaded box (seen: the second run started after
+    # the first had finished, and both collected), so the pages wait at a gate until one of the
+    # two runs has ended: the lock holder is held for as long as it takes the other to start.
+    gate = threading.Event()
+
+    def page(n: int) -> tuple[int, bytes]:
+        gate.wait(GATE_BOUND_S)
+        return 200, json.dumps({"id": n}).encode()
+
+    with numbered_pages(page) as base_url:
+        document = _document("fleet-twice", base_url,
                              schedule={"interval_s": 3600, "active": False})  # fmt: skip
+        document["seeds"] = {"urls": [f"{base_url}/{i}.json" for i in range(4)]}
+        held = GATE_BOUND_S + 30  # a held page answers well within its deadlines
+        document["ttl"] = {
+            "default_fresh_s": 1,
+            "http_timeout_s": held,
+            "request_deadline_s": held,
+            "batch_timeout_s": held + 30,
+            "lease_s": held + 90,
+        }
         path = _write(tmp_path, document)
         deploy(str(path), "--pool", pool.name)
 
@@ -184,12 +209,21 @@ def test_one_source_requested_twice_at_once_runs_once_and_skips_once(
             run_deployment("collect/source-fleet-twice", parameters={"on_busy": "skip"}, timeout=0)
             for _ in range(2)
         ]
+        try:
+            first = pool.wait_for(
+                "one of the two to end while the pages are held",
+                lambda: next(filter(None, (final(r.id) for r in twice)), None),
+                timeout=GATE_BOUND_S,
+            )
+        finally:
+            gate.set()
         finals = [pool.wait_for("both to end", ended(r)) for r in twice]
     assert [run.state.type.value for run in finals] == ["COMPLETED", "COMPLETED"], [
         (run.state.type.value, run.state.message) for run in finals
     ]
-    said = sorted("skipped: another run" in asyncio.run(_logs(run)) for run in finals)
-    assert said == [False, True]  # one collected; the other found the lock taken and ended
+    said = {run.id: "skipped: another run" in asyncio.run(_logs(run)) for run in finals}
+    assert said[first.id], "the run that ended first, pages still held, did not skip"
+    assert sorted(said.values()) == [False, True]  # one collected; the other skipped and ended
     assert _stored(path) == [0, 1, 2, 3]
 
 
