@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -47,21 +48,45 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # --- where a worker's time goes: COLLECTOR_TEST_TIMELINE=DIR writes one line per test per worker
-# (start, end, test id; seconds since the epoch) to DIR/<worker>.tsv; tools/worker_timeline.py
-# draws each worker's busy spans and idle tail from them (issue 30: balancing the CI lanes).
+# (start, end, CPU seconds, API server CPU seconds, test id) to DIR/<worker>.tsv;
+# tools/worker_timeline.py draws each worker's busy spans and idle tail from them and sums the CPU
+# per file (issue 30: the loaded suite is CPU-bound, so CPU is what a faster CI has to cut).
+# CPU is this process's and its reaped children's (the servers and workers a test started and
+# stopped); the session's Prefect server is read from /proc apart, as it serves every test.
 _TIMELINE = os.environ.get("COLLECTOR_TEST_TIMELINE")
 if _TIMELINE:
     os.makedirs(_TIMELINE, exist_ok=True)  # a new path works: CI scripts point it at a fresh dir
+_API_PID: int | None = None  # the session's Prefect server process, once started
+
+
+def _cpu_s() -> float:
+    own, reaped = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+
+def _api_cpu_s() -> float:
+    try:
+        with open(f"/proc/{_API_PID}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
-    started = time.time()
+    if not _TIMELINE:
+        yield
+        return
+    started, cpu, api_cpu = time.time(), _cpu_s(), _api_cpu_s()
     yield
-    if _TIMELINE:
-        line = f"{started:.3f}\t{time.time():.3f}\t{item.nodeid}\n"
-        with open(os.path.join(_TIMELINE, f"{_WORKER or 'main'}.tsv"), "a") as out:
-            out.write(line)
+    used, api_used = _cpu_s() - cpu, _api_cpu_s() - api_cpu
+    line = f"{started:.3f}\t{time.time():.3f}\t{used:.2f}\t{api_used:.2f}\t{item.nodeid}\n"
+    with open(os.path.join(_TIMELINE, f"{_WORKER or 'main'}.tsv"), "a") as out:
+        out.write(line)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -110,6 +135,8 @@ def prefect_api(postgres_server: PostgresServer) -> Iterator[str]:
     ):
         server = SubprocessASGIServer(port=free_port())
         server.start(timeout=120)
+    global _API_PID
+    _API_PID = server.server_process.pid if server.server_process else None
     try:
         with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
             yield server.api_url

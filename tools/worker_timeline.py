@@ -3,7 +3,10 @@
 Why: the suite runs a file to a worker (``--dist loadfile``), so its wall time is the last
 worker's end, not the sum over four. This says which files each worker ran, in order, how long
 each took, and how long each worker sat idle while another finished: what tests/lanes.py's
-order and the worker count are tuned against (issue 30).
+order and the worker count are tuned against (issue 30). It also sums the CPU seconds each file
+used (its own process and the processes it started and stopped) and the session Prefect
+servers' CPU while it ran: beside other work the suite is CPU-bound, and CPU is what a shorter
+CI has to cut.
 
     COLLECTOR_TEST_TIMELINE=/tmp/tl ./bootstrap test && python -m tools.worker_timeline /tmp/tl
 """
@@ -14,16 +17,32 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+Span = tuple[float, float, str, float, float]  # start, end, test id, CPU s, API server CPU s
 
-def _spans(folder: Path) -> dict[str, list[tuple[float, float, str]]]:
-    spans: dict[str, list[tuple[float, float, str]]] = {}
+
+def _spans(folder: Path) -> dict[str, list[Span]]:
+    spans: dict[str, list[Span]] = {}
     for path in sorted(folder.glob("*.tsv")):
         rows = []
         for line in path.read_text().splitlines():
-            start, end, nodeid = line.split("\t", 2)
-            rows.append((float(start), float(end), nodeid))
+            fields = line.split("\t")
+            if len(fields) >= 5:  # start, end, cpu, api cpu, test id
+                start, end, cpu, api, nodeid = (
+                    fields[0],
+                    fields[1],
+                    fields[2],
+                    fields[3],
+                    "\t".join(fields[4:]),
+                )
+            else:  # before CPU was recorded: start, end, test id
+                start, end, cpu, api, nodeid = fields[0], fields[1], "0", "0", "\t".join(fields[2:])
+            rows.append((float(start), float(end), nodeid, float(cpu), float(api)))
         spans[path.stem] = sorted(rows)
     return spans
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
 
 
 def report(folder: Path) -> str:
@@ -37,8 +56,8 @@ def report(folder: Path) -> str:
     for worker, rows in spans.items():
         per_file: dict[str, float] = defaultdict(float)
         order: list[str] = []
-        for start, end, nodeid in rows:
-            name = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+        for start, end, nodeid, _, _ in rows:
+            name = _file(nodeid)
             if name not in per_file:
                 order.append(name)
             per_file[name] += end - start
@@ -48,7 +67,26 @@ def report(folder: Path) -> str:
         top = sorted(order, key=lambda n: -per_file[n])[:8]
         lines.append("    " + ", ".join(f"{n} {per_file[n]:.0f}" for n in top))
         lines.append(f"    last: {order[-1]} (ended {rows[-1][1] - t0:.0f} s in)")
+    lines += _cpu_lines(spans)
     return "\n".join(lines)
+
+
+def _cpu_lines(spans: dict[str, list[Span]]) -> list[str]:
+    """Total CPU, then the files that used most (their processes + the API server meanwhile)."""
+    cpu: dict[str, float] = defaultdict(float)
+    api: dict[str, float] = defaultdict(float)
+    for rows in spans.values():
+        for _, _, nodeid, used, served in rows:
+            cpu[_file(nodeid)] += used
+            api[_file(nodeid)] += served
+    total, served_total = sum(cpu.values()), sum(api.values())
+    if not total:
+        return []
+    lines = [f"CPU: {total:.0f} s in test processes and what they started, "
+             f"{served_total:.0f} s in the session Prefect servers"]  # fmt: skip
+    top = sorted(cpu, key=lambda n: -(cpu[n] + api[n]))[:15]
+    lines.append("    " + ", ".join(f"{n} {cpu[n]:.0f}+{api[n]:.0f}" for n in top))
+    return lines
 
 
 if __name__ == "__main__":
