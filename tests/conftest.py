@@ -67,13 +67,15 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
 
 
-def _api_cpu_s() -> float:
+def _api_cpu_s() -> tuple[int | None, float]:
+    """The session Prefect server's pid and CPU seconds (None once it is gone or not started)."""
+    pid = _API_PID
     try:
-        with open(f"/proc/{_API_PID}/stat") as stat:
+        with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return 0.0
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        return None, 0.0
+    return pid, sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -81,9 +83,16 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     if not _TIMELINE:
         yield
         return
-    started, cpu, api_cpu = time.time(), _cpu_s(), _api_cpu_s()
+    started, cpu, (api_pid, api_cpu) = time.time(), _cpu_s(), _api_cpu_s()
     yield
-    used, api_used = _cpu_s() - cpu, _api_cpu_s() - api_cpu
+    used = _cpu_s() - cpu
+    pid_after, api_cpu_after = _api_cpu_s()
+    if pid_after is None:  # none yet, or stopped at the session's end: nothing to count
+        api_used = 0.0
+    elif pid_after == api_pid:
+        api_used = api_cpu_after - api_cpu
+    else:  # the test's set-up started it: its start-up is the test's
+        api_used = api_cpu_after
     line = f"{started:.3f}\t{time.time():.3f}\t{used:.2f}\t{api_used:.2f}\t{item.nodeid}\n"
     with open(os.path.join(_TIMELINE, f"{_WORKER or 'main'}.tsv"), "a") as out:
         out.write(line)

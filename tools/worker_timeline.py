@@ -25,17 +25,10 @@ def _spans(folder: Path) -> dict[str, list[Span]]:
     for path in sorted(folder.glob("*.tsv")):
         rows = []
         for line in path.read_text().splitlines():
-            fields = line.split("\t")
-            if len(fields) >= 5:  # start, end, cpu, api cpu, test id
-                start, end, cpu, api, nodeid = (
-                    fields[0],
-                    fields[1],
-                    fields[2],
-                    fields[3],
-                    "\t".join(fields[4:]),
-                )
-            else:  # before CPU was recorded: start, end, test id
-                start, end, cpu, api, nodeid = fields[0], fields[1], "0", "0", "\t".join(fields[2:])
+            fields = line.split("\t", 4)  # start, end, cpu, api cpu, test id
+            if len(fields) < 5:  # written before CPU was recorded: start, end, test id
+                fields = [fields[0], fields[1], "0", "0", "\t".join(fields[2:])]
+            start, end, cpu, api, nodeid = fields
             rows.append((float(start), float(end), nodeid, float(cpu), float(api)))
         spans[path.stem] = sorted(rows)
     return spans
