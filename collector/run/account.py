@@ -169,6 +169,11 @@ class Account:
     # --- detail ---------------------------------------------------------------------------------
     plan: str = ""  # full | incremental | difference | "" (none)
     duplicates: int = term("seeds listed more than once, counted once in discovered")
+    fresh_uncounted: int = term(
+        "items still fresh from earlier runs that an incremental or difference plan did not "
+        "look at (it reads only what is due): not fetched, and in neither discovered nor "
+        "fresh_skipped; the frontier's count of them after the plan"
+    )
     carried_over: int = term("unlisted items this run collects (unlisted - retired)")
     refused_at_plan: int = term(
         "seeds with a malformed or refused URL, dead-lettered at once", claims=+1

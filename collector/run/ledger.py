@@ -102,16 +102,19 @@ class Ledger(Account):
         retired: int = 0,
         replanned: int = 0,
         renewed: int = 0,
+        fresh_uncounted: int = 0,
     ) -> None:
         """The plan's intake: ``discovered`` counts every seed offered (repeats and refused
-        ones included) and every adopted item; repeats are taken off here."""
+        ones included) and every adopted item; repeats are taken off here. ``fresh_uncounted``
+        is outside the balance: fresh items the plan did not look at (said, not accounted)."""
         if self.plan:
             self._broken("plan", f"planned twice ({self.plan}, then {plan})")
         if plan not in ("full", "incremental", "difference"):
             self._broken("plan", f"unknown plan kind {plan!r}")
         took = discovered - duplicates
         settled_at_plan = fresh_skipped + already_dead + refused
-        if min(duplicates, fresh_skipped, already_dead, refused, carried_over, retired) < 0:
+        counts = (duplicates, fresh_skipped, already_dead, refused, carried_over, retired)
+        if min(*counts, fresh_uncounted) < 0:
             self._broken("plan", "a negative count")
         if settled_at_plan > took:
             self._broken(
@@ -129,6 +132,7 @@ class Ledger(Account):
             unlisted=carried_over + retired,
             carried_over=carried_over,
             retired=retired,
+            fresh_uncounted=fresh_uncounted,
         )
 
     def took(self, items: int, *, reclaimed: int = 0) -> None:

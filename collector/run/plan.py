@@ -2,7 +2,8 @@
 
 * **incremental**: the seed list is the one the last finished plan offered (its
   :meth:`~collector.config.Source.seed_mark` is the one the frontier kept): nothing is offered,
-  the items that are due join the run (:meth:`Frontier.adopt`).
+  the items that are due join the run (:meth:`Frontier.adopt`); the fresh ones are not read,
+  only counted (``fresh_uncounted``: the frontier's done items after the plan).
 * **difference**: only a template's range changed, or a listed seed list was edited and the last
   plan's copy is here: the numbers (lines) it gained are offered, those it lost are settled
   (:meth:`Frontier.unlist`: retired or carried over, ``seeds.on_removed``), the rest adopted.
@@ -39,6 +40,7 @@ class PlanCount:
     adopted: int = 0
     swept: SweepResult = field(default_factory=SweepResult)
     renewed: int = 0
+    fresh_uncounted: int = 0  # fresh items an incremental or difference plan left unread
 
     def for_ledger(self) -> dict[str, Any]:
         """The keyword arguments of :meth:`Ledger.planned` (the kind first)."""
@@ -53,6 +55,7 @@ class PlanCount:
             "retired": self.swept.retired,
             "replanned": self.offered.replanned,
             "renewed": self.renewed,
+            "fresh_uncounted": self.fresh_uncounted,
         }
 
 
@@ -79,7 +82,9 @@ class Plan:
         mark = source.seed_mark()
         stored = frontier.plan_mark(self.name)
         if stored == mark:
-            return PlanCount("incremental", adopted=self._adopt(), renewed=renewed)
+            count = PlanCount("incremental", adopted=self._adopt(), renewed=renewed)
+            count.fresh_uncounted = self._fresh_uncounted(count)
+            return count
         frontier.set_plan_mark(self.name, None)
         copies, listed = None, None
         head = source.seed_list_head()
@@ -98,6 +103,7 @@ class Plan:
             copies.keep(listed)
         frontier.set_plan_mark(self.name, mark)
         count.renewed = renewed
+        count.fresh_uncounted = self._fresh_uncounted(count)
         return count
 
     def _range_difference(self, change: RangeChange) -> PlanCount:
@@ -148,6 +154,18 @@ class Plan:
                 )
             return known
         return priority.rank_for(url, enqueued_at=now, age_s=age_s, fresh_s=fresh_s)
+
+    def _fresh_uncounted(self, count: PlanCount) -> int:
+        """The fresh items a plan that adopts (incremental, difference) did not look at.
+
+        Adopting reads only what is due, so after it every done item of the source is fresh;
+        those a difference plan offered are counted in ``fresh_skipped`` already. One count
+        of the frontier (no item is read), so the run can say what it skipped.
+        """
+        if count.kind == "full":
+            return 0
+        done = self.frontier.counts(self.name).done
+        return max(0, done - count.result.fresh_skipped)
 
     def _adopt(self) -> int:
         """The due items of the source join the run (an unchanged list's whole intake)."""

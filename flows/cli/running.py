@@ -484,16 +484,23 @@ def _print_why_nothing(summary: RunSummary, console: Console) -> None:
             "`collector work` helpers when this run ended; they settle them"
         )
     if summary.requests == 0 and not summary.discovered and summary.plan == "incremental":
+        fresh = f" ({summary.fresh_uncounted} still fresh)" if summary.fresh_uncounted else ""
         console.print(
             "nothing was due: the seed list is unchanged since the last plan, and no page is "
-            "queued or past its freshness (a no-op run, not a failure; dead pages wait for "
-            "`collector triage`)"
+            f"queued or past its freshness{fresh} (a no-op run, not a failure; dead pages wait "
+            "for `collector triage`)"
         )
 
 
 def _print_plan_notes(summary: RunSummary, refusal: str | None, console: Console) -> None:
     """What the plan did beside the table: renewed, re-planned and refused seeds."""
     refused = summary.refused_at_plan
+    if summary.fresh_uncounted:
+        console.print(
+            f"fresh:        {summary.fresh_uncounted} items are still fresh from earlier runs "
+            f"and were not fetched; the {summary.plan} plan reads only what is due, so they "
+            "are in neither discovered nor fresh_skipped"
+        )
     if summary.renewed:
         console.print(
             f"renewed:      {summary.renewed} queued items an earlier run left were past their "
@@ -532,17 +539,25 @@ def ledger_rows(summary: RunSummary) -> list[tuple[str, str, str] | None]:
         "unlisted": f"no longer listed: {summary.carried_over} collected again, "
         f"{summary.retired} retired",
     }
+    zero_notes = {"fresh_skipped": _fresh_uncounted_note(summary)}
     rows: list[tuple[str, str, str] | None] = []
     for terms in (END_TERMS, INTAKE_TERMS):
         for term in terms:
             count = getattr(summary, term.name)
             if term.table == "always" or (count and term.table == "nonzero"):
-                note = notes.get(term.name, term.note) if count else ""
+                note = notes.get(term.name, term.note) if count else zero_notes.get(term.name, "")
                 rows.append((term.name, str(count), note))
         rows.append(None)
     intake = sum(getattr(summary, term.name) for term in INTAKE_TERMS)
     rows[-1] = ("[bold]total", f"[bold]{intake}", "")
     return rows
+
+
+def _fresh_uncounted_note(summary: RunSummary) -> str:
+    """What the ``fresh_skipped`` row says when it is 0 only because the plan did not look."""
+    if not summary.fresh_uncounted:
+        return ""
+    return f"{summary.plan} plan: {summary.fresh_uncounted} fresh not counted (see below)"
 
 
 def _escaped(text: str) -> str:
