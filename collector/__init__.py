@@ -1,28 +1,64 @@
 """Collector: data-collection pipelines with TTLs, a priority frontier, leases and dead letters.
 
 The engine is plain Python and never imports Prefect, the flows or the blocks; ``flows/`` runs it
-as Prefect flows. The public surface is re-exported here; everything else is internal.
+as Prefect flows. The public surface is re-exported here, each name imported on first use (so
+``import collector.errors`` stays cheap); everything else is internal.
 """
 
 from __future__ import annotations
 
-from collector.config import Source, SourceError, load_source, source_json_schema
-from collector.deadletter import DeadLetter, DeadLetterStore, SqliteDeadLetterStore
-from collector.errors import (
-    BackendError,
-    CollectorError,
-    ConfigError,
-    ConservationError,
-    FetchError,
-    PermanentFetchError,
-    RecoverableFetchError,
-)
-from collector.fetch.engine import FetchEngine, FetchResult
-from collector.frontier import Frontier, Lease, SqliteFrontier
-from collector.run.collection import BatchReport, Collection
-from collector.run.ledger import Ledger
-from collector.run.locks import SourceBusy
-from collector.sinks import JsonlSink, Sink, SinkRecord
+import typing
+
+from collector import _lazy
+
+if typing.TYPE_CHECKING:
+    from collector.config import Source, SourceError, load_source, source_json_schema
+    from collector.deadletter import DeadLetter, DeadLetterStore, SqliteDeadLetterStore
+    from collector.errors import (
+        BackendError,
+        CollectorError,
+        ConfigError,
+        ConservationError,
+        FetchError,
+        PermanentFetchError,
+        RecoverableFetchError,
+    )
+    from collector.fetch.engine import FetchEngine, FetchResult
+    from collector.frontier import Frontier, Lease, SqliteFrontier
+    from collector.run.collection import BatchReport, Collection
+    from collector.run.ledger import Ledger
+    from collector.run.locks import SourceBusy
+    from collector.sinks import JsonlSink, Sink, SinkRecord
+
+_HOMES = {
+    "BackendError": "collector.errors",
+    "BatchReport": "collector.run.collection",
+    "Collection": "collector.run.collection",
+    "CollectorError": "collector.errors",
+    "ConfigError": "collector.errors",
+    "ConservationError": "collector.errors",
+    "DeadLetter": "collector.deadletter",
+    "DeadLetterStore": "collector.deadletter",
+    "FetchEngine": "collector.fetch.engine",
+    "FetchError": "collector.errors",
+    "FetchResult": "collector.fetch.engine",
+    "Frontier": "collector.frontier",
+    "JsonlSink": "collector.sinks",
+    "Lease": "collector.frontier",
+    "Ledger": "collector.run.ledger",
+    "PermanentFetchError": "collector.errors",
+    "RecoverableFetchError": "collector.errors",
+    "Sink": "collector.sinks",
+    "SinkRecord": "collector.sinks",
+    "Source": "collector.config",
+    "SourceBusy": "collector.run.locks",
+    "SourceError": "collector.config.problems",
+    "SqliteDeadLetterStore": "collector.deadletter",
+    "SqliteFrontier": "collector.frontier",
+    "load_source": "collector.config",
+    "source_json_schema": "collector.config",
+}
+__getattr__, __dir__ = _lazy.lazy_exports(__name__, _HOMES, globals())
 
 __all__ = [
     "BackendError",

@@ -33,6 +33,10 @@ _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if _WORKER or "PREFECT_HOME" not in os.environ:
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix=f"collector-tests-prefect-{_WORKER or ''}")
 os.environ.setdefault("COLLECTOR_SERVER_IDLE_S", "60")
+# The GX kwargs verdicts `collector validate` keeps (collector/settle/gx_check_cache.py): in a
+# throwaway folder shared by the session's workers, never the user's own cache.
+if "COLLECTOR_CACHE_DIR" not in os.environ:
+    os.environ["COLLECTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="collector-tests-cache-")
 
 # Hypothesis properties are about results, never speed: no per-example deadline (200 ms by
 # default, which a loaded CI box overran) and no "generation too slow" health check. A test's own

@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from collector._text import quoted
+from collector.config.problems import MORE_NOT_SHOWN
 from collector.config.sections import (
     _ENV_REF,
     _REDIS_SCHEMES,
@@ -31,7 +32,7 @@ def _capped(problems: list[str], label: str) -> list[str]:
     shown = MAX_PROBLEMS - 1
     return [
         *problems[:shown],
-        f"{label}: more problems not shown (the first {shown} are above); fix these first",
+        f"{label}: {MORE_NOT_SHOWN} (the first {shown} are above); fix these first",
     ]
 
 

@@ -3,30 +3,20 @@ problem as one line naming the file and the field (at most ``MAX_PROBLEMS``)."""
 
 from __future__ import annotations
 
+import difflib
 import os
+import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import (
-    ValidationError,
-)
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from collector.config.checks import _capped, _deep_checks
+from collector.config.problems import SourceError
 from collector.config.source import Source
-from collector.errors import ConfigError
 from collector.policy.ttl import alignment_problems
-
-
-class SourceError(ConfigError):
-    """A source file is invalid; ``problems`` holds one actionable line per problem."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems))
-        self.problems = problems
-
-
-SourceError.__module__ = "collector.config"  # its public home (the error tree draws it there)
 
 
 def _format_location(loc: tuple[int | str, ...]) -> str:
@@ -41,13 +31,58 @@ def _format_location(loc: tuple[int | str, ...]) -> str:
     return "".join(parts) or "(top level)"
 
 
+def _unknown_key(loc: tuple[int | str, ...]) -> str:
+    """An unknown key's problem, with the closest key the file may have meant."""
+    close = difflib.get_close_matches(str(loc[-1]), sorted(_keys_at(loc[:-1])), n=1, cutoff=0.6)
+    if close:
+        return f"unknown key (did you mean {close[0]!r}? `collector schema` lists every key)"
+    return "unknown key (check the spelling; `collector schema` lists every key)"
+
+
+def _keys_at(loc: tuple[int | str, ...]) -> set[str]:
+    """The keys a source file may have at ``loc`` (a pydantic error location): the fields, by
+    their names in the file, of every model that can stand there."""
+    models: list[type[BaseModel]] = [Source]
+    for step in loc:
+        if isinstance(step, int):
+            continue  # a list index: the same models
+        following: list[type[BaseModel]] = []
+        for model in models:
+            field = _field_named(model, step)
+            if field is not None:
+                following += _models_in(field.annotation)
+            elif _is_tagged(model, step):
+                following.append(model)  # a discriminator tag in the path (sink.jsonl...)
+        models = following
+    return {field.alias or name for model in models for name, field in model.model_fields.items()}
+
+
+def _field_named(model: type[BaseModel], key: str) -> FieldInfo | None:
+    for name, field in model.model_fields.items():
+        if key in (name, field.alias):
+            return field
+    return None
+
+
+def _is_tagged(model: type[BaseModel], tag: str) -> bool:
+    field = model.model_fields.get("type")
+    return field is not None and tag in typing.get_args(field.annotation)
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The models an annotation can hold (through Optional, unions, lists, Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in typing.get_args(annotation) for model in _models_in(arg)]
+
+
 def _problems_from(exc: ValidationError, label: str) -> list[str]:
     lines = []
     for error in exc.errors():
         where = _format_location(tuple(error["loc"]))
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling; `collector schema` lists every key)"
+            message = _unknown_key(tuple(error["loc"]))
         elif error["type"] == "missing":
             message = "required key is missing"
         # A validator that finds several problems raises them one a line (TTL pairs, seed

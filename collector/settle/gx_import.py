@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from collector._text import one_line
 from collector.errors import ConfigError
 
-__all__ = ["Located", "build_expectation", "import_gx"]
+__all__ = ["Located", "build_expectation", "import_gx", "refusal"]
 
 
 class Located(Protocol):
@@ -43,19 +43,25 @@ def build_expectation(configuration: Any, spec: Located, path: object) -> Any:
     """GX's expectation object for ``spec``, or one ConfigError naming the suite file and the
     expectation: an unknown type, or kwargs GX's own models refuse (a missing ``column``).
 
-    The run builds its suite with it, and ``collector validate`` checks a suite with it
-    (collector.settle.suite.check_suite_kwargs), so both say the same thing.
+    The run builds its suite with it, and ``collector validate`` checks a suite with
+    :func:`refusal` (collector.settle.suite.kwargs_problems), so both say the same thing.
     """
     try:
         return configuration.to_domain_obj()
     except Exception as exc:
-        if type(exc).__name__ == "ExpectationNotFoundError":
-            raise ConfigError(f"{path}: {spec.where}: unknown expectation type") from exc
-        if type(exc).__name__ == "ValidationError":
-            problem = _pydantic_message(exc)
-        else:
-            problem = one_line(getattr(exc, "message", None) or exc)
-        raise ConfigError(f"{path}: {spec.where}: invalid kwargs: {problem}") from exc
+        raise ConfigError(f"{path}: {spec.where}: {refusal(exc)}") from exc
+
+
+def refusal(exc: Exception) -> str:
+    """What GX's refusal to build an expectation means, in one line without the file's name
+    (``unknown expectation type``, ``invalid kwargs: column: field required``)."""
+    if type(exc).__name__ == "ExpectationNotFoundError":
+        return "unknown expectation type"
+    if type(exc).__name__ == "ValidationError":
+        problem = _pydantic_message(exc)
+    else:
+        problem = one_line(getattr(exc, "message", None) or exc)
+    return f"invalid kwargs: {problem}"
 
 
 def _pydantic_message(exc: Exception) -> str:

@@ -441,32 +441,83 @@ def check_suite_kwargs(path: str | Path) -> None:
 
 
 def kwargs_problems(path: str | Path) -> list[str]:
-    """Check every expectation's kwargs with GX's own classes, as the run does when it builds
-    the suite (:meth:`collector.settle.gx_runtime.GXRuntime._plan`), and with its message.
+    """Every problem of the suite file, one line each in the file's order: those of
+    :func:`suite_problems`, and every expectation's kwargs checked with GX's own classes, as
+    the run does when it builds the suite (:meth:`collector.settle.gx_runtime.GXRuntime._plan`),
+    with its message.
 
     A missing required kwarg (``expect_column_values_to_not_be_null`` without ``column``) is
-    only known to GX's pydantic models, and the run found it after fetching. This imports GX
-    (seconds), so it is not part of :func:`check_suite_file` (run at every load, where the run's
-    own process must stay free of GX): ``collector validate`` calls it when a source has a suite.
-    Every problem is one line; those of :func:`suite_problems` first, if any (GX is then not
-    asked).
+    only known to GX's pydantic models, and the run found it after fetching. GX is asked about
+    every expectation whose type it knows, even when others in the file are wrong, so a user
+    fixing a suite hears about everything at once. Asking imports GX (seconds), so the answer is
+    kept per suite content and GX version (:mod:`collector.settle.gx_check_cache`), and this is
+    not part of :func:`check_suite_file` (run at every load, in a process that stays free of
+    GX): ``collector validate`` calls it when a source has a suite.
     """
-    from collector.settle.gx_import import build_expectation, import_gx
+    from collector.settle.gx_check_cache import cached_verdict
 
-    suite, problems = _read_suite(Path(path))
-    if suite is None:
-        return problems
+    path = Path(path)
+    problems = _read_suite(path)[1]
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return problems  # _read_suite has said why
+    candidates = _gx_candidates(raw)
+    if candidates:
+        verdict = cached_verdict(raw, lambda: _ask_gx(candidates))
+        problems += [f"{path}: {problem}" for _, problem in verdict]
+    return sorted(problems, key=_position)
+
+
+def _gx_candidates(raw: bytes) -> list[Spec]:
+    """The expectations GX can be asked about: objects of a type it knows, with object kwargs
+    and meta (whatever else is wrong with them is :func:`_read_spec`'s to say)."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return []
+    expectations = data.get("expectations") if isinstance(data, dict) else None
+    if not isinstance(expectations, list):
+        return []
+    known = _core_expectation_types()
+    candidates = []
+    for position, item in enumerate(expectations):
+        if not isinstance(item, dict):
+            continue
+        type_ = item.get("type", item.get("expectation_type"))
+        kwargs = item.get("kwargs") or {}
+        meta = item.get("meta") or {}
+        if not isinstance(type_, str) or (known is not None and type_ not in known):
+            continue
+        if isinstance(kwargs, dict) and isinstance(meta, dict):
+            candidates.append(Spec(position, type_, kwargs, meta, None))
+    return candidates
+
+
+def _ask_gx(specs: list[Spec]) -> list[tuple[int, str]]:
+    """GX's refusal of each spec it will not build, as ``(position, "where: problem")``."""
+    from collector.settle.gx_import import import_gx, refusal
+
     import_gx()
     from great_expectations.expectations.expectation_configuration import (
         ExpectationConfiguration,
     )
 
-    for spec in suite.specs:  # every expectation, so each bad one is said at once
-        configuration = ExpectationConfiguration(
-            type=spec.type, kwargs=dict(spec.kwargs), meta=dict(spec.meta)
-        )
+    refused = []
+    for spec in specs:
         try:
-            build_expectation(configuration, spec, suite.path)
-        except ConfigError as exc:
-            problems.append(str(exc))
-    return problems
+            ExpectationConfiguration(
+                type=spec.type, kwargs=dict(spec.kwargs), meta=dict(spec.meta)
+            ).to_domain_obj()
+        except Exception as exc:
+            refused.append((spec.position, f"{spec.where}: {refusal(exc)}"))
+    return refused
+
+
+_POSITION = re.compile(r": expectations\[(\d+)\]")
+
+
+def _position(problem: str) -> int:
+    """Where a problem is in its file: its expectation's index, -1 for the file as a whole."""
+    found = _POSITION.search(problem)
+    return int(found.group(1)) if found else -1

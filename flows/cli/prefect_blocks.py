@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from collector.config import load_source
 from flows.cli._common import EXIT_OK, _prefect_environment, _prefect_server
 
 if TYPE_CHECKING:
@@ -17,6 +16,8 @@ def cmd_blocks(args: argparse.Namespace) -> int:
     _prefect_environment()
     _prefect_server()
     if args.action == "save":
+        from collector.config import load_source
+
         load_source(args.file)  # the block must hold a valid source file (else exit 2, main)
     from blocks import register_block_types
     from blocks.source import CollectorSource

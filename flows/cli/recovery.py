@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from collector import defaults
-from collector.config import Source
 from collector.errors import CollectorError, ConfigError
 from flows.cli._common import (
     EXIT_BUSY,

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from collector.config import SourceError, seed_file_problems, suite_kwargs_problems
+from collector.config import SourceError
 from flows.cli._common import (
     EXIT_INVALID,
     EXIT_OK,
@@ -18,6 +19,7 @@ from flows.cli._common import (
 )
 
 if TYPE_CHECKING:
+    from collector.config import Source
     from flows.cli._common import Commands
 
 
@@ -33,19 +35,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     unset ``${env:}`` variable, seeds the URL policy refuses) are printed and exit 0."""
     status = EXIT_OK
     for path in args.sources:
-        try:
-            source = load(path)
-        except SourceError as exc:
-            for problem in exc.problems:
-                print(problem, file=sys.stderr)
-            status = EXIT_INVALID
-            continue
-        # every line of a seed file (a load checks the first SEED_LINES_CHECKED), and GX's own
-        # kwargs check (imports GX: seconds, only when there is a suite), so what the run would
-        # refuse after fetching is said here, before any fetch
-        problems = seed_file_problems(source, path, first=None)
-        problems += suite_kwargs_problems(source, path)
-        if problems:
+        source, problems = _problems(path)
+        if source is None or problems:
             for problem in problems:
                 print(problem, file=sys.stderr)
             status = EXIT_INVALID
@@ -56,6 +47,26 @@ def cmd_validate(args: argparse.Namespace) -> int:
         seeds = f"{urls} seed URL{'s' * (urls != 1)}"
         print(f"{path}: ok ({source.name}: {seeds}, sink {source.sink_label}{note})")
     return status
+
+
+def _problems(reference: str) -> tuple[Source | None, list[str]]:
+    """Every problem of one source at once, in file order (collector.config.report): the
+    model's, every seed line's (a load checks the first SEED_LINES_CHECKED) and GX's verdict on
+    the suite's kwargs, so what the run would refuse after fetching is said before any fetch."""
+    from flows.sources import block_name_of
+
+    if block_name_of(reference) is None:
+        from collector.config.report import validation_problems
+
+        return validation_problems(Path(reference).expanduser())
+    from collector.config import seed_file_problems, suite_kwargs_problems
+
+    try:
+        source = load(reference)
+    except SourceError as exc:
+        return None, exc.problems
+    found = seed_file_problems(source, reference, first=None)
+    return source, found + suite_kwargs_problems(source, reference)
 
 
 def register(commands: Commands) -> None:
