@@ -22,8 +22,8 @@ the hot paths (every record written, every line of a JSONL segment read at open)
   is exact. The check is a bytes.translate and a substring search (``bench/json_codec.py``).
 
 * :func:`parse` reads a fetched page (:mod:`collector.settle.parse`) the same way, so that the
-  record is exactly the page's value from the first step on (a big integer stayed a float there
-  before, issue 24), but only accepts JSON: NaN, Infinity, numbers beyond a double's range,
+  record is exactly the page's value from the first step on (a big integer never becomes a
+  float), but only accepts JSON: NaN, Infinity, numbers beyond a double's range,
   invalid UTF-8 and a byte order mark are refused, as orjson refuses them.
 
 NaN and infinities written by orjson become ``null`` (orjson's choice); :func:`parse` never

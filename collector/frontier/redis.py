@@ -1,123 +1,14 @@
 """Redis frontier: the shared backend for workers on several machines.
 
-It behaves exactly like :class:`collector.frontier.sqlite.SqliteFrontier`: the conformance suite
-is the contract, and a differential test replays random call sequences against both and compares
-every result. Only the storage differs. Every state change runs in one Lua script, so it is
-atomic and serialised with every other client's changes, and no script reads Redis' clock: every
-time is the caller's ``now``, sent and returned as text that reads back as the same double.
-
-Keys
-----
-All keys of a source share the Cluster hash tag ``{PREFIX:SOURCE}`` (written ``B`` below), so
-a source lives in one slot. Where an item *is* (which sorted set) says what the claim needs;
-a compact record holds the rest::
-
-    B:r:HHHH   hash   records. 16 bits of sha1(url) pick one of <= 65,536 buckets; the field is
-                      the next 84 bits (12 bytes), the value a msgpack array of the item's
-                      fields, zero and empty ones false (layout 1 saved records with holes as
-                      maps, still read). Buckets stay small enough for Redis' listpack encoding
-                      (~45 bytes an item, against ~170 for a hash per item); one value over 64
-                      bytes (hash-max-listpack-value) turns its bucket into a hashtable for good
-    B:q        zset   queued items that are due: member url, score -rank (so equal ranks come
-                      out in url order, as from SQLite's index); while an item is here its rank
-                      is only this score
-    B:d        zset   queued items whose not_before had not come when they were queued, score
-                      not_before; moved to B:q by the first claim whose now reaches them
-    B:p        zset   items in B:q that have a not_before, score not_before: only so that
-                      next_event_at reports the earliest not_before exactly as SQLite does
-    B:l        zset   leased items, score lease_expires (reclaim = score <= now)
-    B:xb       zset   expiry buckets, member and score an expires_at
-    B:x:T      list   urls that entered the queue with expires_at T, packed: an entry holds up to
-                      1,000 urls, each as the length of the prefix it shares with the one before,
-                      the length of the rest and the rest (lua/prelude.lua, pack_urls), so the
-                      urls of one site cost a few bytes each (~8 for the bench's, against ~39 as
-                      one entry a url: layout 1, still read). Lazy: an item that left the queue
-                      keeps its entry, and the claim that drains the bucket checks each record,
-                      so the list replaces a zset entry (~140 bytes) per queued item; stale
-                      entries live until their bucket's time
-    B:n        hash   state -> count, so counts() is O(1)
-    B:runs     hash   run_id -> small run number (kept in each record)
-    B:f        zset   the due index: done items by fresh_until (-inf once made stale), so an
-                      unchanged plan finds what is due without the seed list
-    B:e        zset   expired items (score: when they expired), for the same reason
-    B:plan     string the seed mark of the last finished plan
-    B:rc:N     hash   state -> count of the items last offered by run N, moved on every
-                      transition, so run_counts() is O(1) (one small hash per run, never deleted)
-    B:err      hash   url -> last_error of items that have one (an expired item's
-                      ``queue_ttl_expired`` is implied by its state)
-    B:v:HHHH   hash   validators of done pages (ETag, Last-Modified), in the bucket and under
-                      the field of the item's record, msgpack ``[etag, last_modified]``: set by
-                      a completed ack, cleared by revive and make_stale, read by the claim.
-                      Beside the record, not in it, so records stay <= 64 bytes (listpack
-                      buckets); a record without one (all from before) has none
-    B:hist     hash   url -> the page's PageHistory as its text (collector.frontier.base): set by
-                      a completed ack that carries one, read by the claim and by histories();
-                      kept by revive and make_stale. Keyed by the URL (a learned schedule reads
-                      every history with the URL its priority needs); absent: none yet
-    B:req:ID   string the reply of a state-changing script's call with request id ID (msgpack),
-                      so that a resend of the call whose reply was lost gets it without the
-                      call running again; expires after 10 min (collector._redis.REPLAY_S)
-    PREFIX:fencing_token  string, INCR by every claim
-
-Records are found by a 100-bit digest of the URL, not by the URL, because one copy of the URL
-(in the sorted set that holds a live item, besides its packed one in the expiry list) is all the
-memory target allows. Two URLs with the same digest would share a record; for 10^9 URLs the
-chance is ~4 x 10^-13, which we accept.
-
-Memory per queued URL (bench/plan.py, template URLs of 36-37 characters; docs/performance.md):
-198.8 bytes at 1 M, 203.8 at 10 M (was 228.8 and 234.9). At 10 M: the queue zset ~153 (the
-URL's string 48, skiplist node ~53, dict entry 32, dict table 13, plus ~6 while Redis still
-moves the table to its doubled size after 8.4 M members: that rehash advances only as the zset
-is used), records ~42 (~152 a bucket: the buckets stay listpacks, <= 512 entries and values <=
-64 bytes, Redis' defaults), the expiry list ~8. Over ~25 M queued items some buckets pass 512
-records and become hashtables (~90 bytes a record instead of ~40).
-
-The fencing token is store-wide because tokens must grow across sources, so the claim script
-touches a second slot: fine on one Redis or behind Sentinel, refused (CROSSSLOT) by a Redis
-Cluster, where tokens would have to live per source (monotonic per source only).
-
-Round trips
------------
-claim, ack, renew, release, requeue, counts, run_counts and next_event_at are one EVALSHA each;
-an ack carries its outcomes and a claim returns its items as one JSON string (cheaper on both
-sides than thousands of arguments). offer is two per chunk of 500 URLs, because the rank of a
-stale URL depends on its last fetch and is computed in Python by the planner's ``rank_for``: a
-read script returns each URL's state, freshness and record version (sha1 of the record), Python
-applies :func:`~collector.frontier.base.plan_decision` and ``rank_for``, and an apply script
-writes each decision only if the URL's record is still that version (optimistic concurrency; a
-script cannot interleave, so the check and the write are one step). URLs whose record changed in
-between (another worker claimed or offered them) are read and decided again, so the outcome is
-that of a serialised offer. Each URL is applied atomically, a chunk need not be: decisions are
-independent per URL.
-
-Costs and limits
-----------------
-Planning touches a leftover queue a page at a time: :meth:`adopt` (an unchanged plan tags the
-queued and leased items) and :meth:`sweep` (a changed plan settles the ones the list dropped) run
-one script per ``page`` members (2,000) of the queue indexes, so Redis is held for milliseconds
-per script, not the ~50 s one script took over a million items. The pages read the sorted sets
-by position, and a helper's claim, ack or release between two pages moves members, so a walk
-may pass over an item; each script also returns how many queued or leased items are still not
-the run's (exact: the source's counters minus the run's), and the walk goes round again until
-none is. An item is never counted twice (a page only counts the items it tags). The done and
-expired items a sweep marks unlisted are walked once.
-
-A claim that finds many items past their queue TTL expires them all in that one script (as
-SQLite does in one transaction), blocking Redis for a few microseconds per item. Redis without
-persistence loses the queue *and* the fencing counter on restart, so tokens would start again at
-1: each RedisFrontier remembers the highest token it was given and refuses (BackendError) a claim
-whose token is not above one handed out before that claim began. Run Redis with ``appendonly
-yes`` for a frontier you care about.
-
-The scripts are the files in ``collector/frontier/lua/``. The client, its timeouts and the error
-translation are :mod:`collector._redis`'s: errors from redis-py become
-:class:`~collector.errors.BackendError` with one line naming the frontier (password removed) and
-the step. A call waits for a restarted server (up to ``COLLECTOR_REDIS_RECONNECT_S``), and one
-whose reply was lost is sent again: the state-changing scripts (``_REPLAYED``) with the same
-request id, so a call that ran answers from its ``B:req`` record and runs once (an ack sent
-again as it was would report its items stale, a claim would lease a second batch); the others
-(``_RESENT``) read, or write what they wrote before, and are sent again as they are (see
-:mod:`collector._redis`).
+It behaves exactly like :class:`collector.frontier.sqlite.SqliteFrontier` (the conformance suite
+is the contract; a differential test compares the two on random call sequences). Every state
+change is one Lua script (``collector/frontier/lua/``), atomic and serialised with every other
+client's, and no script reads Redis' clock: every time is the caller's ``now``. A source's keys
+share one Cluster hash tag; records are found by a 100-bit digest of the URL, so one copy of
+each URL is all the memory target allows. Calls are one EVALSHA each (an offer two per chunk:
+Python decides, the script applies only to unchanged records), and a state-changing call whose
+reply was lost is resent with its request id and answered from its recorded reply, so it runs
+once. The key layout, round trips, memory per URL and limits: docs/frontier-redis.md.
 """
 
 from __future__ import annotations

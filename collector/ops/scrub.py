@@ -13,7 +13,7 @@ Why per process and not per run: log handlers, Sentry's client and Prefect's API
 are the process's, and a record does not know which run's secret it may carry (Prefect's own
 lines, a helper thread's, another run's in the same worker). A scrubber scoped to one run would
 let that run's secret through a line logged for the next; removing every secret the process
-has seen from every line is the only scope that never leaks (issue 28 asked to review it).
+has seen from every line is the only scope that never leaks.
 """
 
 from __future__ import annotations

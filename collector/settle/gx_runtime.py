@@ -20,7 +20,7 @@
 * **Each expectation reads its own column, exactly.** GX looks a column name up the way a
   database would: case-insensitively and through quotes and backticks
   (``get_dbms_compatible_column_names``), taking the *first* frame column that matches, so a
-  record key ``Price`` earlier in the frame stood in for ``price`` (issue 24). For records they
+  record key ``Price`` earlier in the frame stood in for ``price``. For records they
   are different keys: :meth:`GXRuntime.run` hides from each expectation the frame columns that
   only look like the ones it reads (:func:`look_alikes`), running expectations that need
   different hidings in separate GX calls (none in the common case: no look-alike keys). An

@@ -43,9 +43,8 @@ minimum row count are not evaluated for it).
 
 Because the cost is per call, :meth:`SuiteValidator.validate_many` validates several batches in
 one GX call when that is exact (see its docstring): 8 batches of 500 in one call cost about a
-sixth of 8 calls (``bench/validation.py``); re-measured for issue 24 with the run's 200-record
-batches, 4 together cost 1/4.5 of 4 calls in-process and 1/2.5 through the worker process, so
-the grouped path stays, checked against the plain one by ``tests/test_validation_oracle.py``.
+sixth of 8 calls (``bench/validation.py``; figures in docs/performance.md), so the grouped
+path stays, checked against the plain one by ``tests/test_validation_oracle.py``.
 """
 
 from __future__ import annotations
@@ -152,7 +151,7 @@ class SuiteValidator:
         Why a row's verdict cannot depend on the other batches: the frame is object-dtype (no
         type inferred from other rows), the expectations are row-local, and each one reads its
         own column only (``GXRuntime.run`` hides look-alike keys such as ``Price`` from an
-        expectation on ``price``, which GX would otherwise match case-insensitively, issue 24).
+        expectation on ``price``, which GX would otherwise match case-insensitively).
         """
         for records in batches:
             if records:

@@ -14,12 +14,11 @@ fencing can be checked from the files alone.
 
 **One writer.** The index lives in the writing process, compaction rewrites segments and a torn
 tail is cut off on open, so two processes writing one source's files would count each other's
-records wrong (issue 27: a run and a ``collector work`` helper reported 1,745 and 1,165 of
-2,910) and could lose lines. A writer holds an exclusive ``flock`` on ``.<source>.lock`` in the
-folder while open (released by the kernel when the process dies, SIGKILL included); a second
-writer is refused in one line naming the holder (helpers need a Postgres sink). Readers
-(``collector status``, ``batches``) open ``readonly``: no lock, no truncation, no compaction,
-complete lines only.
+records wrong and could lose lines. A writer holds an exclusive ``flock`` on
+``.<source>.lock`` in the folder while open (released by the kernel when the process dies,
+SIGKILL included); a second writer is refused in one line naming the holder (helpers need a
+Postgres sink). Readers (``collector status``, ``batches``) open ``readonly``: no lock, no
+truncation, no compaction, complete lines only.
 """
 
 from __future__ import annotations
