@@ -113,6 +113,21 @@ async def test_batch_spans_hang_under_prefect_task_runs_and_carry_dead_letters(
         assert _attributes(event)["collector.dead_letter.attempts"] == entry["attempts"]
         assert _attributes(event)["collector.dead_letter.retry_count"] == entry["attempts"] - 1
         assert _attributes(event)["messaging.operation.type"] == "send"
+        # the seed's names beside OTel's and Collector's own
+        assert _attributes(event)["messaging.retry_count"] == entry["attempts"] - 1
+        assert _attributes(event)["messaging.dlq.level"] == 1  # the quarantine, not review
+        assert _attributes(event)["messaging.dlq.reason"] in (
+            f"{entry['stage']}/{entry['error_class']}",
+            f"{entry['stage']}/{entry['cause']}:{entry['error_class']}",
+        )
+        # the entry names its own collector.dead_letter span, which a recovery links to
+        (own,) = [
+            s
+            for s in finished
+            if s.name == "collector.dead_letter"
+            and _attributes(s)["messaging.message.id"] == entry["id"]
+        ]
+        assert entry["span_id"] == format(own.context.span_id, "016x")
     timeout = next(e for e in archived if "timeout" in e["error_class"])  # 3 attempts
     assert _attributes(events[timeout["id"]][1])["collector.dead_letter.retry_count"] == 2
 
@@ -124,7 +139,7 @@ def test_without_an_sdk_span_nothing_is_traced() -> None:
         source="s", url="http://x/", stage="fetch", error_class="http_404", message="m",
         attempts=1, first_seen=0.0, last_seen=0.0,
     )  # fmt: skip
-    tracing.dead_letter_event(letter)  # does nothing, raises nothing
+    assert tracing.dead_letter_event(letter) == ""  # does nothing, raises nothing
 
 
 def test_the_fetch_span_counts_every_result_status() -> None:
@@ -200,12 +215,12 @@ def test_a_dead_letter_is_a_span_of_its_own_with_status_error_and_its_cause(
             _letter(tracing.trace_id_of_current()),
             _letter(tracing.trace_id_of_current(), "retries_exhausted", "http_503"),
         ]
-        for letter in letters:
-            tracing.dead_letter_event(letter)
+        span_ids = [tracing.dead_letter_event(letter) for letter in letters]
     finished = spans.get_finished_spans()
     failed = [s for s in finished if s.name == "collector.dead_letter"]
     assert len(failed) == 2
-    for span, letter in zip(failed, letters, strict=True):
+    for span, letter, span_id in zip(failed, letters, span_ids, strict=True):
+        assert span_id == format(span.context.span_id, "016x")  # what the entry keeps
         assert span.status.status_code is trace.StatusCode.ERROR
         assert span.parent is not None and span.parent.span_id == batch.get_span_context().span_id
         assert format(span.context.trace_id, "032x") == letter.trace_id
@@ -248,6 +263,31 @@ def test_recovery_spans_link_to_the_trace_in_which_each_entry_failed(
     assert _attributes(finished["collector.replay"])["messaging.message.id"] == traced.id
     assert _attributes(finished["collector.triage"])["collector.run_id"] == "r1"
     assert tracing.link_to_origin(_letter("not hex at all, but 32 chars....")) is None
+
+
+def test_a_link_points_at_the_dead_letter_span_itself_when_its_id_was_kept() -> None:
+    """Entries keep their ``collector.dead_letter`` span's id: the link names that span;
+    an entry from before span ids were kept links to its trace with span id 0."""
+    kept = _letter("0af7651916cd43dd8448eb211c80319c")
+    kept.span_id = "00f067aa0ba902b7"
+    link = tracing.link_to_origin(kept)
+    assert link is not None
+    assert link.context.span_id == 0x00F067AA0BA902B7
+    assert link.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+    older = _letter("0af7651916cd43dd8448eb211c80319c")
+    old_link = tracing.link_to_origin(older)
+    assert old_link is not None and old_link.context.span_id == trace.INVALID_SPAN_ID
+    garbled = _letter("0af7651916cd43dd8448eb211c80319c")
+    garbled.span_id = "not-hex-at-all!!"
+    garbled_link = tracing.link_to_origin(garbled)
+    assert garbled_link is not None and garbled_link.context.span_id == trace.INVALID_SPAN_ID
+
+
+def test_an_escalated_entry_is_level_two() -> None:
+    letter = _letter("0af7651916cd43dd8448eb211c80319c")
+    assert tracing.dead_letter_attributes(letter)["messaging.dlq.level"] == 1
+    letter.status = "review"
+    assert tracing.dead_letter_attributes(letter)["messaging.dlq.level"] == 2
 
 
 def test_compensating_a_batch_links_to_where_its_pages_once_failed(

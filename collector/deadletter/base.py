@@ -137,6 +137,7 @@ class DeadLetter:
     resolution_kind: ResolutionKind | None = None  # set exactly when status is resolved
     trace_id: str = ""  # OpenTelemetry trace id of the run that quarantined it, when traced
     url_digest: str = ""  # url_digest() of the real URL: what a re-plan matches (run/replan.py)
+    span_id: str = ""  # OpenTelemetry span id of its ``collector.dead_letter`` span, when traced
     id: str = ""
 
     def __post_init__(self) -> None:

@@ -26,8 +26,8 @@ cause in ``error_class`` (``retries_exhausted:http_500``, indexed under every ``
 resolution kind in the ``resolution`` text, and kept one review stream ``Preview`` for every
 source; 2 keeps ``cause``, ``resolution_kind`` and ``trace_id`` as fields of their own and one
 review stream per source (``lua/migrate.lua``, one chunk of entries per call, idempotent).
-An entry's ``url_digest`` field came later without a layout change: entries written before
-have none (read as ``""``).
+An entry's ``url_digest`` and ``span_id`` fields came later without a layout change: entries
+written before have none (read as ``""``).
 
 Every operation is one Lua script, a file in ``collector/deadletter/lua/`` (one round trip, atomic:
 no other client can interleave, so the indexes, the counters and the event stream always agree
@@ -150,6 +150,7 @@ def _from_hash(h: dict[str, str]) -> DeadLetter:
         resolution_kind=check_kind(h["resolution_kind"]) if h.get("resolution_kind") else None,
         trace_id=h.get("trace_id", ""),
         url_digest=h.get("url_digest", ""),
+        span_id=h.get("span_id", ""),
     )
 
 
@@ -347,7 +348,7 @@ class RedisDeadLetterStore(Closing):
                 "1" if e.flow_run_id is not None else "0", e.status, e.resolution or "",
                 "1" if e.resolution is not None else "0", codec,
                 self._event("quarantined", e.to_dict()), e.cause, e.resolution_kind or "",
-                e.trace_id, e.url_digest,
+                e.trace_id, e.url_digest, e.span_id,
             ]  # fmt: skip
         new = int(self._run("put", "put failed", *args))
         self._archive("quarantined", [e.to_dict() for e in entries])

@@ -88,6 +88,7 @@ _LATER_COLUMNS = (
     ("deadletters", "resolution_kind", "TEXT"),  # layout 2
     ("deadletters", "trace_id", "TEXT NOT NULL DEFAULT ''"),  # layout 2
     ("deadletters", "url_digest", "TEXT NOT NULL DEFAULT ''"),  # '' in entries written before
+    ("deadletters", "span_id", "TEXT NOT NULL DEFAULT ''"),  # '' in entries written before
     # attempts of the cycles that ended in a resolution (base.py: attempts across cycles)
     ("deadletters", "earlier_attempts", "INTEGER NOT NULL DEFAULT 0"),
     ("reviews", "source", "TEXT NOT NULL DEFAULT ''"),  # layout 2
@@ -97,7 +98,7 @@ _POLL_S = 0.05  # take_for_review(block_ms=...) looks for new messages this ofte
 _COLUMNS = (
     "id, source, url, stage, error_class, message, attempts, first_seen, last_seen, record_key,"
     " payload, failed_expectations, flow_run_id, status, resolution, cause, resolution_kind,"
-    " trace_id, url_digest"
+    " trace_id, url_digest, span_id"
 )
 _READ = _COLUMNS + ", requeues"  # requeues is the store's own count, never written by put
 
@@ -118,7 +119,8 @@ def split_legacy(error_class: str, resolution: str | None, status: str) -> tuple
 
 def _row_to_entry(row: tuple[Any, ...]) -> DeadLetter:
     (eid, source, url, stage, error_class, message, attempts, first, last, key, payload,
-     failed, run_id, status, resolution, cause, kind, trace_id, digest, requeues) = row  # fmt: skip
+     failed, run_id, status, resolution, cause, kind, trace_id, digest, span_id,
+     requeues) = row  # fmt: skip
     return DeadLetter(
         id=eid,
         source=source,
@@ -140,6 +142,7 @@ def _row_to_entry(row: tuple[Any, ...]) -> DeadLetter:
         resolution_kind=kind,
         trace_id=trace_id or "",
         url_digest=digest or "",
+        span_id=span_id or "",
     )
 
 
@@ -155,6 +158,7 @@ def _entry_to_row(e: DeadLetter) -> tuple[Any, ...]:
         *(e.first_seen, e.last_seen, e.record_key, payload, failed),
         *(e.flow_run_id, e.status, e.resolution, e.cause, e.resolution_kind, e.trace_id),
         e.url_digest,
+        e.span_id,
     )
 
 
@@ -237,7 +241,7 @@ class SqliteDeadLetterStore(Closing):
                 )
             }
             db.executemany(
-                f"INSERT INTO deadletters ({_COLUMNS}) VALUES ({','.join('?' * 19)})"
+                f"INSERT INTO deadletters ({_COLUMNS}) VALUES ({','.join('?' * 20)})"
                 " ON CONFLICT (id) DO UPDATE SET message = excluded.message,"
                 " earlier_attempts = CASE WHEN deadletters.status = 'resolved'"
                 "   THEN deadletters.attempts ELSE deadletters.earlier_attempts END,"
@@ -248,6 +252,7 @@ class SqliteDeadLetterStore(Closing):
                 " failed_expectations = excluded.failed_expectations,"
                 " flow_run_id = excluded.flow_run_id, cause = excluded.cause,"
                 " trace_id = excluded.trace_id, url_digest = excluded.url_digest,"
+                " span_id = excluded.span_id,"
                 " claimed_by = CASE WHEN deadletters.status = 'resolved' THEN NULL"
                 "                   ELSE deadletters.claimed_by END,"
                 " status = CASE WHEN deadletters.status = 'resolved' THEN 'open'"

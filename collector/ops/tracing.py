@@ -30,7 +30,10 @@ behind fetching. A dead letter's ``trace_id`` is the trace of the span current w
 leads to the trace from fetch to quarantine. Dead-letter events follow the OpenTelemetry
 messaging conventions where they fit (``messaging.operation.type = send`` to the destination
 ``dead-letters``, ``messaging.message.id`` = the dead-letter id, ``error.type`` = the error
-class); stage, attempts and retry count are ``collector.dead_letter.*`` attributes.
+class), with the dead-letter seed's names beside them (``messaging.dlq.reason``,
+``messaging.dlq.level``, ``messaging.retry_count``); stage, attempts and retry count are also
+``collector.dead_letter.*`` attributes. An entry keeps the id of its ``collector.dead_letter``
+span, so triage, replay and review link to that very span.
 """
 
 from __future__ import annotations
@@ -54,7 +57,9 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchTraces",
     "cause_of",
+    "dead_letter_attributes",
     "dead_letter_event",
+    "dead_letter_level",
     "fetched",
     "init_tracing",
     "link_entry",
@@ -172,50 +177,74 @@ def cause_of(letter: DeadLetter) -> str:
     return letter.cause or "permanent"
 
 
-def dead_letter_event(letter: DeadLetter) -> None:
-    """Record ``letter`` as an event of the current span and as a ``collector.dead_letter``
-    span with status ERROR under it (no-op when the current span does not record)."""
-    span = trace.get_current_span()
-    if not span.is_recording():
-        return
-    attributes: dict[str, Any] = {
+def dead_letter_level(letter: DeadLetter) -> int:
+    """``messaging.dlq.level``: 1 for the quarantine (archive and store), 2 for the
+    manual-review queue an entry is escalated to (docs/deadletters.md, the levels)."""
+    return 2 if letter.status == "review" else 1
+
+
+def dead_letter_attributes(letter: DeadLetter) -> dict[str, Any]:
+    """A dead letter's attributes: OpenTelemetry's messaging conventions where they fit, the
+    dead-letter seed's names (``messaging.dlq.*``, ``messaging.retry_count``) and Collector's
+    own (``collector.dead_letter.*``), so a query written against any of them finds it."""
+    retries = max(letter.attempts - 1, 0)
+    return {
         "messaging.operation.type": "send",
         "messaging.operation.name": "quarantine",
         "messaging.destination.name": "dead-letters",
         "messaging.message.id": letter.id,
+        "messaging.retry_count": retries,
+        "messaging.dlq.reason": letter.reason,
+        "messaging.dlq.level": dead_letter_level(letter),
         "error.type": letter.error_class,
         "collector.dead_letter.cause": cause_of(letter),
         "collector.dead_letter.stage": letter.stage,
         "collector.dead_letter.attempts": letter.attempts,
-        "collector.dead_letter.retry_count": max(letter.attempts - 1, 0),
+        "collector.dead_letter.retry_count": retries,
         "collector.source": letter.source,
     }
+
+
+def dead_letter_event(letter: DeadLetter) -> str:
+    """Record ``letter`` as an event of the current span and as a ``collector.dead_letter``
+    span with status ERROR under it; the new span's id as 16 hex digits (what a later link to
+    it needs), or ``""`` when the current span does not record."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return ""
+    attributes = dead_letter_attributes(letter)
     span.add_event("dead_letter", attributes)
     failed = _tracer.start_span(
         "collector.dead_letter", attributes={**attributes, "url.full": letter.url}
     )
     failed.set_status(trace.Status(trace.StatusCode.ERROR, f"{letter.reason}: dead-lettered"))
     failed.end()
+    span_id = failed.get_span_context().span_id
+    return format(span_id, "016x") if span_id else ""
 
 
 def link_to_origin(entry: DeadLetter) -> trace.Link | None:
-    """A span link to the trace in which ``entry`` failed (None when it was not traced).
-
-    Only the trace id is stored on an entry, so the link's span id is 0; its attributes name
-    the dead letter (an SDK keeps such a link because it has attributes)."""
-    try:
-        trace_id = int(entry.trace_id, 16) if len(entry.trace_id) == 32 else 0
-    except ValueError:
-        trace_id = 0
+    """A span link to the ``collector.dead_letter`` span in which ``entry`` failed (None when
+    it was not traced). An entry stored before span ids were kept has its trace id only: the
+    link then names the trace, with span id 0; its attributes name the dead letter either way
+    (an SDK keeps such a link because it has attributes)."""
+    trace_id = _hex(entry.trace_id, 32)
     if not trace_id:
         return None
-    context = trace.SpanContext(
-        trace_id, trace.INVALID_SPAN_ID, is_remote=True, trace_flags=trace.TraceFlags(1)
-    )
+    span_id = _hex(entry.span_id, 16) or trace.INVALID_SPAN_ID
+    context = trace.SpanContext(trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(1))
     return trace.Link(
         context,
         {"collector.link.kind": "dead_letter_origin", "messaging.message.id": entry.id},
     )
+
+
+def _hex(text: str, digits: int) -> int:
+    """``text`` as an id of exactly ``digits`` hex digits, else 0 (not traced, or garbled)."""
+    try:
+        return int(text, 16) if len(text) == digits else 0
+    except ValueError:
+        return 0
 
 
 @contextlib.contextmanager

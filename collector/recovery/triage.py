@@ -332,10 +332,13 @@ class Triage:
                 counts = report.counts().items()
                 span.set_attributes({f"collector.triage.{k}": v for k, v in counts})
                 for out in report.entries:
-                    span.add_event(
-                        "triage_entry",
-                        {"messaging.message.id": out.id, "collector.triage.outcome": out.outcome},
-                    )
+                    attributes: dict[str, Any] = {
+                        "messaging.message.id": out.id,
+                        "collector.triage.outcome": out.outcome,
+                    }
+                    if out.outcome == "escalated":  # into the manual-review queue: level 2
+                        attributes["messaging.dlq.level"] = 2
+                    span.add_event("triage_entry", attributes)
             return report
 
     def _run(

@@ -65,7 +65,7 @@ class Letters:
             trace_id=tracing.trace_id_of_current(),  # the batch's trace (the plan's at plan)
             url_digest=url_digest(url),  # the real URL, matchable once scrubbed (run/replan.py)
         )
-        tracing.dead_letter_event(letter)
+        letter.span_id = tracing.dead_letter_event(letter)
         return letter
 
     def refused(self, url: str, reason: str) -> DeadLetter:

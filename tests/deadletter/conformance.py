@@ -99,6 +99,7 @@ class StoreConformance:
             flow_run_id="run-42",
             trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
             url_digest="0f" * 16,
+            span_id="00f067aa0ba902b7",
         )
         store.put([entry])
         got = store.get(entry.id)
@@ -107,6 +108,7 @@ class StoreConformance:
         assert got.status == "open"
         assert got.resolution is None
         assert got.trace_id == "4bf92f3577b34da6a3ce929d0e0e4736"
+        assert got.span_id == "00f067aa0ba902b7"
 
     def test_same_failure_again_updates_one_entry(self, store: DeadLetterStore) -> None:
         first = letter(attempts=3, seen=T0, message="first")

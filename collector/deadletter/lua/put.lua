@@ -4,7 +4,7 @@
 -- ARGV[1]  P: the key prefix '<prefix>:dl:' (prelude)
 -- ARGV[2]  the epoch this store adopted (prelude: another one means the data is gone)
 -- ARGV[3]  events maxlen
--- ARGV[4..] 23 values per entry, in the order put() sends them (named below)
+-- ARGV[4..] 24 values per entry, in the order put() sends them (named below)
 -- Returns how many ids were new.
 local again = replayed()  -- a resend of a call that ran: its reply, nothing runs again
 if again ~= nil then return again end
@@ -13,7 +13,8 @@ local ID, SOURCE, URL, STAGE, CLASS, MESSAGE, ATTEMPTS = 0, 1, 2, 3, 4, 5, 6
 local FIRST_SEEN, LAST_SEEN, RECORD_KEY, PAYLOAD, FAILED = 7, 8, 9, 10, 11
 local FLOW_RUN_ID, HAS_FLOW_RUN_ID, STATUS, RESOLUTION, HAS_RESOLUTION = 12, 13, 14, 15, 16
 local CODEC, EVENT, CAUSE, RESOLUTION_KIND, TRACE_ID, URL_DIGEST = 17, 18, 19, 20, 21, 22
-local VALUES = 23
+local SPAN_ID = 23
+local VALUES = 24
 local new = 0
 for i = 4, #ARGV, VALUES do
   local function v(name) return ARGV[i + name] end
@@ -32,7 +33,7 @@ for i = 4, #ARGV, VALUES do
                'first_seen', v(FIRST_SEEN), 'last_seen', last, 'record_key', v(RECORD_KEY),
                'payload', v(PAYLOAD), 'failed_expectations', v(FAILED),
                'codec', v(CODEC), 'status', st, 'cause', cause, 'trace_id', v(TRACE_ID),
-               'url_digest', v(URL_DIGEST), 'v', '2')
+               'url_digest', v(URL_DIGEST), 'span_id', v(SPAN_ID), 'v', '2')
     if v(HAS_FLOW_RUN_ID) == '1' then redis.call('HSET', key, 'flow_run_id', v(FLOW_RUN_ID)) end
     if v(HAS_RESOLUTION) == '1' then redis.call('HSET', key, 'resolution', v(RESOLUTION)) end
     if v(RESOLUTION_KIND) ~= '' then
@@ -55,7 +56,7 @@ for i = 4, #ARGV, VALUES do
     redis.call('HSET', key, 'message', v(MESSAGE), 'attempts', attempts, 'last_seen', last,
                'payload', v(PAYLOAD), 'failed_expectations', v(FAILED),
                'codec', v(CODEC), 'cause', cause, 'trace_id', v(TRACE_ID),
-               'url_digest', v(URL_DIGEST))
+               'url_digest', v(URL_DIGEST), 'span_id', v(SPAN_ID))
     if v(HAS_FLOW_RUN_ID) == '1' then
       redis.call('HSET', key, 'flow_run_id', v(FLOW_RUN_ID))
     else
