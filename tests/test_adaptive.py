@@ -497,16 +497,13 @@ def test_noise_in_bursts_is_not_taken_for_a_limit(every_s: int) -> None:
 
 
 def test_the_progress_line_counts_the_slowed_hosts() -> None:
-    from types import SimpleNamespace
+    from flows.cli._progress import hosts_words
 
-    from flows.cli.running import _hosts_detail
-
-    ledger = SimpleNamespace(deferred_by_circuit=0)
-    assert _hosts_detail({"a": 3}, ledger, {}) == "  window 3"
+    assert hosts_words({"a": 3}, {}) == ["window 3"]
     slowed = {"a": "paced to 9.0/s after 429/503s (share 20% at 40/s, 0% at 10/s)"}
-    assert _hosts_detail({"a": 3, "b": 32}, ledger, slowed) == "  windows 3-32  1 host slowed"
+    assert hosts_words({"a": 3, "b": 32}, slowed) == ["windows 3-32", "1 host slowed"]
     slowed["b"] = "window 4 of 32: latency 3.1x its floor"
-    assert _hosts_detail({"a": 3, "b": 4}, ledger, slowed) == "  windows 3-4  2 hosts slowed"
+    assert hosts_words({"a": 3, "b": 4}, slowed) == ["windows 3-4", "2 hosts slowed"]
 
 
 def _windows_with_a_busy_loop(discount: bool) -> tuple[int, str]:

@@ -61,6 +61,7 @@ _log = logging.getLogger(__name__)
 # Record keys a run remembers to count key collisions (~80 bytes each): a run of millions of
 # records stays in bounded memory; later keys are still checked against the remembered ones.
 KEYS_REMEMBERED = 1_000_000
+_ANSWERED = frozenset({"ok", "not_modified"})  # fetch statuses a page counts in pages/s
 
 
 class Collection:
@@ -356,7 +357,8 @@ class Collection:
         """Decide each item, check the records, store, put dead letters, ack, count."""
         now = self.clock()
         report = BatchReport(token=lease.token, items=len(lease.items))
-        self.pages_ok += sum(1 for result in results if result.status == "ok")
+        # pages answered, a 304 included (it is a page answered, with nothing to write)
+        self.pages_ok += sum(1 for result in results if result.status in _ANSWERED)
         decided = decide(
             results, lease, now=now, source=self.source, parser=self.parser,
             letters=self.letters, report=report,

@@ -34,112 +34,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from collector.config import Source
-    from collector.run.account import Account
     from collector.run.summary import RunSummary
     from flows.cli._common import Commands
-
-
-DETAIL_WIDTH = 30  # the progress line's detail column: the rest fits beside it in 80 columns
-
-
-class _Progress:
-    """The terminal's progress bar: shown from the first second ("starting Prefect ..."), moved
-    per item by the engine's ``fetched`` events, and left on screen as the run's last line.
-
-    Fed by the flow's progress listeners: ``planned`` (how many to fetch), ``fetched`` (one
-    item's fetch ended), ``batch`` (a batch settled: the ledger), ``waiting`` (retry-later
-    items not due yet). An item sent back to the queue to be retried later is not counted
-    until it is finished.
-    """
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self._progress: Any = None
-        self._task: Any = None
-
-    def start(self, phase: str) -> None:
-        if not self.enabled:
-            return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            SpinnerColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-        from rich.table import Column
-
-        self._progress = Progress(
-            SpinnerColumn(finished_text="[green]done"),
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            # At most DETAIL_WIDTH wide, cut with an ellipsis: at 80 columns a long detail ("1 host
-            # slowed", circuit deferrals) made rich squeeze every column, and the count read
-            # "3…" on the run's last line (the full ledger follows it anyway).
-            TextColumn(
-                "{task.fields[detail]}",
-                table_column=Column(no_wrap=True, overflow="ellipsis", max_width=DETAIL_WIDTH),
-            ),
-            TimeElapsedColumn(),
-            console=_console(),
-            transient=False,  # the final state stays as the run's last progress line
-        )
-        self._progress.start()
-        self._task = self._progress.add_task(phase, total=None, detail="")
-
-    def __call__(self, event: str, data: dict[str, Any]) -> None:
-        if self._progress is None:
-            return
-        if event == "planned":
-            self._progress.update(
-                self._task,
-                description="collect",
-                total=data["to_fetch"],
-                completed=0,
-                detail=f"discovered {data['discovered']}",
-            )
-        elif event == "fetched":
-            decision = data.get("decision")
-            if data["status"] == "ok" or (decision is not None and decision.action == "dead"):
-                self._progress.advance(self._task)
-        elif event == "batch":
-            ledger = data["ledger"]
-            settled = _settled(ledger)
-            task = self._progress.tasks[0]
-            self._progress.update(
-                self._task,
-                completed=max(task.completed, settled),
-                detail=f"stored {ledger.stored}  dead {ledger.dead_lettered - ledger.already_dead}"
-                f"  deferred {ledger.retried}"
-                + _hosts_detail(data["report"].windows, ledger, data["report"].slowed),
-            )
-        elif event == "lock_busy":
-            self._progress.update(self._task, description="waiting for the source lock")
-        elif event == "waiting":
-            self._progress.update(self._task, detail=f"waiting {data['seconds']:.1f}s for retries")
-
-    def finish(self, summary: RunSummary | None) -> None:
-        """Stop the bar; with a summary, its last state shows what was settled."""
-        if self._progress is None:
-            return
-        if summary is not None and not summary.skipped:
-            task = self._progress.tasks[0]
-            total = task.total if task.total is not None else 0
-            self._progress.update(
-                self._task,
-                total=total,
-                completed=min(total, max(task.completed, _settled(summary))),
-                description="stopped" if summary.interrupted else "collected",
-            )
-        self._progress.stop()
-        self._progress = None
-
-
-def _settled(ledger: Account) -> int:
-    """Items of this run that reached stored or dead (those dead before it not counted)."""
-    return ledger.settled_items
 
 
 def _preflight(loaded: Source, *, role: str) -> None:
@@ -161,23 +57,6 @@ def _preflight(loaded: Source, *, role: str) -> None:
     resolved = loaded.resolve(storage, field="limits.rate_storage")
     if resolved != storage and resolved != "memory://":
         redis_url_checked(resolved, field="limits.rate_storage")
-
-
-def _hosts_detail(
-    windows: dict[str, int], ledger: Any, slowed: dict[str, str] | None = None
-) -> str:
-    """The adaptive window (one host) or its range (several), hosts slowed by their window or
-    pace (docs/politeness.md), and circuit deferrals."""
-    text = ""
-    if len(windows) == 1:
-        text += f"  window {next(iter(windows.values()))}"
-    elif windows:
-        text += f"  windows {min(windows.values())}-{max(windows.values())}"
-    if slowed:
-        text += f"  {len(slowed)} host{'s' if len(slowed) > 1 else ''} slowed"
-    if ledger.deferred_by_circuit:
-        text += f"  circuit-deferred {ledger.deferred_by_circuit}"
-    return text
 
 
 def _run(source: str, args: argparse.Namespace) -> tuple[int, RunSummary | None, str | None]:
@@ -272,7 +151,10 @@ def _run_stoppable(
         return loaded
     if (stopped := _stopped_before_the_flow()) is not None:
         return stopped
-    progress = _Progress(enabled=not args.json and sys.stderr.isatty())
+    from flows.cli._progress import Progress
+
+    shown = not args.json and sys.stderr.isatty()
+    progress = Progress(enabled=shown, console=_console() if shown else None)
     progress.start("starting Prefect ...")  # the imports and server start take seconds
     summary: RunSummary | None = None
     try:
@@ -399,6 +281,9 @@ def _print_summary(summary: RunSummary, refusal: str | None = None) -> None:
     """The run's ledger as a table and what to know about it; ``refusal`` says why seeds were
     refused at plan (see :func:`_run`)."""
     console = _console(stderr=False)
+    # On a terminal, long lines wrap between words (the terminal itself would cut a word in
+    # two); piped, a line stays whole for whoever reads it.
+    console.soft_wrap = not console.is_terminal
     if summary.skipped:
         console.print(f"skipped: another run of {summary.source} holds its source lock")
         return
