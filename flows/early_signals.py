@@ -25,6 +25,7 @@ __all__ = ["catch_early", "hand_over", "restore"]
 
 _RUNS = frozenset({"run", "work", "demo"})  # the commands that run a flow
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Process-wide: signal handlers are, and these hold what arrived before a run existed.
 _caught: list[str] = []
 _inherited: dict[signal.Signals, object] = {}  # the handlers the process started with
 

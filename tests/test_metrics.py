@@ -432,3 +432,18 @@ def test_a_metrics_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"collector: --metrics-port {port}: cannot")
+
+
+def test_host_labels_remember_only_the_named_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-lived worker sees hosts without end: those past the quota are `other` and are
+    not kept, so the map stays at the quota whatever the number of hosts."""
+    monkeypatch.setattr(metrics, "_hosts", {})
+    monkeypatch.setattr(metrics, "_named", {})
+    monkeypatch.setattr(metrics, "_max_hosts", 3)
+    labels = [metrics.host_label("s", f"h{i}.example", named=5) for i in range(10_000)]
+    assert labels[:3] == ["h0.example", "h1.example", "h2.example"]
+    assert set(labels[3:]) == {"other"}
+    assert len(metrics._hosts) == 3
+    assert metrics.host_label("s", "h1.example", named=5) == "h1.example"  # still named
+    assert [metrics.host_label("quiet", f"q{i}", named=0) for i in range(100)] == ["other"] * 100
+    assert len(metrics._hosts) == 3

@@ -262,7 +262,10 @@ _CODES = frozenset(str(int(status)) for status in HTTPStatus)
 
 _enabled: bool | None = None  # None: not decided yet (read the environment once)
 _lock = threading.Lock()
-_hosts: dict[tuple[str, str], str] = {}  # (source, host) -> its label
+# Process-wide on purpose: Prometheus series live as long as the process, so their labels must
+# too. Each map is bounded: the named hosts by COLLECTOR_METRICS_MAX_HOSTS per source, the rest
+# by the sources this process runs (one entry each).
+_hosts: dict[tuple[str, str], str] = {}  # (source, host) -> its label, named hosts only
 _named: dict[str, int] = {}  # source -> hosts named so far
 _max_hosts: int | None = None
 _url_bytes: dict[str, list[int]] = {}  # source -> [URL bytes claimed, URLs claimed]
@@ -307,21 +310,29 @@ def status_code(status: int | None) -> str:
 def host_label(source: str, host: str, named: int = 0) -> str:
     """``host`` for the first ``named`` hosts of ``source`` this process sees (at most
     ``COLLECTOR_METRICS_MAX_HOSTS``), ``other`` for the rest: with ``named`` 0 (a source that
-    did not opt in) every host is ``other``, so hosts never become series by default."""
-    global _max_hosts
+    did not opt in) every host is ``other``, so hosts never become series by default.
+
+    Only the named hosts are remembered: a long-lived worker that sees millions of hosts keeps
+    at most ``COLLECTOR_METRICS_MAX_HOSTS`` per source, since every host seen after the quota
+    is full is ``other`` anyway."""
     label = _hosts.get((source, host))
     if label is not None:
         return label
     with _lock:
-        if _max_hosts is None:
-            raw = os.environ.get("COLLECTOR_METRICS_MAX_HOSTS", "")
-            _max_hosts = int(raw) if raw.strip().isdigit() else defaults.METRICS_MAX_HOSTS
         count = _named.get(source, 0)
-        label = host if count < min(named, _max_hosts) else "other"
-        if label != "other":
-            _named[source] = count + 1
-        _hosts[(source, host)] = label
-    return label
+        if count >= min(named, _host_quota()):
+            return "other"
+        _named[source] = count + 1
+        _hosts[(source, host)] = host
+    return host
+
+
+def _host_quota() -> int:
+    global _max_hosts
+    if _max_hosts is None:
+        raw = os.environ.get("COLLECTOR_METRICS_MAX_HOSTS", "")
+        _max_hosts = int(raw) if raw.strip().isdigit() else defaults.METRICS_MAX_HOSTS
+    return _max_hosts
 
 
 class RequestTally:

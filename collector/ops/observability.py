@@ -51,6 +51,7 @@ __all__ = [
     "shutdown_sentry",
 ]
 
+# Process-wide: Sentry's SDK is initialised once per process; this records that it was.
 _lock = threading.Lock()
 _enabled = False
 

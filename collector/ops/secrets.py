@@ -20,6 +20,8 @@ from collector.errors import ConfigError
 
 __all__ = ["known_secret", "load_secret", "redis_url_from_block"]
 
+# Process-wide: the scrubber (ops/scrub.py) must hide a secret from every later line of the
+# process, whichever run logs it; one entry per Secret block named, so bounded by the config.
 _loaded: dict[tuple[str, str], str] = {}  # (kind, block name) -> secret value seen
 _lock = threading.Lock()
 

@@ -60,6 +60,8 @@ _HEADER = struct.Struct("!I")
 _READY = "ready"  # the worker's first frame: GX is imported and the suite built
 
 
+# Process-wide: a worker started before the run (while Prefect starts) is handed to the run
+# that asks for its suite; at most one per suite path, taken (popped) by that run.
 _prewarmed: dict[str, subprocess.Popen[bytes]] = {}
 
 
