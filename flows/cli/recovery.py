@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from collector import defaults
@@ -27,7 +28,6 @@ from flows.cli._common import (
 
 if TYPE_CHECKING:
     from collector.config import Source
-    from collector.recovery.audit import AuditReport
     from collector.sinks.base import BatchSummary
     from flows.cli._common import Commands
 
@@ -189,108 +189,176 @@ def _batch_row(summary: BatchSummary) -> dict[str, Any]:
 
 
 def cmd_compensate(args: argparse.Namespace) -> int:
-    """Exit 0 when the batch was removed (or would be, with --dry-run); 1 when it is not in
-    the sink or was compensated already; 2 without a reason."""
-    from collector.backends import open_backends
-    from collector.run.ledger import LedgerBook, compensate
-
+    """Exit 0 when the batch was compensated (or would be, with --dry-run); 1 when it is not in
+    the sink, was compensated already, or the flow failed; 2 without a reason or for a
+    replacement that names no record of the batch."""
     source = load(args.source)
-    book = LedgerBook(source.ledger_path)
-    already = book.compensated(source.name, args.batch)
-    if already is not None:
-        print(f"batch {args.batch} was already compensated ({already.removed} records removed:"
-              f" {already.reason})", file=sys.stderr)  # fmt: skip
+    replacements = _replacements(args.replace) if args.replace else []
+    found = _compensation_target(
+        source, args.source, args.batch, replacements, dry_run=args.dry_run
+    )
+    if found is not None:
+        return found
+    reason = _reason(args, "Reason for compensating (kept in the ledger): ")
+    _prefect_environment()
+    _prefect_server()
+    from flows._locks import quiet_console_for_the_command
+    from flows.recovery import run_compensate
+
+    quiet_console_for_the_command()
+    try:
+        report = run_compensate(
+            args.source, batch=args.batch, reason=reason, by=_operator(), replacements=replacements
+        )
+    except ConfigError:
+        raise  # a replacement without a key of the batch, a suite GX rejects: exit 2 (main)
+    except CollectorError as exc:
+        print(f"collector: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    with open_backends(source) as stores:
+    if args.json:
+        print(json.dumps(report, default=str))
+        return EXIT_OK
+    if report["status"] == "already":
+        print(f"batch {args.batch} was already compensated: {report['earlier']}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"compensated batch {args.batch}: {report['removed']} records removed from"
+          f" {report['sink']} (recorded in {report['ledger']})")  # fmt: skip
+    _print_replacements(report, args.source, dry_run=False)
+    return EXIT_OK
+
+
+def _compensation_target(
+    source: Source, reference: str, batch: str, replacements: list[Any], *, dry_run: bool
+) -> int | None:
+    """The checks that need no flow: an exit code when there is nothing to do (compensated
+    already, not in the sink) or on a dry run (what it would do); None to go on."""
+    from collector.backends import open_backends
+    from collector.recovery.compensation import compensate_batch, done_before, replacement_batch
+    from collector.run.ledger import LedgerBook
+
+    book = LedgerBook(source.ledger_path)
+    with open_backends(source, readonly_sink=True) as stores:
         where = stores.sink.location()
-        if args.batch not in stores.sink.batches():
-            print(f"batch {args.batch}: not in {where} (never written, or every record since"
-                  f" overwritten); list them with: collector batches {args.source}",
+        held = stores.sink.batches()
+        already = done_before(book, source.name, batch, holds=batch in held)
+        if already is not None:
+            print(f"batch {batch} was already compensated ({already.removed} records removed:"
+                  f" {already.reason})", file=sys.stderr)  # fmt: skip
+            return EXIT_FAILED
+        if batch not in held and replacement_batch(batch) not in held:
+            print(f"batch {batch}: not in {where} (never written, or every record since"
+                  f" overwritten); list them with: collector batches {reference}",
                   file=sys.stderr)  # fmt: skip
             return EXIT_FAILED
-        if args.dry_run:
-            records = stores.sink.records(args.batch)
-            print(f"dry run: compensating batch {args.batch} would remove {len(records)} records"
-                  f" from {where}; nothing changed")  # fmt: skip
-            return EXIT_OK
-        reason = _reason(args, "Reason for compensating (kept in the ledger): ")
-        done = compensate(
-            stores.sink,
-            book,
-            source=source.name,
-            batch_id=args.batch,
-            reason=reason,
-            by=_operator(),
-            frontier=stores.frontier,  # the pages are fetched again by the next run
-            deadletters=stores.deadletters,  # the span links to where its pages once failed
-        )
-    print(f"compensated batch {args.batch}: {done.removed} records removed from {where}"
-          f" (recorded in {source.ledger_path})")  # fmt: skip
+        validator = None  # the keys are checked below in any case (exit 2 before Prefect)
+        if dry_run and replacements and source.suite_path is not None:
+            from collector.settle.validation import SuiteValidator
+
+            validator = SuiteValidator(source.suite_path)
+        report = compensate_batch(
+            source, sink=stores.sink, book=book, deadletters=stores.deadletters,
+            frontier=stores.frontier, validator=validator, batch_id=batch, reason="(dry run)",
+            by="", run_id="", replacements=replacements, dry_run=True,
+        )  # fmt: skip
+    if not dry_run:
+        return None
+    print(f"dry run: compensating batch {batch} would remove {report.removed} records"
+          f" from {where}; nothing changed")  # fmt: skip
+    _print_replacements(report.as_dict(), str(source.name), dry_run=True)
     return EXIT_OK
+
+
+def _print_replacements(report: dict[str, Any], reference: str, *, dry_run: bool) -> None:
+    """What became of the replacement records (nothing when none were given)."""
+    kept = len(report["written"]) + len(report["unchanged"])
+    review = report["review"]
+    if not (kept or review or report["superseded"]):
+        return
+    verb, went = ("would write", "would go") if dry_run else ("wrote", "sent")
+    print(f"replacements: {verb} {kept} to batch {report['replacement_batch']}"
+          + (f" ({len(report['unchanged'])} stored already)" if report["unchanged"] else "")
+          + (f", {len(report['superseded'])} superseded by newer writes"
+             if report["superseded"] else "")
+          + f"; {len(review)} failing the suite {went} to review")  # fmt: skip
+    for refused in review:
+        print(f"  {refused['key']}: {refused['message']}")
+    if review and not dry_run:
+        print(f"they wait for a person: collector review {reference}")
+
+
+def _replacements(path: str) -> list[Any]:
+    """Replacement records from a file: a JSON array, one JSON object, or JSON lines."""
+    try:
+        text = (sys.stdin.read() if path == "-" else Path(path).read_text("utf-8")).strip()
+    except OSError as exc:
+        raise ConfigError(f"--replace {path}: {exc.strerror or exc}") from None
+    try:
+        loaded = json.loads(text) if text else []
+    except json.JSONDecodeError:
+        try:
+            loaded = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--replace {path}: not JSON: {exc}") from None
+    return loaded if isinstance(loaded, list) else [loaded]
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
     """Exit 0 when every audited batch passes or was compensated; 1 when a dry run found
     failing batches or a named batch is not in the sink; 2 for a source without a suite."""
-    from collector.backends import open_backends
-    from collector.recovery.audit import audit
     from collector.run.ledger import LedgerBook
 
     source = load(args.source)
     if source.suite_path is None:
         raise ConfigError(f"{args.source}: validation.suite: the source has no suite to audit with")
-    from collector.settle.validation import SuiteValidator
+    _prefect_environment()
+    _prefect_server()
+    from flows._locks import quiet_console_for_the_command
+    from flows.recovery import run_audit
 
-    validator = SuiteValidator(source.suite_path)
-    book = LedgerBook(source.ledger_path)
+    quiet_console_for_the_command()
     try:
-        with open_backends(source) as stores:
-            where = stores.sink.location()
-            report = audit(
-                stores.sink,
-                validator,
-                book,
-                source=source.name,
-                batch_ids=args.batch or None,
-                dry_run=args.dry_run,
-                by=f"audit:{_operator()}",
-                frontier=stores.frontier,
-            )
+        report = run_audit(
+            args.source, batches=args.batch, dry_run=args.dry_run, by=f"audit:{_operator()}"
+        )
     except ConfigError:
         raise  # a suite GX rejects, a missing variable: one line, exit 2 (main)
     except CollectorError as exc:
         print(f"collector: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    audited = {b.batch_id for b in report.batches}
+    book = LedgerBook(source.ledger_path)
+    audited = {b["batch_id"] for b in report["batches"]}
     missing = [b for b in args.batch if b not in audited]
     for batch_id in missing:
         done = book.compensated(source.name, batch_id)
         note = f"already compensated: {done.reason}" if done else "never written, or overwritten"
-        print(f"batch {batch_id}: not in {where} ({note})", file=sys.stderr)
+        print(f"batch {batch_id}: not in {report['sink']} ({note})", file=sys.stderr)
     if args.json:
-        print(json.dumps(report.as_dict(), default=str))
+        print(json.dumps(report, default=str))
     else:
-        _print_audit(report, source, where, dry_run=args.dry_run)
-    return EXIT_FAILED if missing or (args.dry_run and report.failed) else EXIT_OK
+        _print_audit(report, dry_run=args.dry_run)
+    return EXIT_FAILED if missing or (args.dry_run and report["failed"]) else EXIT_OK
 
 
-def _print_audit(report: AuditReport, source: Source, where: str, *, dry_run: bool) -> None:
+def _print_audit(report: dict[str, Any], *, dry_run: bool) -> None:
     """Table-level failures (compensated) and row-level failures (reported only), counted the
     way ``--json`` counts them."""
     verb = "would compensate" if dry_run else "compensated"
-    for batch in report.failed:
-        names = ", ".join(f["expectation"] for f in batch.failed)
-        removed = "" if batch.removed is None else f": {batch.removed} records removed"
-        print(f"batch {batch.batch_id} ({batch.records} records) fails {names}: {verb}"
+    batches = report["batches"]
+    failed = [b for b in batches if b["failed"]]
+    for batch in failed:
+        names = ", ".join(f["expectation"] for f in batch["failed"])
+        removed = "" if batch["removed"] is None else f": {batch['removed']} records removed"
+        print(f"batch {batch['batch_id']} ({batch['records']} records) fails {names}: {verb}"
               f"{removed}")  # fmt: skip
-    rows = [b for b in report.batches if b.rows_failing]
+    rows = [b for b in batches if b["rows_failing"]]
     for batch in rows:
-        print(f"batch {batch.batch_id} ({batch.records} records): {batch.rows_failing} records"
-              " fail row-level expectations (reported only; triage handles records)")  # fmt: skip
-    failing_rows = sum(b.rows_failing for b in report.batches)
-    recorded = f" (recorded in {source.ledger_path})" if report.compensated and not dry_run else ""
-    print(f"audit of {source.name}: {len(report.batches)} batches checked in {where},"
-          f" {len(report.failed)} failing table-level expectations, {len(report.compensated)}"
+        print(f"batch {batch['batch_id']} ({batch['records']} records):"
+              f" {batch['rows_failing']} records fail row-level expectations"
+              " (reported only; triage handles records)")  # fmt: skip
+    failing_rows = sum(b["rows_failing"] for b in batches)
+    recorded = f" (recorded in {report['ledger']})" if report["compensated"] and not dry_run else ""
+    print(f"audit of {report['source']}: {len(batches)} batches checked in {report['sink']},"
+          f" {len(failed)} failing table-level expectations, {report['compensated']}"
           f" compensated{recorded}; {failing_rows} records in {len(rows)} batches failing"
           " row-level expectations")  # fmt: skip
 
@@ -320,8 +388,14 @@ def register(commands: Commands) -> None:
                       help="batch id (run:token; see collector batches SOURCE)")  # fmt: skip
     comp.add_argument("--reason", default=None,
                       help="why, kept in the ledger (asked for on a terminal)")  # fmt: skip
+    comp.add_argument(
+        "--replace", default=None, metavar="FILE",
+        help="corrected records for keys of the batch (JSON array, object or lines; - for"
+        " stdin): written if they pass the source's suite, sent to review if not",
+    )  # fmt: skip
     comp.add_argument("--dry-run", action="store_true",
-                      help="say how many records would be removed; change nothing")  # fmt: skip
+                      help="say what would be removed and written; change nothing")  # fmt: skip
+    add_json(comp, "the report")
     comp.set_defaults(func=cmd_compensate)
 
     check = commands.add_parser(
