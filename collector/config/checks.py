@@ -3,12 +3,15 @@ Redis URLs, and the warnings of a valid source (refused seeds, hosts that do not
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from collector import defaults
 from collector._text import quoted
 from collector.config.problems import MORE_NOT_SHOWN
 from collector.config.sections import (
@@ -155,7 +158,9 @@ def source_warnings(source: Source) -> list[str]:
       happens, so this is a warning, not a problem);
     * seed hosts the URL policy refuses (loopback or private addresses without
       ``allow_private_networks``, hosts outside ``allowed_hosts``): the run would dead-letter
-      them at plan without fetching anything.
+      them at plan without fetching anything;
+    * a public host would get a User-Agent that names no one to contact (Collector's own,
+      while ``politeness.user_agent`` is unset, or one without a URL or an email).
     """
     warnings = [
         f"{problem} here; the run fails unless it is set where it runs"
@@ -167,7 +172,72 @@ def source_warnings(source: Source) -> list[str]:
         warnings.append(
             f"{count} of the first {sampled} seed URLs would be refused before fetching: {reason}"
         )
+    warnings += user_agent_warnings(source)
     return warnings
+
+
+_CONTACT = re.compile(r"https?://[^\s;)]+|[\w.+-]+@[\w-]+(\.[\w-]+)+")
+# Names that are never a public site's (RFC 6761 and 6762, RFC 8375, example.com and friends).
+_NOT_PUBLIC = (".localhost", ".local", ".internal", ".invalid", ".test", ".example", ".home.arpa")
+_EXAMPLE_DOMAINS = ("example.com", "example.net", "example.org")
+_UA_HOSTS_SAMPLE = 1_000  # seed URLs looked at for a public host
+_UA_EXAMPLE = "acme-prices/1.0 (+https://acme.example/bot; ops@acme.example)"
+
+
+def _public(host: str) -> bool:
+    """Whether ``host`` is a site on the internet (not this machine, a private network, or a
+    name reserved for tests and examples). Names are not resolved."""
+    host = host.lower().rstrip(".")
+    if not host or host == "localhost" or host.endswith(_NOT_PUBLIC):
+        return False
+    if host in _EXAMPLE_DOMAINS or host.endswith(tuple(f".{d}" for d in _EXAMPLE_DOMAINS)):
+        return False
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return True
+    return address.is_global
+
+
+def _public_seed_host(source: Source) -> str | None:
+    """The first public host among the first seed URLs, or None."""
+    try:
+        for n, url in enumerate(source.iter_seed_urls()):
+            host = urlsplit(url).hostname or ""
+            if _public(host):
+                return host
+            if n >= _UA_HOSTS_SAMPLE:
+                break
+    except (OSError, ValueError):
+        return None  # an unreadable seed file is a problem reported elsewhere
+    return None
+
+
+def has_contact(text: str) -> bool:
+    """Whether ``text`` holds a URL or an email address (someone a site's operator can reach)."""
+    return _CONTACT.search(text) is not None
+
+
+def user_agent_warnings(source: Source) -> list[str]:
+    """A User-Agent that names no one to contact, while a public host would get it: a site's
+    operator who sees the requests cannot say who to ask (or block) instead of the network."""
+    agent = source.user_agent
+    named = agent != defaults.USER_AGENT
+    if named and (has_contact(agent) or "${" in agent):  # a variable's value is not here
+        return []
+    host = _public_seed_host(source)
+    if host is None:
+        return []
+    if not named:
+        return [
+            f"politeness.user_agent is not set: requests to {host} say {agent!r}, Collector's "
+            "own, which names no one the site can reach; set it to your crawler and a contact, "
+            f"e.g. user_agent: {_UA_EXAMPLE!r}"
+        ]
+    return [
+        f"the User-Agent {agent!r} sent to {host} names no contact: add a URL or an email, e.g. "
+        f"{_UA_EXAMPLE!r}"
+    ]
 
 
 def unset_variables(source: Source) -> list[str]:

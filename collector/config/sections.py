@@ -283,6 +283,27 @@ class PolitenessSettings(_Section):
         gt=0,
         description="robots.txt answered 429 or 5xx: the host's pages wait this long (s).",
     )
+    user_agent: str | None = Field(
+        None,
+        description="The User-Agent sent to every host and matched against its robots.txt: "
+        "your crawler's name and a contact a site's operator can reach, e.g. "
+        "'acme-prices/1.0 (+https://acme.example/bot; ops@acme.example)'. Unset: Collector's "
+        "own, which names no one (`validate` warns while a public host would get it); a "
+        "User-Agent in limits.headers takes precedence.",
+    )
+
+    @field_validator("user_agent")
+    @classmethod
+    def _one_header_line(cls, value: str | None) -> str | None:
+        """A header value: one line of printable ASCII, not blank (httpx refuses the rest)."""
+        if value is None:
+            return None
+        if not value.strip() or not all(" " <= ch <= "~" for ch in value):
+            raise ValueError(
+                "must be one line of printable ASCII naming the crawler and a contact, e.g. "
+                "'acme-prices/1.0 (+https://acme.example/bot; ops@acme.example)'"
+            )
+        return value.strip()
 
 
 class ValidationSettings(_Section):

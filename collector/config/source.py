@@ -265,11 +265,24 @@ class Source(_Section):
         return self.resolve(value, field=field)
 
     def resolved_headers(self) -> dict[str, str]:
-        """Headers with ``${env:NAME}`` / ``${secret:NAME}`` replaced (see :meth:`resolve`)."""
-        return {
+        """Headers with ``${env:NAME}`` / ``${secret:NAME}`` replaced (see :meth:`resolve`),
+        and ``politeness.user_agent`` as the User-Agent unless a header names one."""
+        headers = {
             name: self.resolve_env(value, field=f"limits.headers.{name}")
             for name, value in self.limits.headers.items()
         }
+        agent = self.politeness.user_agent
+        if agent and not any(name.lower() == "user-agent" for name in headers):
+            headers["User-Agent"] = agent
+        return headers
+
+    @property
+    def user_agent(self) -> str:
+        """The User-Agent the source's requests carry (a header's, the setting, the default)."""
+        for name, value in self.limits.headers.items():
+            if name.lower() == "user-agent":
+                return value
+        return self.politeness.user_agent or defaults.USER_AGENT
 
     def secret_values(self) -> list[str]:
         """Values that must never appear in logs, artifacts or dead letters."""

@@ -121,7 +121,45 @@ def _aligned(text: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _source_text(name: str, seeds: _Seeds, suite_file: str) -> str:
+def user_agent_line(name: str, contact: str | None) -> str:
+    """The ``politeness.user_agent`` line: the source's name and the contact, or unset with
+    an example (``validate`` warns while a public host would get Collector's own)."""
+    if not contact:
+        return (
+            f'  user_agent: null                   # set: "{name}/1.0 (+https://you.example/bot;'
+            ' you@you.example)"\n'
+        )
+    said = f"+{contact}" if "://" in contact else contact
+    agent = json.dumps(f"{name}/1.0 ({said})")
+    return f"  user_agent: {agent}   # who asks, and how a site's operator reaches you\n"
+
+
+def _checked_contact(contact: str | None) -> str | None:
+    """``--contact`` (or the answer on a terminal): a URL or an email, else ValueError."""
+    if not contact:
+        return None
+    contact = contact.strip()
+    from collector.config.checks import has_contact
+
+    if not has_contact(contact) or any(ch in contact for ch in "()\r\n"):
+        raise ValueError(
+            f"--contact: {contact!r} is not a URL (https://...) or an email address; site "
+            "operators reach you there"
+        )
+    return contact
+
+
+def _asked_contact(args: argparse.Namespace) -> str | None:
+    """``--contact``, or asked on a terminal for a source of a real site (not a placeholder)."""
+    if args.contact is not None or not args.from_url or not sys.stdin.isatty():
+        return args.contact  # type: ignore[no-any-return]
+    try:
+        return input("contact for the User-Agent (a URL or an email; Enter: set it later): ")
+    except EOFError:
+        return None
+
+
+def _source_text(name: str, seeds: _Seeds, suite_file: str, contact: str | None = None) -> str:
     host_line = (
         f"  allowed_hosts: [{json.dumps(seeds.host)}]   # no request leaves this host\n"
         if seeds.host
@@ -165,6 +203,8 @@ limits:                                # be polite to a site that is not yours
   per_domain_concurrency: 4
   per_domain_rate: "5/second"
 {host_line}
+politeness:                            # what every host sees of you
+{user_agent_line(name, contact)}
 validation:
   suite: {suite_file}          # Great Expectations; failing records go to the dead letters
 
@@ -235,6 +275,7 @@ def cmd_init(args: argparse.Namespace) -> int:
                 False,
             )
         )
+        contact = _checked_contact(_asked_contact(args))
     except ValueError as exc:
         print(f"collector init: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -242,7 +283,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     suite_path = folder / f"{name}.suite.json"
     deployment_path = folder / f"{name}.deployment.yaml"
     files = {
-        source_path: _source_text(name, seeds, suite_path.name),
+        source_path: _source_text(name, seeds, suite_path.name, contact),
         suite_path: _suite_text(name),
         deployment_path: _deployment_text(name, source_path.resolve()),
     }
@@ -313,4 +354,10 @@ def register(commands: Commands) -> None:
         help="one example page: its numeric path segment becomes {i}, its host the only one",
     )
     init.add_argument("--dir", default=".", metavar="DIR", help="where to write (default: here)")
+    init.add_argument(
+        "--contact",
+        metavar="URL_OR_EMAIL",
+        default=None,
+        help="how a site's operator reaches you, put in the User-Agent (asked on a terminal)",
+    )
     init.set_defaults(func=cmd_init)
