@@ -43,10 +43,11 @@ def test_a_local_site_is_not_warned_about(tmp_path: Path) -> None:
 def test_an_agent_of_two_lines_is_refused(tmp_path: Path) -> None:
     path = write_source(tmp_path, seeds={"urls": ["http://127.0.0.1:9/"]},
                         politeness={"user_agent": "acme\r\nX-Evil: 1"})  # fmt: skip
-    with pytest.raises(SourceError, match="politeness.user_agent"):
+    with pytest.raises(SourceError, match=r"politeness\.user_agent"):
         load_source(path)
 
 
+@pytest.mark.slow  # `collector` subprocesses
 def test_validate_warns_and_init_writes_the_contact(tmp_path: Path) -> None:
     path = write_source(tmp_path, seeds={"template": PUBLIC, "range": [0, 3]})
     done = collector("validate", str(path), COLUMNS="300")

@@ -4,7 +4,8 @@ Like ``scrapy startproject`` or ``prefect init``, it writes what a first real ru
 nothing else, in the current folder (or ``--dir``):
 
 * ``NAME.yaml``            the source, every section commented (what it does, what to change);
-* ``NAME.suite.json``      a starter Great Expectations suite (the record key is never null);
+* ``NAME.suite.json``      a Great Expectations suite: drafted from the example page, or a
+  starter (the record key is never null);
 * ``NAME.deployment.yaml`` the entry to add under ``deployments:`` in deployments/prefect.yaml.
 
 Without ``--from-url`` the seeds are a placeholder, ``https://example.invalid/api/items/{i}.json``:
@@ -12,8 +13,10 @@ init says to replace it (exit 0), and ``validate`` and ``run`` refuse the source
 naming the file, until it is replaced, so nothing is ever sent to a placeholder host.
 
 ``--from-url URL`` fills the source from one example page: the URL's last numeric path segment
-becomes ``{i}`` (``/api/items/1234.json`` -> ``/api/items/{i}.json``, ids 1234 to 1333), only
-that host is allowed, and the TTLs and politeness are set for a site that is not yours.
+becomes ``{i}`` (``/api/items/17.json`` -> ``/api/items/{i}.json``, ids 0 to 99: from 0, the
+example among them), only that host is allowed, and the TTLs and politeness are set for a site
+that is not yours. The example page is then read as a run reads it and the suite drafted from
+its JSON (flows/cli/_draft.py); init says what it guessed. ``--contact`` goes in the User-Agent.
 
 Files that exist are never overwritten: the command refuses, in one line, before writing any.
 It writes all three or none (a failure or Ctrl-C while writing removes what it wrote), so it can
@@ -36,12 +39,16 @@ from urllib.parse import urlsplit, urlunsplit
 from flows.cli._common import EXIT_INVALID, EXIT_OK, print_warnings, seed_count
 
 if TYPE_CHECKING:
+    from collector.config import Source
     from flows.cli._common import Commands
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 # A path segment that is an id: digits, alone or before an extension (42, 42.json).
 _NUMERIC_SEGMENT = re.compile(r"(\d+)(\.[A-Za-z0-9]+)?")
 _IDS_SEEDED = 100  # a first run of --from-url collects this many ids: enough to see it work
+# An example's id below this starts the range at 0 (ids counted from there, the example among
+# them); a larger one (a timestamp, a sparse id) starts it at the example.
+_IDS_FROM_ZERO_BELOW = 10_000
 # The seeds of a source written without --from-url: a host under .invalid never resolves (RFC
 # 6761), and loading a source refuses such seeds with the line to edit, so the placeholder can
 # never be run by mistake (collector.config.placeholder_seed_problem).
@@ -55,6 +62,7 @@ class _Seeds:
     yaml: str
     host: str | None
     local: bool
+    guess: str = ""  # what init guessed, said after writing
 
 
 def _is_local(host: str) -> bool:
@@ -93,16 +101,27 @@ def _seeds_from_url(url: str) -> _Seeds:
     where = numeric[-1]
     match = _NUMERIC_SEGMENT.fullmatch(segments[where])
     assert match is not None
-    first = int(match.group(1))
+    example = int(match.group(1))
     segments[where] = "{i}" + (match.group(2) or "")
     template = urlunsplit(parts._replace(path="/".join(segments)))
+    start, stop = _guessed_range(example)
     return _Seeds(
         f"  template: {json.dumps(template)}\n"
-        f"  range: [{first}, {first + _IDS_SEEDED}]   # [start, stop) of {{i}}: widen it to the"
+        f"  range: [{start}, {stop}]   # [start, stop) of {{i}}: widen it to the"
         " ids you want\n",
         host,
         _is_local(host),
+        f"seeds: {{i}} over range [{start}, {stop}) (the example is {example}): a guess, set "
+        "seeds.range to the ids you want",
     )
+
+
+def _guessed_range(example: int) -> tuple[int, int]:
+    """``[start, stop)`` of the ids a first run collects: from 0 when the example's id is
+    small (ids are usually counted from there), else from the example; the example always in."""
+    if example < _IDS_FROM_ZERO_BELOW:
+        return 0, max(_IDS_SEEDED, example + 1)
+    return example, example + _IDS_SEEDED
 
 
 _COMMENTED = re.compile(r"^(\s*[^\s#].*?)\s+# (.*)$")
@@ -328,9 +347,14 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"      (or write it again from one example page: `collector init {name}"
               " --from-url URL`, after removing these files)")  # fmt: skip
         return EXIT_OK
-    urls = seed_count(source)
     for path in files:
         print(f"wrote {path}")
+    if args.from_url:
+        if seeds.guess:
+            print(seeds.guess)
+        if _drafted_from_example(source, args.from_url, suite_path):
+            source = load_source(source_path)  # checked again with the drafted suite
+    urls = seed_count(source)
     listed = f"{urls} seed URL{'s' * (urls != 1)}"
     warned = print_warnings(source, str(source_path))  # what `validate` would warn about
     plural = "s" * (len(warned) != 1)
@@ -339,6 +363,35 @@ def cmd_init(args: argparse.Namespace) -> int:
     print(f"next: edit {source_path.name}, then `collector run {source_path}`")
     print(f"      on Prefect: add {deployment_path.name} to deployments/prefect.yaml")
     return EXIT_OK
+
+
+def _drafted_from_example(source: Source, url: str, suite_path: Path) -> bool:
+    """Read the example page as a run would, draft the suite from its first record, say what
+    was guessed; True when the suite file was replaced by the draft."""
+    from flows.cli._draft import draft_suite, read_example
+
+    records, how = read_example(source, url)
+    if records is None:
+        print(f"example {url}: {how}; {suite_path.name} is the starter (the key not null)")
+        return False
+    print(f"example {url}: {how}")
+    draft = draft_suite(records, source.record.key)
+    if draft.expectations:
+        suite = json.loads(suite_path.read_text(encoding="utf-8"))
+        suite["expectations"] = draft.expectations
+        suite["meta"] = {
+            "notes": f"Drafted by collector init from {url}: a guess from one page; loosen what "
+            "may be missing or null (docs/sources.md#validation)"
+        }
+        pending = suite_path.with_name(suite_path.name + ".draft")
+        pending.write_text(json.dumps(suite, indent=2) + "\n", encoding="utf-8")
+        pending.replace(suite_path)
+    if draft.expectations:
+        print(f"  drafted {suite_path.name} from its first record (a guess from one page: "
+              "loosen what may be missing or null in others):")  # fmt: skip
+    for line in draft.said:
+        print(f"    {line}")
+    return bool(draft.expectations)
 
 
 def register(commands: Commands) -> None:
