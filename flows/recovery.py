@@ -16,7 +16,10 @@ token, so a run in progress cannot overwrite it with an older one.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import uuid
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 from prefect import flow, get_client, get_run_logger
@@ -230,15 +233,29 @@ async def audit(
     return data
 
 
+def _run_here(flow_call: Callable[[], Coroutine[Any, Any, dict[str, Any]]]) -> dict[str, Any]:
+    """Run a flow to its end from synchronous code: in this thread, or, when this thread runs an
+    event loop already (``main([...])`` called from async code), in a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(flow_call())
+    context = contextvars.copy_context()  # the settings in force here (the API's URL) go along
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(context.run, lambda: asyncio.run(flow_call())).result()
+
+
 def run_compensate(
     source: str, *, batch: str, reason: str, by: str, replacements: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """Run the flow in this process (``collector compensate``); returns its report."""
-    return asyncio.run(
-        compensate(source=source, batch=batch, reason=reason, replacements=replacements, by=by)
+    return _run_here(
+        lambda: compensate(
+            source=source, batch=batch, reason=reason, replacements=replacements, by=by
+        )
     )
 
 
 def run_audit(source: str, *, batches: list[str], dry_run: bool, by: str) -> dict[str, Any]:
     """Run the flow in this process (``collector audit``); returns its report."""
-    return asyncio.run(audit(source=source, batches=batches or None, dry_run=dry_run, by=by))
+    return _run_here(lambda: audit(source=source, batches=batches or None, dry_run=dry_run, by=by))
