@@ -115,7 +115,8 @@ class Collection:
         self.drain_seconds = 0.0  # the run loop's (collector.run.drain), and its process CPU
         self.drain_cpu_seconds = 0.0
         self.records_validated = 0
-        self.pages_ok = 0
+        self.pages_ok = 0  # pages answered with a body (parsed)
+        self.pages_answered = 0  # those and pages answered 304 (pages/s)
         self.robots_requeued = 0  # robots dead letters queued again (collector.run.robots_replan)
         self.hosts: dict[str, Any] = {}  # the engine's view of hosts after the last fetch
         # dead letters this run wrote, by reason (deadletter_reasons is the source's open ones)
@@ -357,8 +358,9 @@ class Collection:
         """Decide each item, check the records, store, put dead letters, ack, count."""
         now = self.clock()
         report = BatchReport(token=lease.token, items=len(lease.items))
-        # pages answered, a 304 included (it is a page answered, with nothing to write)
-        self.pages_ok += sum(1 for result in results if result.status in _ANSWERED)
+        self.pages_ok += sum(1 for result in results if result.status == "ok")
+        # pages/s counts pages answered, a 304 too (a page answered, with nothing to parse)
+        self.pages_answered += sum(1 for result in results if result.status in _ANSWERED)
         decided = decide(
             results, lease, now=now, source=self.source, parser=self.parser,
             letters=self.letters, report=report,
@@ -525,7 +527,7 @@ class Collection:
             # sink writes and frontier acks refused by a fencing token (a newer lease holds them)
             fence_refused=ledger.stale_writes + ledger.stale_acks,
             seconds=round(elapsed, 3),
-            pages_per_second=round(self.pages_ok / elapsed, 1),
+            pages_per_second=round(self.pages_answered / elapsed, 1),
             timings_s={
                 "fetch": round(self.fetch_seconds, 3),
                 "settle": round(self.settle_seconds, 3),
