@@ -145,6 +145,7 @@ def test_retry_puts_dead_urls_back_in_the_queue(
     assert main(["deadletters", "retry", path, "nope"]) == 2
 
 
+@pytest.mark.usefixtures("prefect_api")  # compensate runs its flow
 def test_compensate_removes_exactly_one_batch_and_records_it(
     source: Source, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -170,6 +171,7 @@ def test_compensate_removes_exactly_one_batch_and_records_it(
     assert sorted(r["id"] for r in sink_lines(source.sink_path)) == [0, 1, 2, 7]
 
 
+@pytest.mark.usefixtures("prefect_api")  # compensate runs its flow
 def test_compensate_makes_the_removed_records_pages_fetchable_again(source: Source) -> None:
     pages = {n: f"http://127.0.0.1:9/{n}.json" for n in "ab"}
     frontier = SqliteFrontier(source.frontier_path)

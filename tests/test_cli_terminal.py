@@ -102,7 +102,9 @@ def test_backlog_command_and_the_plain_python_call_both_sample(
 
 
 # --- 19.2 / 20.5 compensate, batches ----------------------------------------------------------
-def test_compensate_refuses_an_unknown_batch_and_records_nothing(tmp_path: Path) -> None:
+def test_compensate_refuses_an_unknown_batch_and_records_nothing(
+    tmp_path: Path, prefect_api: str
+) -> None:
     path = write_source(tmp_path, seeds={"urls": ["http://h.example/0"]})
     before = time.time()
     first, second = write_batches(path, [2, 3])
@@ -138,6 +140,7 @@ def test_compensate_refuses_an_unknown_batch_and_records_nothing(tmp_path: Path)
     assert not ledger.exists()
 
     done = collector("compensate", str(path), "--batch", second, "--reason", "bad prices",
+                     api=prefect_api,  # the compensate flow runs on it
                      USER=None, LOGNAME=None, LNAME=None, USERNAME=None)  # fmt: skip
     assert done.returncode == 0 and "3 records removed" in done.stdout
     [line] = ledger.read_text().splitlines()
@@ -308,16 +311,18 @@ def _two_ids_sharing_a_prefix(source: str, length: int) -> tuple[str, str]:
 
 
 # --- 19.6 audit -------------------------------------------------------------------------------
-def test_audit_text_counts_what_the_json_counts(tmp_path: Path) -> None:
+def test_audit_text_counts_what_the_json_counts(tmp_path: Path, prefect_api: str) -> None:
     suite = {"name": "s", "expectations": [{"type": "expect_column_values_to_be_between",
              "kwargs": {"column": "price", "max_value": 12}}]}  # fmt: skip
     (tmp_path / "suite.json").write_text(json.dumps(suite), encoding="utf-8")
     path = write_source(tmp_path, seeds={"urls": ["http://h.example/0"]},
                         validation={"suite": "suite.json"})  # fmt: skip
     write_batches(path, [2, 3])  # prices 0, 5 | 10, 15, 20: 2 rows fail, both in batch 2
-    done = collector("audit", str(path))
+    done = collector("audit", str(path), api=prefect_api)  # the audit flow runs on it
     assert done.returncode == 0, done.stderr
-    as_json = json.loads(collector("audit", str(path), "--json").stdout.strip().splitlines()[-1])
+    as_json = json.loads(
+        collector("audit", str(path), "--json", api=prefect_api).stdout.strip().splitlines()[-1]
+    )
     assert [b["rows_failing"] for b in as_json["batches"]] == [0, 2]
     assert "2 records in 1 batches failing row-level expectations" in done.stdout
     assert "0 failing table-level expectations" in done.stdout
