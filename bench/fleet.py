@@ -1,6 +1,7 @@
 """Fleet: the autoscaler on real processes against a fixed helper count, and preemption.
 
     .venv/bin/python bench/fleet.py [--budget 4] [--no-model]
+    .venv/bin/python bench/fleet.py --starts 4 [--query-s 5,1]   # helper starts, stage by stage
 
 Measured, in one run, side by side: the eight sources of issue 26 (tests/fleet_world.py EIGHT,
 the same as tests/test_fleet_flow.py: six small sources, a normal burst of 360 items and a low
@@ -16,7 +17,13 @@ database and a fresh sink database:
    bulk source (what an operator would do; the small sources need none), no fleet.
 
 It prints the time until every source's records are all in the sink (from the first request),
-and for `urgent` the time from its request to its first record and to its last, with ratios.
+for `urgent` the time from its request to its first record and to its last, with ratios, and
+the helpers' start: from each helper's creation (the fleet's decision) to the first moment it
+held leases (sampled every half second), median and longest.
+
+``--starts N`` measures only a helper's start, stage by stage (STAGES: created, picked by the
+worker, process started, flow running, first claim), N helpers one after another into a source
+with a long backlog, once per worker poll interval of ``--query-s``, on one server in one run.
 Every helper is a process start on the worker (5-30 s on a loaded 2-core box): the figures
 measure this box as much as the fleet, and the machine load is printed with them.
 
@@ -30,12 +37,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -164,6 +173,13 @@ class Play:
     started: int = 0
     preempted: int = 0
     notes: list[str] = field(default_factory=list)
+    first_claim_s: list[float] = field(default_factory=list)  # each helper's, from its creation
+
+    def start_text(self) -> str:
+        """Decision to first claim: median and longest over the helpers that claimed."""
+        if not self.first_claim_s:
+            return "-"
+        return f"{statistics.median(self.first_claim_s):.1f} / {max(self.first_claim_s):.1f} s"
 
 
 def real(budget: int) -> list[Play]:
@@ -222,6 +238,7 @@ def real(budget: int) -> list[Play]:
                                 started=len(seen.helpers),
                                 preempted=int(seen.tally.get("preempted", 0)),
                                 notes=[f"urgent requested at {late_at:.1f} s"],
+                                first_claim_s=sorted(seen.first_claim_s.values()),
                             )
                         )  # fmt: skip
                 finally:
@@ -229,6 +246,150 @@ def real(budget: int) -> list[Play]:
         finally:
             server.stop()
     return plays
+
+
+# --- decision to first claim, stage by stage ---
+
+STAGES = ("created", "picked", "process", "running", "first claim")
+"""A helper's start, each stage from the fleet's decision (wall seconds): the flow run created
+(the API call returned), picked by the worker (its Pending state), its process started (the
+kernel's start time of the flow run's process), the engine running the flow (Running state:
+interpreter, imports, flow loaded), its first claim (its run id holds leases in the frontier:
+stores opened, GX checks built)."""
+
+
+@dataclass
+class Start:
+    """One helper's start: seconds from the decision to each stage (nan: not seen)."""
+
+    at: dict[str, float]
+
+    def stage(self, name: str) -> float:
+        """The stage's own share: from the stage before it to this one."""
+        index = STAGES.index(name)
+        before = 0.0 if index == 0 else self.at.get(STAGES[index - 1], math.nan)
+        return self.at.get(name, math.nan) - before
+
+
+def _process_started(pid: int) -> float:
+    """When process ``pid`` started (wall seconds; the kernel's clock ticks since boot)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    boot = next(
+        float(line.split()[1])
+        for line in Path("/proc/stat").read_text().splitlines()
+        if line.startswith("btime")
+    )
+    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_starts(count: int, intervals: list[float]) -> dict[float, list[Start]]:
+    """For each worker poll interval in ``intervals`` (one worker each, in turn, on one
+    server): ``count`` helpers started one after another, as the fleet starts them, into a
+    source with a long backlog; each is stopped (Cancelling) once it claimed, before the next."""
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_SERVER_DATABASE_CONNECTION_URL,
+        temporary_settings,
+    )
+
+    from collector.demo.site import FaultSite
+    from tests.fleet_world import Pool
+    from tests.servers import PostgresServer, RedisServer, free_port
+
+    starts: dict[float, list[Start]] = {}
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        PostgresServer() as postgres,
+        RedisServer() as redis,
+        FaultSite() as site,
+    ):
+        with temporary_settings(
+            updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: postgres.prefect_database()}
+        ):
+            server = SubprocessASGIServer(port=free_port())
+            server.start(timeout=180)
+        try:
+            with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+                for query_s in intervals:
+                    here = Path(folder) / f"poll-{query_s:g}"
+                    here.mkdir()
+                    pool = Pool(server.api_url, here, query_s=query_s)
+                    pool.start()
+                    try:
+                        starts[query_s] = _starts_on(
+                            pool, here, count, site.base_url, redis.url,
+                            postgres.create_database(),
+                        )  # fmt: skip
+                    finally:
+                        pool.stop()
+        finally:
+            server.stop()
+    return starts
+
+
+def _starts_on(pool: Any, folder: Path, count: int, site: str, redis: str, dsn: str) -> list[Start]:
+    """``count`` helper starts on ``pool``'s worker, one after another (see measure_starts)."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelling
+
+    from collector.backends import open_frontier
+    from collector.config import load_source
+    from collector.fleet.deploy import deployment_name
+    from collector.run.collection import Collection
+    from flows.fleet import _Deployed, _start
+    from tests.fleet_world import Spec, deploy, write_source
+
+    spec = Spec(f"slow-{pool.query_s:g}".replace(".", "-"), "normal", 2000, 0.5, 4)
+    path = write_source(folder, spec, site, redis, dsn)
+    deploy(str(path), "--pool", pool.name, "--batch-size", "3")
+    source = load_source(path)
+    with Collection(source, run_id="bench-plan") as run:
+        run.plan()
+    frontier = open_frontier(source)
+
+    async def one() -> Start:
+        async with get_client() as client:
+            deployment = await client.read_deployment_by_name(
+                f"collect/{deployment_name(spec.name)}"
+            )
+            target = _Deployed(source, str(path), deployment.id, frontier, None, "")  # type: ignore[arg-type]
+            decided = time.time()
+            (run_id,) = await _start(client, target, 1, batch_size=3, idle_s=3.0)
+            at = {"created": time.time() - decided}
+            deadline = time.monotonic() + 300
+            while "first claim" not in at and time.monotonic() < deadline:
+                holders = await asyncio.to_thread(frontier.holders, spec.name)
+                if any(h.holder == str(run_id) and h.leased for h in holders):
+                    at["first claim"] = time.time() - decided
+                await asyncio.sleep(0.05)
+            flow_run = await client.read_flow_run(run_id)
+            for state in await client.read_flow_run_states(run_id):
+                name = {"PENDING": "picked", "RUNNING": "running"}.get(state.type.value)
+                if name and name not in at:
+                    at[name] = state.timestamp.timestamp() - decided
+            pid = (flow_run.infrastructure_pid or "").rsplit(":", 1)[-1]
+            if pid.isdigit() and Path(f"/proc/{pid}").exists():
+                at["process"] = _process_started(int(pid)) - decided
+            await client.set_flow_run_state(run_id, Cancelling(message="bench"))
+            while not (await client.read_flow_run(run_id)).state.is_final():  # type: ignore[union-attr]
+                await asyncio.sleep(0.2)
+            return Start(at)
+
+    try:
+        return [asyncio.run(one()) for _ in range(count)]
+    finally:
+        frontier.close()
+
+
+def print_starts(starts: list[Start], label: str) -> None:
+    print(f"\n   helper starts ({label}): seconds from the decision")
+    print("   " + "".join(f"{name:>13}" for name in STAGES) + "   (each stage's own share)")
+    for s in starts:
+        print("   " + "".join(f"{s.at.get(n, math.nan):13.2f}" for n in STAGES)
+              + "   " + " ".join(f"{s.stage(n):.2f}" for n in STAGES))  # fmt: skip
 
 
 def _load() -> str:
@@ -241,7 +402,22 @@ def main() -> None:
     parser.add_argument("--no-model", action="store_true", help="real plays only")
     parser.add_argument("--rate", type=float, default=40.0, help="MODEL: items/s per process")
     parser.add_argument("--start-s", type=float, default=5.0, help="MODEL: a helper's start")
+    parser.add_argument(
+        "--starts", type=int, default=0, help="only measure this many helper starts, stage by stage"
+    )
+    parser.add_argument(
+        "--query-s",
+        default="5,1",
+        help="the worker's poll intervals to compare (seconds, comma-separated)",
+    )
     args = parser.parse_args()
+    if args.starts:
+        print(f"helper starts on a process worker; before: {_load()}")
+        intervals = [float(x) for x in args.query_s.split(",")]
+        for query_s, starts in measure_starts(args.starts, intervals).items():
+            print_starts(starts, f"worker polls every {query_s:g} s")
+        print(f"   after: {_load()}")
+        return
     print(f"REAL: 8 sources of issue 26 on a process worker, budget {args.budget}; "
           f"{os.cpu_count()} cores; before: {_load()}")  # fmt: skip
     began = time.monotonic()
@@ -250,14 +426,15 @@ def main() -> None:
     base = plays[0]
     print(
         "\n   play                          all drained  ratio   urgent: 1st record  ratio"
-        "   drained  ratio   helpers  preempted"
+        "   drained  ratio   helpers  preempted   helper start (median / longest)"
     )
     for p in plays:
         ratio = p.all_drained_s / base.all_drained_s
         print(f"   {p.label:28} {p.all_drained_s:9.1f} s  {ratio:5.2f}"
               f"   {p.late_first_s:15.1f} s  {p.late_first_s / base.late_first_s:5.2f}"
               f"   {p.late_drained_s:6.1f} s  {p.late_drained_s / base.late_drained_s:5.2f}"
-              f"   {p.started:7d}  {p.preempted:9d}   ({'; '.join(p.notes)})")  # fmt: skip
+              f"   {p.started:7d}  {p.preempted:9d}   {p.start_text():>15}"
+              f"   ({'; '.join(p.notes)})")  # fmt: skip
     if not args.no_model:
         model(args.budget, args.rate, args.start_s)
 

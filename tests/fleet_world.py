@@ -30,8 +30,9 @@ RUN_TIMEOUT_S = 180  # one flow run: worker poll, process start, Prefect import,
 class Pool:
     """A process work pool of its own on the session's Prefect API, with one worker."""
 
-    def __init__(self, api: str, folder: Path) -> None:
+    def __init__(self, api: str, folder: Path, *, query_s: float = 1.0) -> None:
         self.api = api
+        self.query_s = query_s  # the worker's poll interval (PREFECT_WORKER_QUERY_SECONDS)
         self.name = f"fleet-{uuid.uuid4().hex[:8]}"
         self.folder = folder
         self.log = folder / "worker.log"
@@ -50,7 +51,7 @@ class Pool:
         env.update(
             PREFECT_API_URL=self.api,
             PREFECT_HOME=str(self.folder / "prefect-home"),
-            PREFECT_WORKER_QUERY_SECONDS="1",
+            PREFECT_WORKER_QUERY_SECONDS=f"{self.query_s:g}",
             PREFECT_WORKER_PREFETCH_SECONDS="1",
             PREFECT_LOGGING_LEVEL="WARNING",
             COLLECTOR_LOCAL_SERVER="0",
@@ -205,6 +206,9 @@ class Outcome:
     live: list[tuple[float, dict[str, int]]] = field(default_factory=list)  # live helpers
     most_live: int = 0
     most_live_seen: list[Any] = field(default_factory=list)
+    # each helper's start: seconds from its creation (the fleet's decision) to the first
+    # sample in which it held leases (sampled every half second; none: it never claimed)
+    first_claim_s: dict[str, float] = field(default_factory=dict)
 
     def source_of(self, run: Any) -> str:
         tags: list[str] = run.tags
@@ -265,6 +269,19 @@ def _start_helpers(deployment_id: Any, source: str, reference: str, count: int) 
     asyncio.run(start())
 
 
+def _first_claims(outcome: Outcome, frontier: Any, live: list[Any]) -> None:
+    """Note the helpers seen holding leases for the first time (their start: from creation)."""
+    waiting = [h for h in live if str(h.id) not in outcome.first_claim_s]
+    if not waiting:
+        return
+    at = time.time()
+    sources = {outcome.source_of(h) for h in waiting}
+    holding = {held.holder for s in sources for held in frontier.holders(s) if held.leased}
+    for h in waiting:
+        if str(h.id) in holding:
+            outcome.first_claim_s[str(h.id)] = at - h.created.timestamp()
+
+
 HELPER_IDLE_S = 3.0
 BATCH = 3
 SCENARIO_TIMEOUT_S = 900  # a play took 390 s at load 26 on 2 cores
@@ -289,6 +306,8 @@ def play(
     helper ended; returns what was seen."""
     from prefect.deployments import run_deployment
 
+    from collector.backends import open_frontier
+    from collector.config import load_source
     from collector.fleet.deploy import deployment_name
     from flows.fleet import HELPER_TAG, fleet
 
@@ -298,6 +317,7 @@ def play(
     deploy(*(str(p) for p in paths.values()), "--pool", pool.name, "--batch-size", str(BATCH))
     ids = _deployment_ids(names)
     by_name = {name: i for i, name in ids.items()}
+    frontier = open_frontier(load_source(paths[names[0]]))  # one Redis: every source's holders
     before = {r.id for r in _flow_runs(ids)}  # an earlier play's runs of the same sources
     t0 = time.monotonic()
     own = {n: run_deployment(f"collect/{deployment_name(n)}", timeout=0)
@@ -334,6 +354,7 @@ def play(
         for h in live_runs:
             live[outcome.source_of(h)] += 1
         outcome.live.append((now - t0, live))
+        _first_claims(outcome, frontier, live_runs)
         if len(live_runs) > outcome.most_live:
             outcome.most_live = len(live_runs)
             outcome.most_live_seen = [(h.name, h.state.name) for h in live_runs]
@@ -359,10 +380,12 @@ def play(
         if done:
             outcome.runs = {ids[r.deployment_id]: r for r in ours}
             outcome.helpers = helpers
+            frontier.close()
             return outcome
         if pool.worker is not None and pool.worker.poll() is not None:
             raise AssertionError(f"the worker exited: {pool.log.read_text()[-3000:]}")
         time.sleep(0.5)
+    frontier.close()
     states = [(r.name, r.tags, r.state.name, r.state.message) for r in _flow_runs(ids)]
     raise AssertionError(
         f"the scenario did not end in {SCENARIO_TIMEOUT_S} s: late source requested at "
