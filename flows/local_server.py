@@ -233,13 +233,22 @@ def _import_root() -> str:
     return root if not existing else f"{root}{os.pathsep}{existing}"
 
 
-def stop_local_server(timeout_s: float = 20.0) -> LocalServer | None:
-    """Stop this install's recorded server (if any); returns what was stopped."""
+def stop_local_server(
+    timeout_s: float = 20.0, *, say: Callable[[str], None] | None = None
+) -> LocalServer | None:
+    """Stop this install's recorded server (if any); returns what was stopped. ``say`` is told,
+    before the wait, what is waited for: the supervisor stops its server at once, and the
+    server ends its requests in flight and its services first (a second or two)."""
     server = _read_state()
     if server is None:
         return None
     with contextlib.suppress(ProcessLookupError):
         os.kill(server.pid, signal.SIGTERM)
+    if say is not None:
+        say(
+            f"stopping the local Prefect server at {server.ui} (pid {server.pid}): waiting for "
+            "it to end its requests in flight and its services"
+        )
     deadline = time.monotonic() + timeout_s
     while pid_exists(server.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -374,8 +383,12 @@ def _serve(port: int, idle_s: float) -> int:
     url = f"http://127.0.0.1:{port}/api"
     check_every = min(15.0, max(idle_s / 4, 0.5))
     try:
-        while server.poll() is None:
-            time.sleep(check_every)
+        while True:
+            try:  # not a sleep: a stop (SIGTERM: the server exits) ends this wait at once
+                server.wait(timeout=check_every)
+                break
+            except subprocess.TimeoutExpired:
+                pass
             try:
                 idle = time.time() - _state_file().stat().st_mtime
             except OSError:

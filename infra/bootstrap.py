@@ -1,6 +1,8 @@
 """Create what Collector's deployments need on a Prefect server, idempotently.
 
-``infra/bootstrap [--notify-url URL] [--pool-limit N] [--source FILE ...]`` makes sure that:
+``infra/bootstrap [--notify-url URL] [--pool-limit N] [--source FILE ...]`` acts on the Prefect
+server ``collector`` uses (``PREFECT_API_URL``, else the local background server) and makes sure
+that:
 
 - the process work pool ``collector`` exists, with the queues ``critical`` / ``high`` /
   ``normal`` / ``low`` at priorities 1..4 (a worker always takes the most urgent class first);
@@ -142,7 +144,7 @@ async def ensure_notify_block(url: str) -> UUID:
         _say(f"notification block {NOTIFY_BLOCK} -> {url}", "ok")
     else:
         state = "created" if block is None else "updated"
-        block = CustomWebhookNotificationBlock(**wanted)  # type: ignore[arg-type]
+        block = CustomWebhookNotificationBlock(**wanted)
         await block.asave(NOTIFY_BLOCK, overwrite=True)
         _say(f"notification block {NOTIFY_BLOCK} -> {url}", state)
     assert block._block_document_id is not None
@@ -291,6 +293,19 @@ async def bootstrap(
         await ensure_automations(client, automations(low.id, notify))
 
 
+def target_api() -> str | None:
+    """The server bootstrap acts on: the one ``collector`` uses. The user's ``PREFECT_API_URL``
+    (or profile), else the local background server (started if needed; what ``collector run``
+    and ``collector deploy`` use, and the UI shows). None when the local server is turned off:
+    Prefect would then start a temporary server whose database is thrown away at exit."""
+    from flows.local_server import configured_api_url, use_local_server
+
+    configured = configured_api_url()
+    if configured:
+        return configured
+    return use_local_server(say=lambda line: print(f"infra/bootstrap: {line}", file=sys.stderr))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="infra/bootstrap", description=__doc__.splitlines()[0] if __doc__ else None
@@ -313,6 +328,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--pool-limit must be 0 or more")
     from collector.config import SourceError
 
+    api = target_api()
+    if api is None:
+        print(
+            "infra/bootstrap: no Prefect API to act on: set PREFECT_API_URL to the server your "
+            "workers use (COLLECTOR_LOCAL_SERVER=0 turns off the local one)",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"Prefect API {api}")
     try:
         asyncio.run(
             bootstrap(notify_url=args.notify_url, pool_limit=args.pool_limit, sources=args.source)

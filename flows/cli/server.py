@@ -24,7 +24,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     )
 
     if args.action == "stop":
-        stopped = stop_local_server()
+        stopped = stop_local_server(say=lambda line: print(line, flush=True))
         print(f"stopped the local Prefect server at {stopped.ui}" if stopped
               else "no local Prefect server is running")  # fmt: skip
         return EXIT_OK
