@@ -8,6 +8,10 @@ worker with Collector installed runs it from anywhere: no working directory, no 
 
 A file source is deployed by its absolute path, which must exist on every worker machine; a
 ``block:<name>`` source travels with the server (docs/fleet.md).
+
+:func:`prefect_yaml_entry` writes the same plan as an entry of deployments/prefect.yaml (what
+``collector init`` writes): ``prefect deploy`` of it makes the same deployment, by the same
+name, with the same parameters, schedule and trigger, and no concurrency limit.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collector import defaults
 from collector.errors import ConfigError
 from collector.fleet.deploy import DeploymentPlan
 
-__all__ = ["Deployed", "check_schedule", "deploy_plans"]
+__all__ = ["Deployed", "check_schedule", "deploy_plans", "prefect_yaml_entry"]
 
 
 @dataclass(frozen=True)
@@ -106,3 +110,33 @@ async def deploy_plans(
         deployment_id = await deployment.aapply()
         written.append(Deployed(plan, deployment_id, plan.name in existing))
     return written
+
+
+def prefect_yaml_entry(plan: DeploymentPlan, *, pool: str = defaults.FLEET_POOL) -> str:
+    """The plan as a ``deployments:`` entry of prefect.yaml (``prefect deploy`` makes from it
+    what :func:`deploy_plans` makes: only the entrypoint is the file's, as prefect.yaml's are)."""
+    import yaml
+
+    busy = {"on_busy": "skip"}
+    entry: dict[str, object] = {
+        "name": plan.name,
+        "description": plan.description,
+        "entrypoint": "flows/collect.py:collect",
+        "tags": list(plan.tags),
+        "parameters": dict(plan.parameters),
+        "work_pool": {"name": pool, "work_queue_name": plan.work_queue},
+    }
+    if plan.cron is not None:
+        when: dict[str, object] = {"cron": plan.cron, "timezone": plan.timezone}
+        entry["schedules"] = [{**when, "active": plan.active, "parameters": busy}]
+    elif plan.interval_s is not None:
+        when = {"interval": plan.interval_s, "timezone": plan.timezone}
+        entry["schedules"] = [{**when, "active": plan.active, "parameters": busy}]
+    entry["triggers"] = [{"type": "event", **plan.trigger}]
+
+    class Indented(yaml.SafeDumper):  # "  - name:", as deployments/prefect.yaml's entries
+        def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+            super().increase_indent(flow, False)
+
+    text: str = yaml.dump({"deployments": [entry]}, Dumper=Indented, sort_keys=False, width=100)
+    return text

@@ -105,7 +105,7 @@ def test_the_deployment_entry_is_one_prefect_understands(tmp_path: Path) -> None
     data = yaml.safe_load((tmp_path / "shop.deployment.yaml").read_text())
     model = PrefectYamlModel.model_validate(data)
     (entry,) = model.deployments
-    assert entry.name == "collect-shop"
+    assert entry.name == "source-shop"  # what `collector deploy` names it
     assert entry.entrypoint is not None and entry.work_pool is not None
     file, function = entry.entrypoint.split(":")
     assert (ROOT / file).is_file() and function == "collect"

@@ -23,6 +23,7 @@ from typing import Any
 
 from collector import defaults
 from collector.config import Source
+from collector.fleet.schedule import ScheduleSettings
 
 __all__ = [
     "DEPLOYMENT_PREFIX",
@@ -30,6 +31,7 @@ __all__ = [
     "DeploymentPlan",
     "deployment_name",
     "plan_for",
+    "plan_named",
 ]
 
 DEPLOYMENT_PREFIX = "source-"
@@ -79,9 +81,28 @@ def plan_for(
 ) -> DeploymentPlan:
     """The deployment of ``source``; ``reference`` is what workers load it by (a path that
     exists on every worker machine, or ``block:<name>``)."""
-    name = source.name
-    run_class = source.priority.run_class
-    schedule = source.schedule
+    return plan_named(
+        source.name,
+        reference,
+        run_class=source.priority.run_class,
+        schedule=source.schedule,
+        description=source.description,
+        batch_size=batch_size,
+    )
+
+
+def plan_named(
+    name: str,
+    reference: str,
+    *,
+    run_class: str = "normal",
+    schedule: ScheduleSettings | None = None,
+    description: str = "",
+    batch_size: int = defaults.BATCH_SIZE,
+) -> DeploymentPlan:
+    """The same plan from the source's parts: what ``collector init`` writes as a
+    ``prefect.yaml`` entry before the source can be loaded (its seeds may be a placeholder)."""
+    schedule = schedule or ScheduleSettings()
     return DeploymentPlan(
         source=name,
         reference=reference,
@@ -89,10 +110,8 @@ def plan_for(
         work_queue=run_class,
         tags=("collector", f"class:{run_class}", f"source:{name}"),
         parameters={"source": reference, "batch_size": batch_size},
-        description=(
-            f"Collect source {name} ({run_class}). "
-            + (source.description or f"Written by `collector deploy` from {reference}.")
-        ),
+        description=f"Collect source {name} ({run_class}) from {reference}."
+        + (f" {description}" if description else ""),
         cron=schedule.cron,
         interval_s=schedule.interval_s,
         timezone=schedule.timezone,

@@ -244,30 +244,24 @@ def _suite_text(name: str) -> str:
 
 
 def _deployment_text(name: str, source: Path) -> str:
+    """The source's deployment as a prefect.yaml entry: the plan ``collector deploy`` writes
+    (``collect/source-<name>``, no concurrency limit, ``on_busy: skip`` for its trigger), so
+    either path makes the same deployment."""
+    from collector.fleet.deploy import plan_named
+    from flows.deploy import prefect_yaml_entry
+
+    entry = prefect_yaml_entry(plan_named(name, str(source)))
     return f"""\
 # Add this entry under `deployments:` in deployments/prefect.yaml, then from the project root:
-#   prefect deploy --prefect-file deployments/prefect.yaml --name collect-{name}
-# `source` is the path as the workers see it (or block:{name} after `collector blocks save`).
-# Or, without editing prefect.yaml: `collector deploy {source}` (its own deployment, with the
-# schedule of its `schedule:` section; docs/fleet.md).
-deployments:
-  - name: collect-{name}
-    description: "Collects the source {name}."
-    entrypoint: flows/collect.py:collect
-    tags: [collector, "class:normal"]
-    parameters:
-      source: {json.dumps(str(source))}
-      batch_size: 200
-    work_pool:
-      name: collector
-      work_queue_name: normal        # the source's priority.class
-    concurrency_limit:
-      limit: 1                       # one run at a time; an overlapping one is cancelled
-      collision_strategy: CANCEL_NEW
-    schedules:
-      - interval: 3600               # every hour once you switch it on in the UI
-        active: false
-"""
+#   prefect deploy --prefect-file deployments/prefect.yaml --name source-{name}
+# Or, without editing prefect.yaml:
+#   collector deploy {source}
+# Both make the same deployment, collect/source-{name}: its queue the source's priority.class,
+# a schedule only from a `schedule:` section (add one, then deploy again), an event trigger, no
+# concurrency limit (two runs of a source never overlap: its source lock; a triggered one that
+# finds it running ends `skipped`). `source` is the path as the workers see it (or block:{name}
+# after `collector blocks save`); docs/fleet.md.
+{entry}"""
 
 
 def cmd_init(args: argparse.Namespace) -> int:
