@@ -57,6 +57,7 @@ from collector.run.stop import process_stop
 from collector.run.summary import RunSummary, host_line
 from flows._dead_runs import say_how_it_crashed
 from flows._helper_report import HelperReport
+from flows._labels import label_run
 from flows._locks import domain_slots, source_lock
 from flows.sources import resolve_source, source_reference
 
@@ -288,6 +289,7 @@ async def collect(
     init_sentry()  # once per process, only when SENTRY_DSN is set
     init_tracing()  # once per process, only when OTEL_* asks for export
     metrics.enable(metrics.enabled() or bool(PREFECT_CLIENT_METRICS_ENABLED.value()))
+    await label_run(role, loaded)  # named and tagged by its source, local or deployed
     loaded = resolve_source(source)
     run_id = str(flow_run.get_id() or uuid.uuid4())
     metrics.run_started(run_id, loaded.name, role)

@@ -33,6 +33,7 @@ from collector.config import Source
 from collector.recovery.triage import Triage, TriageReport
 from collector.run.stop import process_stop
 from flows._dead_runs import say_how_it_crashed
+from flows._labels import label_run
 from flows._locks import source_lock
 from flows.sources import resolve_source
 
@@ -81,6 +82,7 @@ async def triage(
     logger = get_run_logger()
     run_id = str(flow_run.get_id() or uuid.uuid4())
     loaded = await asyncio.to_thread(resolve_source, source)
+    await label_run("triage", loaded)
     lock: contextlib.AbstractAsyncContextManager[Any] = (
         contextlib.nullcontext(True)
         if dry_run  # changes nothing: no run's account can move

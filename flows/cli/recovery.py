@@ -95,7 +95,9 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
     quiet_console_for_the_command()  # a busy lock: said in one line below
     try:
-        report = run_triage(args.source, limit=args.limit, dry_run=args.dry_run)
+        from flows.sources import source_reference
+
+        report = run_triage(source_reference(args.source), limit=args.limit, dry_run=args.dry_run)
     except SourceBusy as exc:
         print(f"collector: busy: {exc}; triage changed nothing", file=sys.stderr)
         return EXIT_BUSY

@@ -164,6 +164,7 @@ def _run_stoppable(
         from collector.run.stop import EXIT_CODES, StoppedWaiting
         from flows._locks import quiet_console_for_the_command
         from flows.collect import run_collect
+        from flows.sources import source_reference
 
         if (stopped := _stopped_before_the_flow()) is not None:
             progress.finish(None)
@@ -172,7 +173,7 @@ def _run_stoppable(
         quiet_console_for_run()  # hosts down, every seed refused: said once below
         try:
             result = run_collect(
-                source,
+                source_reference(source),  # the run's parameter: absolute, as the UI shows it
                 batch_size=args.batch_size,
                 max_items=args.max_items,
                 drain_wait_s=args.drain_wait,
