@@ -182,6 +182,8 @@ class FetchEngine:
         # host -> what it answered this run ("200", "503", "connect_error" ...) -> how often:
         # the end-of-run lines of a host that is down (host_report)
         self._answers: dict[str, Counter[str]] = {}
+        # host -> why it could not be connected to ("connection refused" ...) -> how often
+        self._connect_reasons: dict[str, Counter[str]] = {}
         self._halted = asyncio.Event()
         self.stop_grace_s = defaults.STOP_GRACE_S
         # send a page's validators back (If-None-Match / If-Modified-Since): politeness.conditional
@@ -295,6 +297,8 @@ class FetchEngine:
             host: self._host_facts(answers, open_until.get(host))
             for host, answers in self._answers.items()
         }
+        for host, reasons in self._connect_reasons.items():
+            report["hosts"][host]["connect_errors"] = dict(reasons)
         return report
 
     def _host_facts(self, answers: Counter[str], until: float | None) -> dict[str, Any]:
@@ -631,6 +635,9 @@ class FetchEngine:
                 self._answered(
                     host, str(error.status_code) if error.status_code else error.error_class
                 )
+                if error.error_class == "connect_error":  # "cannot connect to h:p: <reason>"
+                    reasons = self._connect_reasons.setdefault(host, Counter())
+                    reasons[str(error).partition(": ")[2] or "could not connect"] += 1
                 gate.observe(_signal(error), sent_at=sent_at, latency_s=0.0, paced=paced, url=url)
                 if circuit is not None:
                     await circuit.record(host, admission, failed=not error.permanent, url=url)

@@ -45,15 +45,27 @@ def _answered_ok(facts: dict[str, Any]) -> bool:
     return any(str(code)[:1] in ("2", "3") for code in facts.get("answers", {}))
 
 
+# what a host "answered" that was no HTTP answer, in words (an HTTP status stays its number)
+_ANSWER_WORDS = {
+    "connect_error": "could not connect",
+    "timeout": "timed out",
+    "network_error": "network error",
+}
+
+
 def _hosts(count: int) -> str:
     return f"{count} host{'' if count == 1 else 's'}"
 
 
 def host_line(host: str, facts: dict[str, Any], *, now: float | None = None) -> str:
     """One host's end-of-run line: what it answered, its breaker, when it is tried again."""
-    answers: dict[str, int] = facts.get("answers", {})
+    answers: dict[str, int] = dict(facts.get("answers", {}))
+    if facts.get("connect_errors"):  # the system's words: "connection refused", not a class
+        answers.pop("connect_error", None)
+        answers.update(facts["connect_errors"])
     said = ", ".join(
-        f"{what} x{count}" for what, count in sorted(answers.items(), key=lambda kv: -kv[1])
+        f"{'HTTP ' + what if what.isdigit() else _ANSWER_WORDS.get(what, what)} x{count}"
+        for what, count in sorted(answers.items(), key=lambda kv: -kv[1])
     )
     breaker = facts.get("breaker", "off")
     retry_at = facts.get("retry_at")
@@ -67,7 +79,7 @@ def host_line(host: str, facts: dict[str, Any], *, now: float | None = None) -> 
         when = "no breaker (limits.circuit off): the next run tries it again"
     else:
         when = "breaker closed: the next run tries it again"
-    return f"{host}: answered {said or 'nothing'}; {when}"
+    return f"{host}: {said or 'no answer'}; {when}"
 
 
 @dataclass(frozen=True, slots=True)

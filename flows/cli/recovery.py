@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def _operator() -> str:
+def operator_name() -> str:
     """Who ran the command, for the ledger: the login name, else the uid (never empty)."""
     try:
         return getpass.getuser()  # LOGNAME, USER, LNAME, USERNAME, then the password database
@@ -139,8 +139,7 @@ def _print_triage(report: dict[str, Any], reference: str, *, dry_run: bool) -> N
         + (f" + other {balance['other']}" if balance["other"] else "")
     )
     if not dry_run and report["escalated"]:
-        print(f"escalated entries wait for a person: collector deadletters list {reference}"
-              " --status review")  # fmt: skip
+        print(f"next: the escalated entries wait for a person: collector review {reference}")
 
 
 def cmd_batches(args: argparse.Namespace) -> int:
@@ -210,7 +209,11 @@ def cmd_compensate(args: argparse.Namespace) -> int:
     quiet_console_for_the_command()
     try:
         report = run_compensate(
-            args.source, batch=args.batch, reason=reason, by=_operator(), replacements=replacements
+            args.source,
+            batch=args.batch,
+            reason=reason,
+            by=operator_name(),
+            replacements=replacements,
         )
     except ConfigError:
         raise  # a replacement without a key of the batch, a suite GX rejects: exit 2 (main)
@@ -320,7 +323,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     quiet_console_for_the_command()
     try:
         report = run_audit(
-            args.source, batches=args.batch, dry_run=args.dry_run, by=f"audit:{_operator()}"
+            args.source, batches=args.batch, dry_run=args.dry_run, by=f"audit:{operator_name()}"
         )
     except ConfigError:
         raise  # a suite GX rejects, a missing variable: one line, exit 2 (main)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import threading
@@ -329,7 +328,9 @@ def cmd_review(args: argparse.Namespace) -> int:
         source = load_source(args.source)
     except SourceError as exc:
         return print_source_problems(exc)
-    reviewer = args.reviewer or os.environ.get("USER") or "reviewer"
+    from flows.cli.recovery import operator_name
+
+    reviewer = args.reviewer or operator_name()  # the login, else the OS account: never a stand-in
     decision = _decision(args)
     if not args.list and decision is None and not sys.stdin.isatty():
         print("collector: review needs a terminal, or a decision: --accept JSON|@FILE,"
@@ -352,7 +353,11 @@ def register(commands: Commands) -> None:
     """Add ``collector review`` to ``collector``'s parser."""
     review = commands.add_parser("review", help="settle escalated dead letters by hand")
     review.add_argument("source", metavar="SOURCE", help=SOURCE_HELP)
-    review.add_argument("--reviewer", default=None, help="your name (default: $USER)")
+    review.add_argument(
+        "--reviewer",
+        default=None,
+        help="your name (default: your login name, else the OS account)",
+    )
     review.add_argument("--list", action="store_true", help="list the entries in review")
     review.add_argument("--limit", type=positive_int, default=100, help="entries listed (--list)")
     review.add_argument(

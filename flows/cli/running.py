@@ -291,13 +291,19 @@ def _print_summary(summary: RunSummary, refusal: str | None = None) -> None:
     if summary.role == "work":
         _print_worker(summary, console)
         return
+    if summary.hosts_down:  # exit 75: what is left and why come first, not a "balanced"
+        console.print(f"[yellow]not done:     {_escaped(summary.hosts_down_line)}")
     _print_ledger_table(summary, console)
     _print_why_nothing(summary, console)
     verdict = "[green]balanced" if summary.balanced else "[red]NOT balanced"
+    if summary.balanced and summary.hosts_down:
+        verdict = "[yellow]balanced, but not done[/] (every item accounted for; some queued)"
+    rejected = summary.records_quarantined  # records, each a dead letter (key or suite failed)
     console.print(
         f"conservation: {verdict}   records written {summary.records_written}, "
-        f"unchanged {summary.records_unchanged}, quarantined "
-        f"{summary.records_quarantined}   {summary.pages_per_second} pages/s   "
+        f"unchanged {summary.records_unchanged}, rejected {rejected}"
+        f"{' (failed record.key or the suite: dead letters)' if rejected else ''}   "
+        f"{summary.pages_per_second} pages/s   "
         f"{summary.requests} requests, {summary.retries} retries"
     )
     if summary.stale_writes:
