@@ -297,3 +297,24 @@ async def _in_thread(call: Callable[[], int]) -> int:
     import asyncio
 
     return await asyncio.to_thread(call)
+
+
+@pytest.mark.parametrize(
+    ("name", "parameters"),
+    [("compensate", {"source", "batch", "reason", "replacements", "dry_run", "by"}),
+     ("audit", {"source", "batches", "dry_run", "by"})],
+)  # fmt: skip
+def test_the_recovery_flows_are_deployed_from_prefect_yaml(name: str, parameters: set[str]) -> None:
+    """Each has a deployment a UI form can start: its flow loads from the entrypoint, with the
+    parameters the form shows (the deploy end-to-end test deploys every entry for real)."""
+    import yaml
+    from prefect.flows import load_flow_from_entrypoint
+    from prefect.utilities.callables import parameter_schema
+
+    root = Path(__file__).resolve().parents[1]
+    shipped = yaml.safe_load((root / "deployments/prefect.yaml").read_text(encoding="utf-8"))
+    (entry,) = [d for d in shipped["deployments"] if d["name"] == name]
+    assert name in entry["tags"] and not entry.get("triggers")
+    flow: Any = load_flow_from_entrypoint(str(root / entry["entrypoint"]))
+    assert flow.name == name
+    assert set(parameter_schema(flow.fn).properties) == parameters
