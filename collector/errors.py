@@ -16,6 +16,9 @@ translated at the boundary where they happen, with the original kept as ``__caus
     ├── StoppedWaiting            a stop (Ctrl-C, SIGTERM) came while the run waited for its
     │                             source lock (collector.run.stop; nothing was claimed; the
     │                             CLI exits 130 / 143)
+    ├── LostFooting               a run lost a lease, its heartbeat or its source lock: it
+    │                             stopped claiming, settled or gave back what it held
+    │                             (collector.run.stop; the flow run ends Failed, the CLI exits 4)
     ├── ConservationError         a run could not prove that every item reached one terminal state
     │                             (raised by the flow with ``summary``: the run's summary dict)
     └── RunFailed                 a run that balanced but cannot count as a success: every seed

@@ -48,11 +48,12 @@ from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from prefect.logging import get_logger
 
 from collector import defaults
+from collector._text import one_line
 from collector.config import Source
 from collector.errors import ConfigError
 from collector.run.liveness import LockBeat, judge_beat, machine, this_process
 from collector.run.locks import SourceBusy, domain_lock_name, source_lock_name
-from collector.run.stop import StoppedWaiting, process_stop
+from collector.run.stop import StoppedWaiting, process_footing, process_stop
 from flows._dead_runs import crash_message, declare_dead_in_frontier, mark_crashed
 from flows._variables import variable_name
 
@@ -130,11 +131,13 @@ async def source_lock(
         if process_stop.reason is not None:  # Ctrl-C while waiting: nothing was held
             raise StoppedWaiting(process_stop.reason, f"the source lock {name!r}")
         await asyncio.sleep(min(remaining, defaults.LOCK_POLL_S))
+    process_footing.reset()  # a loss of an earlier run in this process is not this one's
     beater = await asyncio.to_thread(_LockBeater, source, holder, lease_id)  # its first beat
     try:
         yield True
     finally:
         await asyncio.to_thread(beater.stop)
+        process_footing.reset()
 
 
 def call_under_source_lock(source: Source, work: Callable[[], T]) -> T:
@@ -331,6 +334,7 @@ class _LockBeater:
     def __init__(self, source: Source, holder: str, lease_id: UUID) -> None:
         here, pid, started = this_process()
         self.variable = _beat_variable(source)
+        self.name = source_lock_name(source.name)
         self.lease_id = lease_id
         self.lease_s = source.locks.lease_s
         self.beat = LockBeat(holder, 0.0, here, pid, started, str(lease_id))
@@ -346,28 +350,61 @@ class _LockBeater:
         )
         self._thread.start()
 
-    def _beat_once(self) -> None:
+    def _beat_once(self) -> bool:
+        """Publish one beat; False when it did not go through (retried next beat)."""
         beat = dataclasses.replace(self.beat, at=time.time())
-        try:  # a missed beat only shortens what others wait
+        try:
             with get_client(sync_client=True) as client:
                 if client.read_variable_by_name(self.variable) is None:
                     client.create_variable(VariableCreate(name=self.variable, value=beat.as_json()))
                 else:
                     client.update_variable(VariableUpdate(name=self.variable, value=beat.as_json()))
         except Exception as exc:
-            get_logger(__name__).debug("lock beat missed: %s", exc)
+            get_logger(__name__).warning("the source lock's beat was missed: %s", exc)
+            return False
+        return True
 
     def _run(self) -> None:
-        renewed = time.monotonic()
+        """Beat and renew until stopped, or until the lock is lost: the lease is gone from the
+        server (404/410: a waiter judged this run dead and took the lock), it went unrenewed
+        for all but one beat of its lease, or no beat went through for all but one beat of
+        ``HOLDER_DEAD_AFTER_S`` (a waiter may take the lock any moment). A loss is said once,
+        to the run (``process_footing``), and ends the beat: this run no longer holds it."""
+        renewed = beaten = time.monotonic()  # monotonic: a wall-clock jump changes neither
         while not self._stopped.wait(defaults.HEARTBEAT_S):
-            self._beat_once()
-            if time.monotonic() - renewed >= self.lease_s / 4:
-                try:
-                    with get_client(sync_client=True) as client:
-                        client.renew_concurrency_lease(self.lease_id, self.lease_s)
-                    renewed = time.monotonic()
-                except Exception as exc:  # retried next beat; a lost lease is said here
-                    get_logger(__name__).warning("the source lock's lease was not renewed: %s", exc)
+            if self._beat_once():
+                beaten = time.monotonic()
+            elif time.monotonic() - beaten >= defaults.HOLDER_DEAD_AFTER_S - defaults.HEARTBEAT_S:
+                self._lose(f"no beat went through for {time.monotonic() - beaten:.0f}s")
+                return
+            if time.monotonic() - renewed < self.lease_s / 4:
+                continue
+            try:
+                with get_client(sync_client=True) as client:
+                    client.renew_concurrency_lease(self.lease_id, self.lease_s)
+                renewed = time.monotonic()
+            except Exception as exc:
+                gone = isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code in (
+                    404,
+                    410,
+                )
+                silent = time.monotonic() - renewed
+                if gone:
+                    self._lose(f"the server no longer has its lease ({one_line(exc)})")
+                    return
+                if silent >= self.lease_s - defaults.HEARTBEAT_S:
+                    self._lose(f"its lease was not renewed for {silent:.0f}s ({one_line(exc)})")
+                    return
+                get_logger(__name__).warning(
+                    "the source lock's lease was not renewed (retrying): %s", exc
+                )
+
+    def _lose(self, why: str) -> None:
+        if self._stopped.is_set():  # the run is releasing the lock anyway
+            return
+        what = f"its source lock {self.name!r}: {why}"
+        get_logger(__name__).error("lost %s", what)
+        process_footing.request(what)
 
     def stop(self) -> None:
         """End the beat, release the lease, remove the beat if it is still ours (sync)."""

@@ -32,7 +32,7 @@ from prefect.client.schemas.objects import State, TaskRun
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 from prefect.settings import PREFECT_CLIENT_METRICS_ENABLED
-from prefect.states import Cancelled, Failed
+from prefect.states import Cancelled, Failed, aget_state_exception
 from pydantic import Field
 
 from collector import defaults
@@ -152,15 +152,16 @@ def _circuit_events(source: str, run_id: str) -> Callable[[str, dict[str, Any]],
     return emit
 
 
-def _retry_unless_permanent(task: Any, task_run: TaskRun, state: State[Any]) -> bool:
-    """Prefect retry condition: never retry a batch that failed for a permanent reason."""
-    try:
-        state.result(raise_on_failure=True)
-    except (PermanentFetchError, ConfigError):
-        return False
-    except Exception:
-        return True
-    return True
+async def _retry_unless_permanent(task: Any, task_run: TaskRun, state: State[Any]) -> bool:
+    """Prefect retry condition: never retry a batch that failed for a permanent reason.
+
+    Async on purpose: in Prefect's async task engine ``state.result()`` is a coroutine, so a
+    synchronous condition would see nothing raised and retry everything; the engine awaits an
+    awaitable condition. The state is the Failed one the engine made of the exception (a
+    timeout included: a timed-out batch is retried).
+    """
+    failure = await aget_state_exception(state)
+    return not isinstance(failure, (PermanentFetchError, ConfigError))
 
 
 @task(

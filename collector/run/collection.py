@@ -62,6 +62,7 @@ _log = logging.getLogger(__name__)
 # records stays in bounded memory; later keys are still checked against the remembered ones.
 KEYS_REMEMBERED = 1_000_000
 _ANSWERED = frozenset({"ok", "not_modified"})  # fetch statuses a page counts in pages/s
+RENEW_RETRY_S = 2.0  # a lease renewal the store refused is tried again this often
 
 
 class Collection:
@@ -272,18 +273,47 @@ class Collection:
         self.ledger.took(len(lease.items), reclaimed=lease.reclaimed)
         return lease
 
-    def keep_alive(self, lease: Lease) -> asyncio.Task[None]:
+    def keep_alive(
+        self, lease: Lease, on_lost: Callable[[str], None] | None = None
+    ) -> asyncio.Task[None]:
         """Renew ``lease`` every ``lease_s / 3`` until the returned task is cancelled.
 
         Held from claim to ack, so a batch whose settling waits behind the next fetch keeps
-        its items.
+        its items. A store error is retried every few seconds while the lease still runs; when
+        the store renewed none of its items (another holder took them back) or the lease ran
+        out unrenewed, ``on_lost`` is told in one phrase and the renewal ends.
         """
         ttl = self.source.ttl
+        retry_s = min(RENEW_RETRY_S, ttl.renew_every_s)
+
+        def lost(what: str) -> None:
+            _log.error("%s: lost %s", self.source.name, what)
+            if on_lost is not None:
+                on_lost(what)
 
         async def keep_renewing() -> None:
+            renewed = time.monotonic()  # a wall-clock jump does not shorten or stretch this
+            pause = ttl.renew_every_s
             while True:
-                await asyncio.sleep(ttl.renew_every_s)
-                await self.stores.frontier.renew(lease, now=self.clock(), lease_s=ttl.lease_s)
+                await asyncio.sleep(pause)
+                try:
+                    held = await self.stores.frontier.renew(
+                        lease, now=self.clock(), lease_s=ttl.lease_s
+                    )
+                except BackendError as exc:
+                    left = renewed + ttl.lease_s - time.monotonic()
+                    if left > retry_s:  # transient, perhaps: try again while the lease runs
+                        _log.warning("lease %s not renewed (retrying): %s", lease.token, exc)
+                        pause = retry_s
+                        continue
+                    lost(f"the lease of batch {lease.token}: not renewed for {ttl.lease_s:g}s "
+                         f"({one_line(exc)})")  # fmt: skip
+                    return
+                if lease.items and held == 0:
+                    lost(f"the lease of batch {lease.token}: another holder took its "
+                         f"{len(lease.items)} items back")  # fmt: skip
+                    return
+                renewed, pause = time.monotonic(), ttl.renew_every_s
                 metrics.lease_renewed(self.source.name)
 
         return asyncio.create_task(keep_renewing(), name=f"renew-lease-{lease.token}")

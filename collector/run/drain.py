@@ -11,6 +11,11 @@ the fetch step, tests and benchmarks pass :meth:`Collection.fetch` directly. How
 * **stopped**: a stop request (first SIGINT/SIGTERM, a cancellation) ends claiming at once, the
   engine cuts requests in flight after a short grace, everything fetched is settled and every
   other item goes back to the queue unchanged.
+* **lost footing**: a lease another holder took back or that ran out unrenewed, a heartbeat
+  that no longer goes through, or the source lock's lease lost (``process_footing``, said by
+  flows/_locks.py) end the loop as a stop does, then :func:`drain` raises
+  :class:`~collector.run.stop.LostFooting` naming what was lost: the run must not go on
+  working items that may be someone else's, nor end as if it had done its work.
 
 Items other *live* holders lease (``collector work`` helpers that keep beating) are waited for,
 polling every ``poll_s``, however long they take: the drain wait bounds idle waiting, not the
@@ -42,7 +47,7 @@ from collector.fetch.engine import FetchResult
 from collector.frontier import Lease
 from collector.run.collection import BatchReport, Collection
 from collector.run.heartbeat import Heartbeat, judge_holders
-from collector.run.stop import StopRequest
+from collector.run.stop import LostFooting, StopRequest, process_footing
 
 __all__ = ["DrainEnd", "DrainPolicy", "FetchStep", "Listener", "drain"]
 
@@ -85,11 +90,23 @@ async def drain(
     stop: StopRequest | None = None,
     listener: Listener | None = None,
 ) -> DrainEnd:
-    """Claim, fetch and settle until the source is done, the policy says enough, or a stop."""
+    """Claim, fetch and settle until the source is done, the policy says enough, or a stop.
+
+    Raises :class:`LostFooting` once everything is settled or given back, when the run lost a
+    lease, its heartbeat or its source lock on the way.
+    """
     loop = _Loop(run, fetch, policy, stop or StopRequest(), listener)
     began, cpu = time.monotonic(), time.process_time()
-    async with Heartbeat(run.frontier, run.source.name, run.run_id, every_s=policy.heartbeat_s):
-        with loop.stop.watch(loop.halt):
+    heartbeat = Heartbeat(
+        run.frontier, run.source.name, run.run_id, every_s=policy.heartbeat_s,
+        dead_after_s=policy.holder_dead_after_s, on_lost=loop.lost.request,
+    )  # fmt: skip
+    async with heartbeat:
+        with (
+            loop.stop.watch(loop.halt),
+            loop.lost.watch(loop.halt),
+            process_footing.watch(loop.lock_lost),
+        ):
             try:
                 await loop.warm_up()
                 # The loop's own time and this process's CPU over it (every thread): the run's
@@ -104,6 +121,8 @@ async def drain(
                 )
                 run.drain_seconds += time.monotonic() - began
                 run.drain_cpu_seconds += time.process_time() - cpu
+    if loop.lost.reason is not None:
+        raise LostFooting(loop.lost.reason)
     held = sum(h.leased for h in await run.stores.frontier.holders(run.source.name))
     return DrainEnd(ending, loop.stop.reason, held)
 
@@ -125,12 +144,18 @@ class _Loop:
         self.claimed = 0
         self.waited_s = 0.0  # idle waiting for retry-later items and silent holders
         self.stopped = asyncio.Event()
+        self.lost = StopRequest()  # a lease or the heartbeat lost: the first loss, said once
         self.backlog: collections.deque[asyncio.Task[BatchReport]] = collections.deque()
 
     def halt(self) -> None:
         """The stop request's callback, on the loop: no more claims, cut fetches short."""
         self.stopped.set()
         self.run.halt()
+
+    def lock_lost(self) -> None:
+        """``process_footing``'s callback: the source lock is lost, the run stops as for a
+        lost lease."""
+        self.lost.request(process_footing.reason or "its source lock")
 
     async def tell(self, event: str, **data: Any) -> None:
         if self.listener is not None:
@@ -180,7 +205,10 @@ class _Loop:
         await self._look_at_holders()
         while True:
             if self.stopped.is_set():
-                await self.tell("stopping", reason=self.stop.reason)
+                reason = self.stop.reason or (
+                    f"lost {self.lost.reason}" if self.lost.reason else None
+                )
+                await self.tell("stopping", reason=reason)
                 return "stopped"
             if policy.max_items is not None and self.claimed >= policy.max_items:
                 return "max_items"
@@ -218,11 +246,11 @@ class _Loop:
     async def _fetch_and_queue_settle(self, lease: Lease) -> None:
         run = self.run
         self.claimed += len(lease.items)
-        renewer = run.keep_alive(lease)
+        renewer = run.keep_alive(lease, on_lost=self.lost.request)
         try:
             results = await self.fetch(lease)
         except BaseException:
-            renewer.cancel()
+            await _stop_renewing(renewer)
             await run.release(lease)
             raise
         previous = self.backlog[-1] if self.backlog else None
@@ -241,7 +269,7 @@ class _Loop:
             # Validated at once (with other batches), stored and acked in claim order.
             report = await self.run.settle(lease, results, after=before)
         finally:
-            renewer.cancel()
+            await _stop_renewing(renewer)
         await self.tell("batch", report=report, ledger=self.run.ledger)
         return report
 
@@ -266,3 +294,12 @@ class _Loop:
             revoked += await run.stores.frontier.revoke(run.source.name, dead, now=now)
         run.ledger.reclaimed(revoked)
         return revoked, verdict.live_leased
+
+
+async def _stop_renewing(renewer: asyncio.Task[None]) -> None:
+    """Cancel a lease's renewal and wait for it to end (a renewal in flight is not left to
+    finish after its batch was acked); an error it ended with is raised here, not lost."""
+    renewer.cancel()
+    await asyncio.wait([renewer])
+    if not renewer.cancelled() and renewer.exception() is not None:
+        raise renewer.exception()  # type: ignore[misc]

@@ -11,6 +11,11 @@ them when it wakes up: the fence refuses it, as after an expired lease.
 The beat runs on a thread, not on the run's event loop, so a loop busy with a large settle does
 not look like death; the run loop enters it with ``async with``, so even the first beat and the
 last join leave the loop free (collector.offloop).
+
+A holder whose own beats fail is told so (``on_lost``): a store error is retried every beat,
+but once no beat went through for ``dead_after_s - every_s`` the others may already call it
+dead and revoke its leases, and a beat thread that raised anything else beats no more. Either
+way the holder must stop claiming rather than work items that may no longer be its own.
 """
 
 from __future__ import annotations
@@ -43,13 +48,17 @@ class Heartbeat:
         holder: str,
         *,
         every_s: float = defaults.HEARTBEAT_S,
+        dead_after_s: float = defaults.HOLDER_DEAD_AFTER_S,
         clock: Callable[[], float] = time.time,
+        on_lost: Callable[[str], None] | None = None,
     ) -> None:
         self.frontier = frontier
         self.source = source
         self.holder = holder
         self.every_s = every_s
+        self.dead_after_s = dead_after_s
         self.clock = clock
+        self.on_lost = on_lost
         self._stopped = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"heartbeat-{holder[:12]}", daemon=True
@@ -72,15 +81,32 @@ class Heartbeat:
         await asyncio.to_thread(self.__exit__)
 
     def _run(self) -> None:
+        beaten = time.monotonic()  # the last beat that went through (monotonic: a clock jump
+        # changes what the others read, not how long we have been silent)
+        margin = max(self.every_s, self.dead_after_s - self.every_s)
         while not self._stopped.wait(self.every_s):
             try:
                 self.frontier.beat(self.source, self.holder, now=self.clock())
+                beaten = time.monotonic()
             except CollectorError as exc:  # a backend hiccup: the next beat may succeed
-                log.warning("heartbeat of %s failed: %s", self.holder, exc)
-            except Exception:  # the frontier was closed under us: the run is ending
-                with contextlib.suppress(Exception):
-                    log.debug("heartbeat of %s stopped", self.holder, exc_info=True)
+                silent = time.monotonic() - beaten
+                if silent < margin:
+                    log.warning("heartbeat of %s failed: %s", self.holder, exc)
+                    continue
+                self._lose(f"its heartbeat: no beat went through for {silent:.0f}s ({exc})")
                 return
+            except Exception as exc:
+                if self._stopped.is_set():  # the frontier was closed under us: the run is ending
+                    return
+                self._lose(f"its heartbeat: the beat thread raised {type(exc).__name__}: {exc}")
+                return
+
+    def _lose(self, what: str) -> None:
+        """Say the loss once: to the holder (``on_lost``), else in the log."""
+        with contextlib.suppress(Exception):
+            log.error("%s lost %s", self.holder, what)
+        if self.on_lost is not None:
+            self.on_lost(what)
 
 
 @dataclass(frozen=True, slots=True)

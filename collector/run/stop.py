@@ -25,10 +25,21 @@ from types import FrameType
 
 from collector.errors import CollectorError
 
-__all__ = ["EXIT_CODES", "StopRequest", "StoppedWaiting", "process_stop"]
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_LOST_FOOTING",
+    "LostFooting",
+    "StopRequest",
+    "StoppedWaiting",
+    "process_footing",
+    "process_stop",
+]
 
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 """Exit codes of a run stopped by a signal (128 + the signal number, as shells report them)."""
+
+EXIT_LOST_FOOTING = 4
+"""Exit code of a run (or helper) that lost a lease, its heartbeat or its source lock."""
 
 
 class StoppedWaiting(CollectorError):
@@ -38,6 +49,23 @@ class StoppedWaiting(CollectorError):
     def __init__(self, reason: str, waiting_for: str) -> None:
         super().__init__(f"interrupted by {reason} while waiting for {waiting_for}")
         self.reason = reason
+
+
+class LostFooting(CollectorError):
+    """The run lost what it stands on (a lease, its heartbeat, its source lock): it stopped
+    claiming at once, settled what it still could, gave back the rest and ends Failed.
+
+    Others may by then hold its items or its lock, so going on would work items that are no
+    longer its own; the next run starts from an exact frontier (fencing refused whatever this
+    run could no longer write).
+    """
+
+    def __init__(self, lost: str) -> None:
+        super().__init__(f"stopped: lost {lost}; run again to continue")
+        self.lost = lost
+
+    def __reduce__(self) -> tuple[type[LostFooting], tuple[str]]:
+        return LostFooting, (self.lost,)  # pickled (a Prefect result) as it was raised
 
 
 class StopRequest:
@@ -122,3 +150,7 @@ def _exit_now(signum: int) -> None:
 
 process_stop = StopRequest()
 """The process's stop request, shared by the CLI (which installs the handlers) and the flow."""
+
+process_footing = StopRequest()
+"""The loss of the source lock, said by the thread that renews it (flows/_locks.py) to the run
+loop (collector.run.drain); reset each time the lock is taken and released."""

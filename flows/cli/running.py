@@ -161,7 +161,7 @@ def _run_stoppable(
         _observed(loaded)
         _prefect_server()  # after the checks above: a source that cannot run starts nothing
         from collector.run.locks import SourceBusy
-        from collector.run.stop import EXIT_CODES, StoppedWaiting
+        from collector.run.stop import EXIT_CODES, EXIT_LOST_FOOTING, LostFooting, StoppedWaiting
         from flows._locks import quiet_console_for_the_command
         from flows.collect import run_collect
         from flows.sources import source_reference
@@ -191,6 +191,10 @@ def _run_stoppable(
             progress.finish(None)
             print(f"collector: {exc}; nothing was claimed", file=sys.stderr)
             return EXIT_CODES.get(exc.reason, EXIT_FAILED), None, None
+        except LostFooting as exc:  # a lease, the heartbeat or the lock lost: exit 4
+            progress.finish(None)
+            print(f"collector: {exc}", file=sys.stderr)
+            return EXIT_LOST_FOOTING, None, None
         except ConfigError as exc:
             progress.finish(None)
             print(f"{source}: {exc}", file=sys.stderr)

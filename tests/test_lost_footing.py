@@ -1,0 +1,160 @@
+"""A run that loses its footing (a lease, its heartbeat, its source lock) stops and says so.
+
+Each test takes the footing away with real parts (a SQLite frontier whose leases another holder
+revokes, as one does after a clock jump made this run look dead; a frontier closed under the
+heartbeat's thread; a Prefect lease released by id, as a waiter that judged the run dead does)
+and checks that the run ends with :class:`LostFooting` naming what was lost, leaves nothing
+leased, and that a rerun ends exact with nothing stored twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from collector.config import load_source
+from collector.demo.site import FaultSite
+from collector.fetch.engine import FetchResult
+from collector.frontier import Lease, StateCounts
+from collector.frontier.sqlite import SqliteFrontier
+from collector.run.collection import Collection
+from collector.run.drain import DrainPolicy, drain
+from collector.run.heartbeat import Heartbeat
+from collector.run.stop import LostFooting, process_footing
+from collector.run.summary import RunSummary
+from tests.helpers import duplicate_keys, sink_lines, write_source
+
+ITEMS = 24
+
+
+def _source(folder: Path, site: FaultSite) -> Path:
+    urls = [site.url(f"/items/{i}.json") for i in range(ITEMS)]
+    return write_source(
+        folder,
+        name="footing",
+        seeds={"urls": urls},
+        limits={"concurrency": 4, "per_domain_concurrency": 4},
+        # renewed every second: the renewal meets the revoked lease while the batch is fetched
+        ttl={"http_timeout_s": 1, "request_deadline_s": 1, "batch_timeout_s": 2, "lease_s": 3},
+    )
+
+
+async def _drain(
+    path: Path, run_id: str, *, revoke_first: bool
+) -> tuple[RunSummary, StateCounts, object]:
+    """Plan and drain; with ``revoke_first`` the first batch's leases are revoked by another
+    holder before it is fetched, and its fetch lasts past one renewal."""
+    with Collection(load_source(path), run_id=run_id) as run:
+        run.plan()
+        revoked = False
+        async with run.engine() as engine:
+
+            async def fetch(lease: Lease) -> list[FetchResult]:
+                nonlocal revoked
+                if revoke_first and not revoked:
+                    revoked = True  # what a holder that judged this run dead does
+                    await run.stores.frontier.revoke(run.source.name, run_id, now=time.time())
+                    renewals_before = run.source.ttl.renew_every_s * 2
+                    await asyncio.sleep(renewals_before)  # a slow fetch: a renewal comes first
+                return await run.fetch(engine, lease)
+
+            try:
+                outcome: object = await drain(run, fetch, DrainPolicy(batch_size=6))
+            except LostFooting as lost:
+                outcome = lost
+            finally:
+                await run.aclose()
+        run.finish(planned=True)
+        return run.summary(), run.frontier.counts(run.source.name), outcome
+
+
+def test_a_lease_taken_back_stops_the_run_which_says_so_and_a_rerun_is_exact(
+    tmp_path: Path,
+) -> None:
+    with FaultSite() as site:
+        path = _source(tmp_path, site)
+        _, counts, outcome = asyncio.run(_drain(path, "run-1", revoke_first=True))
+        assert isinstance(outcome, LostFooting), outcome
+        print(f"collector: {outcome}")
+        assert "lease of batch" in str(outcome) and "took its 6 items back" in str(outcome)
+        assert counts.leased == 0  # settled or given back: nothing left held
+        assert counts.queued > 0  # it stopped claiming at once: the rest waits for a rerun
+
+        summary, counts, ended = asyncio.run(_drain(path, "run-2", revoke_first=False))
+    assert not isinstance(ended, LostFooting), ended
+    assert summary.balanced, summary.problems
+    assert counts.leased == counts.queued == 0
+    rows = sink_lines(tmp_path / "out")
+    assert len({row["id"] for row in rows}) == ITEMS and duplicate_keys(rows) == []
+
+
+def _told(beat_kwargs: dict[str, object], frontier: SqliteFrontier, *, close: bool) -> list[str]:
+    lost: list[str] = []
+    told = threading.Event()
+
+    def on_lost(what: str) -> None:
+        lost.append(what)
+        told.set()
+
+    with Heartbeat(frontier, "footing", "run-1", on_lost=on_lost, **beat_kwargs):  # type: ignore[arg-type]
+        if close:
+            frontier.close()
+        assert told.wait(60), "the holder was never told it lost its heartbeat"
+    return lost
+
+
+def test_a_heartbeat_that_no_longer_goes_through_tells_the_holder(tmp_path: Path) -> None:
+    """The store refuses every beat (closed under it): retried while others would still call
+    the holder alive, then the holder is told (it used to warn forever, unheard)."""
+    frontier = SqliteFrontier(tmp_path / "frontier.db")
+    lost = _told({"every_s": 0.05, "dead_after_s": 0.5}, frontier, close=True)
+    assert len(lost) == 1 and lost[0].startswith("its heartbeat: no beat went through for")
+
+
+def test_a_heartbeat_thread_that_raises_tells_the_holder(tmp_path: Path) -> None:
+    """Anything else the beat thread raises (here its clock) ends the beat: the holder is told
+    (it used to end the beat at debug level, after which others revoke its leases unseen)."""
+    ticks = iter([time.time()])  # the first beat, then the clock fails
+
+    def clock() -> float:
+        return next(ticks)  # StopIteration on the thread's first beat
+
+    with SqliteFrontier(tmp_path / "frontier.db") as frontier:
+        lost = _told({"every_s": 0.05, "clock": clock}, frontier, close=False)
+    assert len(lost) == 1 and lost[0].startswith("its heartbeat: the beat thread raised")
+
+
+@pytest.mark.slow
+async def test_a_lost_source_lock_is_said_to_the_run(
+    tmp_path: Path, prefect_api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A waiter that judged the run dead releases its lease by id: the next renewal finds it
+    gone (Prefect answers 404/410) and the run is told, once, through ``process_footing``."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+
+    from collector import defaults
+    from flows._locks import read_beat, source_lock
+
+    monkeypatch.setattr(defaults, "HEARTBEAT_S", 0.2)
+    source = load_source(
+        write_source(tmp_path, name="footing-lock", seeds={"urls": ["http://h.example/0"]})
+    )
+    async with source_lock(source, holder="footing", on_busy="wait", wait_s=0) as held:
+        assert held
+        _, beat = await read_beat(source)
+        assert beat is not None and beat.lease_id
+        async with get_client() as client:
+            await client.release_concurrency_slots_with_lease(UUID(beat.lease_id))
+        deadline = time.monotonic() + 120  # renewed every lease_s / 4 (15 s): seen within it
+        while process_footing.reason is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        said = process_footing.reason
+    assert said is not None, "the run was never told it lost its source lock"
+    assert "source lock 'source:footing-lock'" in said and "no longer has its lease" in said
+    assert process_footing.reason is None  # forgotten once the lock is released
