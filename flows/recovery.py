@@ -4,8 +4,9 @@ The work is plain Python (:func:`collector.recovery.compensation.compensate_batc
 :func:`collector.recovery.audit.audit`); these flows add the run (deployable, started from the
 UI's "Custom run" form, the CLI or an event, with its parameters shown), a markdown report and a
 table as artifacts, an event with the outcome, and a run name and tags saying which source and
-which role (``compensate-<source>``, tags ``collector``, ``compensate``, ``source:<name>``), so
-the runs of one source's recovery are found together. ``collector compensate`` and ``collector
+which role (``compensate-<source>-<batch>``, ``audit-<source>``; tags ``collector``, the role,
+``source:<name>``, ``class:<class>``: ``flows/_labels.py``), so the runs of one source's recovery
+are found together. ``collector compensate`` and ``collector
 audit`` run them in the command's process, as ``collector triage`` runs the triage flow.
 
 Neither takes the source's lock (as before they were flows): removing records and making done
@@ -22,7 +23,7 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
-from prefect import flow, get_client, get_run_logger
+from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.events import emit_event
 from prefect.runtime import flow_run
@@ -34,6 +35,7 @@ from collector.errors import CollectorError, ConfigError
 from collector.recovery.audit import AuditReport
 from collector.recovery.compensation import CompensationReport
 from flows._dead_runs import say_how_it_crashed
+from flows._labels import label_run
 from flows.sources import resolve_source
 
 __all__ = ["audit", "compensate", "run_audit", "run_compensate"]
@@ -42,17 +44,6 @@ __all__ = ["audit", "compensate", "run_audit", "run_compensate"]
 def _artifact_key(source: str, what: str) -> str:
     safe = "".join(ch if ch.isalnum() else "-" for ch in source.lower())
     return f"collector-{safe}-{what}"[:100]
-
-
-async def _label_run(role: str, source: Source, detail: str = "") -> None:
-    """Name the run ``<role>-<source>[-<detail>]`` and tag it with its role and source."""
-    run_id = flow_run.get_id()
-    if run_id is None:
-        return
-    name = f"{role}-{source.name}" + (f"-{detail}" if detail else "")
-    tags = {*(flow_run.get_tags() or []), "collector", role, f"source:{source.name}"}
-    async with get_client() as client:
-        await client.update_flow_run(uuid.UUID(run_id), name=name[:200], tags=sorted(tags))
 
 
 def _validator(source: Source) -> Any:
@@ -115,7 +106,7 @@ async def compensate(
     logger = get_run_logger()
     run_id = str(flow_run.get_id() or uuid.uuid4())
     loaded = await asyncio.to_thread(resolve_source, source)
-    await _label_run("compensate", loaded, batch)
+    await label_run("compensate", loaded, batch)
     report, where, review = await asyncio.to_thread(
         _compensate, loaded, run_id, batch, reason.strip(), by or f"flow run {run_id}",
         replacements or [], dry_run,
@@ -198,7 +189,7 @@ async def audit(
     logger = get_run_logger()
     run_id = str(flow_run.get_id() or uuid.uuid4())
     loaded = await asyncio.to_thread(resolve_source, source)
-    await _label_run("audit", loaded)
+    await label_run("audit", loaded)
     report, where = await asyncio.to_thread(
         _audit, loaded, batches or None, dry_run, by or f"audit:flow run {run_id}"
     )

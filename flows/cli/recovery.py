@@ -208,8 +208,10 @@ def cmd_compensate(args: argparse.Namespace) -> int:
 
     quiet_console_for_the_command()
     try:
+        from flows.sources import source_reference
+
         report = run_compensate(
-            args.source,
+            source_reference(args.source),  # the run's parameter: absolute, as the UI shows it
             batch=args.batch,
             reason=reason,
             by=operator_name(),
@@ -322,8 +324,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     quiet_console_for_the_command()
     try:
+        from flows.sources import source_reference
+
         report = run_audit(
-            args.source, batches=args.batch, dry_run=args.dry_run, by=f"audit:{operator_name()}"
+            source_reference(args.source),
+            batches=args.batch,
+            dry_run=args.dry_run,
+            by=f"audit:{operator_name()}",
         )
     except ConfigError:
         raise  # a suite GX rejects, a missing variable: one line, exit 2 (main)
