@@ -38,7 +38,7 @@ from collector.config import load_source
 from collector.errors import BackendError, ConfigError
 from collector.run.collection import Collection
 from flows.collect import Batch, _retry_unless_permanent, _RunContext, collect, fetch_batch
-from tests.helpers import duplicate_keys, sink_lines, write_source
+from tests.helpers import duplicate_keys, sink_lines, summary_of, write_source
 from tests.servers import RedisServer, numbered_pages
 
 JITTER = 0.5  # fetch-batch's retry_jitter_factor
@@ -154,7 +154,8 @@ async def _one_batch(
                 if limiter is not None:
                     engine.rate_limiter = limiter
                 batch = Batch(lease, _RunContext(run, engine))
-                state = await task(run.run_id, batch, return_state=True)
+                called: Any = task(run.run_id, batch, return_state=True)  # a coroutine here
+                state: State = await called
             if state.is_completed():
                 await run.wait_settled(run.settle(lease, batch.results))
             else:
@@ -163,8 +164,9 @@ async def _one_batch(
             run.finish()
             return state, run.summary().as_dict()
 
-    flow_state = await one_batch(return_state=True)
-    task_state, summary = await flow_state.result()
+    called: Any = one_batch(return_state=True)  # typed by its function's result by Prefect
+    flow_state: State = await called
+    task_state, summary = await flow_state.aresult()
     flow_run_id = flow_state.state_details.flow_run_id
     assert flow_run_id is not None
     return flow_run_id, task_state, summary
@@ -283,7 +285,7 @@ async def test_a_batch_retried_on_a_real_run_settles_each_item_once(
 
     (states,) = await _attempts(flow_run_id)
     _assert_retried_as_configured(states)
-    summary = await state.result()
+    summary = summary_of(await state.aresult())
     assert summary["balanced"], summary
     assert summary["discovered"] == 4 and summary["stored"] == 4 and summary["queued"] == 0
     assert summary["batches"] == 1
