@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from collector import defaults
 from collector.policy.priority import (
+    CRITICAL_HEAD_START_S,
     MAX_BASE_SCORE,
     PriorityRule,
     PrioritySettings,
@@ -177,7 +178,9 @@ def test_rank_for_matches_base_and_rank():
 # --- anti-starvation -----------------------------------------------------------------------------
 @pytest.mark.parametrize("rate", [0.1, 1.0, 60.0])
 def test_starvation_bound_value(rate):
-    assert PrioritySettings(aging_per_minute=rate).starvation_bound_s == pytest.approx(600.0 / rate)
+    assert PrioritySettings(aging_per_minute=rate).starvation_bound_s == pytest.approx(
+        600.0 / rate + CRITICAL_HEAD_START_S
+    )
 
 
 @PROPS

@@ -3,15 +3,20 @@
 The score of an item is::
 
     base  = urgency(age) x weight x RETRY_PENALTY**retries x 1 / (1 + COST_FACTOR x cost)
-    score = base + aging_rate x waited
+    score = base + aging_rate x (waited + CRITICAL_HEAD_START_S if weight >= 8 else waited)
 
 * ``urgency`` grows with the time since the URL was last fetched, relative to its freshness TTL
   (1 for a URL never fetched), so the stalest data is refreshed first;
 * ``weight`` (1..10) is how important the source or URL rule says it is;
 * every failed attempt multiplies by 0.7, so a failing URL yields to healthy ones;
 * expensive pages (cost, e.g. KiB of the last response) yield to cheap ones;
+* an item of weight >= ``CRITICAL_WEIGHT`` (8) starts with an hour of waiting credited
+  (``CRITICAL_HEAD_START_S``): offered behind a backlog, it is claimed before every item of
+  weight < 8 that has waited less than that hour (a plain weight-9-over-5 lead would be overtaken
+  by a backlog older than 4 minutes);
 * ``aging_rate x waited`` lifts everything that waits, so nothing starves: ``base`` is at most
-  10, hence an item that has waited ``10 / aging_rate`` seconds outranks any newcomer.
+  10, hence an item that has waited ``10 / aging_rate`` seconds plus the head start outranks any
+  newcomer (``starvation_bound_s``), a steady stream of critical items included.
 
 Stores cannot re-sort a queue as time passes, so the score is kept in a time-invariant form:
 ``rank = base - aging_rate x enqueued_at``. For every ``now``, ``score(now) = rank + aging_rate x
@@ -30,6 +35,8 @@ from collector import defaults
 from collector.policy._urlmatch import UrlMatch
 
 __all__ = [
+    "CRITICAL_HEAD_START_S",
+    "CRITICAL_WEIGHT",
     "MAX_BASE_SCORE",
     "PriorityRule",
     "PrioritySettings",
@@ -41,6 +48,8 @@ __all__ = [
 
 PriorityClass = Literal["critical", "high", "normal", "low"]
 MAX_BASE_SCORE = 10.0  # urgency <= 1, weight <= 10, penalties <= 1
+CRITICAL_WEIGHT = 8  # a weight from which an item is critical: head of the queue
+CRITICAL_HEAD_START_S = 3600.0  # waiting credited to a critical item as it is queued
 
 
 def urgency(age_s: float | None, fresh_s: float) -> float:
@@ -63,9 +72,13 @@ def base_score(
     )
 
 
-def rank(base: float, *, enqueued_at: float, aging_per_minute: float) -> float:
-    """Time-invariant sort key: higher rank is served first."""
-    return base - (aging_per_minute / 60.0) * enqueued_at
+def rank(
+    base: float, *, enqueued_at: float, aging_per_minute: float, critical: bool = False
+) -> float:
+    """Time-invariant sort key: higher rank is served first. A ``critical`` item ranks as if
+    queued ``CRITICAL_HEAD_START_S`` earlier."""
+    credited = enqueued_at - CRITICAL_HEAD_START_S if critical else enqueued_at
+    return base - (aging_per_minute / 60.0) * credited
 
 
 def score_at(item_rank: float, *, now: float, aging_per_minute: float) -> float:
@@ -124,9 +137,14 @@ class PrioritySettings(BaseModel):
         if observed_cost is not None:
             cost = max(cost, observed_cost)
         base = base_score(age_s=age_s, fresh_s=fresh_s, weight=weight, retries=retries, cost=cost)
-        return rank(base, enqueued_at=enqueued_at, aging_per_minute=self.aging_per_minute)
+        return rank(
+            base,
+            enqueued_at=enqueued_at,
+            aging_per_minute=self.aging_per_minute,
+            critical=weight >= CRITICAL_WEIGHT,
+        )
 
     @property
     def starvation_bound_s(self) -> float:
-        """An item that waited this long outranks any newly queued item."""
-        return MAX_BASE_SCORE / (self.aging_per_minute / 60.0)
+        """An item that waited this long outranks any newly queued item, a critical one too."""
+        return MAX_BASE_SCORE / (self.aging_per_minute / 60.0) + CRITICAL_HEAD_START_S
