@@ -156,7 +156,9 @@ _ADDED_COLUMNS = ("etag", "last_modified", "history")
 _LEASE_ROWS_KEPT_S = 86_400.0  # holder rows of old leases are pruned after a day
 _CHUNK = 500  # rows per step of adopt (each a transaction of its own)
 _OFFER_CHUNK = 2_000  # URLs per offer transaction: fewer commits, bounded statement size
-_CACHE_KIB = 65_536  # page cache: a list of unrelated URLs writes the URL index at random places
+# page cache: a list of unrelated URLs writes the URL index at random places, and below this a
+# plan of such a list re-reads index pages; twice as much only adds to a plan's peak RSS
+_CACHE_KIB = 32_768
 # pages of a new file: fewer per URL (~1.3 bytes less a queued URL than 4,096, and the plan ~4 %
 # faster); an existing file keeps its own (a WAL file cannot change it)
 _PAGE_BYTES = 8_192
