@@ -10,12 +10,14 @@ leased, and that a rerun ends exact with nothing stored twice.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from collector._redis import script_text
 from collector.config import load_source
 from collector.demo.site import FaultSite
 from collector.fetch.engine import FetchResult
@@ -23,18 +25,23 @@ from collector.frontier import Lease, StateCounts
 from collector.frontier.sqlite import SqliteFrontier
 from collector.run.collection import Collection
 from collector.run.drain import DrainPolicy, drain
-from collector.run.heartbeat import Heartbeat
+from collector.run.heartbeat import Heartbeat, dead_holders
 from collector.run.stop import LostFooting, process_footing
 from collector.run.summary import RunSummary
 from tests.helpers import duplicate_keys, sink_lines, write_source
+from tests.redis_proxy import ReplyLoser
+from tests.servers import RedisServer
+
+FRONTIER = "collector.frontier"
 
 ITEMS = 24
 
 
-def _source(folder: Path, site: FaultSite) -> Path:
+def _source(folder: Path, site: FaultSite, **sections: object) -> Path:
     urls = [site.url(f"/items/{i}.json") for i in range(ITEMS)]
     return write_source(
         folder,
+        **sections,
         name="footing",
         seeds={"urls": urls},
         limits={"concurrency": 4, "per_domain_concurrency": 4},
@@ -44,10 +51,11 @@ def _source(folder: Path, site: FaultSite) -> Path:
 
 
 async def _drain(
-    path: Path, run_id: str, *, revoke_first: bool
-) -> tuple[RunSummary, StateCounts, object]:
-    """Plan and drain; with ``revoke_first`` the first batch's leases are revoked by another
-    holder before it is fetched, and its fetch lasts past one renewal."""
+    path: Path, run_id: str, *, revoke_first: bool = False, slow_first: bool = False
+) -> tuple[RunSummary | None, object]:
+    """Plan and drain; with ``revoke_first`` the first batch's leases are revoked before it is
+    fetched by a holder whose clock jumped an hour ahead (this run looks dead to it); with
+    either, the first fetch lasts past two renewals."""
     with Collection(load_source(path), run_id=run_id) as run:
         run.plan()
         revoked = False
@@ -55,9 +63,10 @@ async def _drain(
 
             async def fetch(lease: Lease) -> list[FetchResult]:
                 nonlocal revoked
-                if revoke_first and not revoked:
-                    revoked = True  # what a holder that judged this run dead does
-                    await run.stores.frontier.revoke(run.source.name, run_id, now=time.time())
+                if (revoke_first or slow_first) and not revoked:
+                    revoked = True
+                    if revoke_first:
+                        await run.stores.frontier.lane.run(_revoke_as_jumped_clock, run)
                     renewals_before = run.source.ttl.renew_every_s * 2
                     await asyncio.sleep(renewals_before)  # a slow fetch: a renewal comes first
                 return await run.fetch(engine, lease)
@@ -68,8 +77,23 @@ async def _drain(
                 outcome = lost
             finally:
                 await run.aclose()
+        if isinstance(outcome, LostFooting):  # the flow ends here: no account is published
+            return None, outcome
         run.finish(planned=True)
-        return run.summary(), run.frontier.counts(run.source.name), outcome
+        return run.summary(), outcome
+
+
+def _counts(path: Path) -> StateCounts:
+    """The source's frontier as it is now, read by a process of its own."""
+    with Collection(load_source(path), run_id="reader") as reader:
+        return reader.frontier.counts(reader.source.name)
+
+
+def _revoke_as_jumped_clock(run: Collection) -> None:
+    """Another holder, its clock an hour ahead, finds this run silent and revokes its leases."""
+    later = time.time() + 3600
+    for dead in dead_holders(run.frontier, run.source.name, now=later):
+        run.frontier.revoke(run.source.name, dead, now=later)
 
 
 def test_a_lease_taken_back_stops_the_run_which_says_so_and_a_rerun_is_exact(
@@ -77,15 +101,44 @@ def test_a_lease_taken_back_stops_the_run_which_says_so_and_a_rerun_is_exact(
 ) -> None:
     with FaultSite() as site:
         path = _source(tmp_path, site)
-        _, counts, outcome = asyncio.run(_drain(path, "run-1", revoke_first=True))
+        _, outcome = asyncio.run(_drain(path, "run-1", revoke_first=True))
+        counts = _counts(path)
         assert isinstance(outcome, LostFooting), outcome
         print(f"collector: {outcome}")
         assert "lease of batch" in str(outcome) and "took its 6 items back" in str(outcome)
         assert counts.leased == 0  # settled or given back: nothing left held
         assert counts.queued > 0  # it stopped claiming at once: the rest waits for a rerun
 
-        summary, counts, ended = asyncio.run(_drain(path, "run-2", revoke_first=False))
-    assert not isinstance(ended, LostFooting), ended
+        summary, ended = asyncio.run(_drain(path, "run-2"))
+        counts = _counts(path)
+    assert summary is not None, ended
+    assert summary.balanced, summary.problems
+    assert counts.leased == counts.queued == 0
+    rows = sink_lines(tmp_path / "out")
+    assert len({row["id"] for row in rows}) == ITEMS and duplicate_keys(rows) == []
+
+
+def test_redis_away_longer_than_the_lease_stops_the_run_and_a_rerun_is_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis goes away (a relay stops it at the run's first lease renewal) for longer than the
+    lease: the renewal is retried while the lease runs, then the run stops, saying which lease
+    it lost and why; once Redis is back a rerun ends exact, nothing stored twice."""
+    monkeypatch.setenv("COLLECTOR_REDIS_RECONNECT_S", "1")  # each call fails after 1 s
+    with FaultSite() as site, RedisServer(persistent=True) as server:
+        with ReplyLoser(server, down_s=8) as relay:
+            path = _source(tmp_path, site, frontier={"type": "redis", "url": relay.url})
+            renew = hashlib.sha1(script_text(FRONTIER, "prelude", "renew").encode()).hexdigest()
+            relay.lose(renew, ran=False)
+            _, outcome = asyncio.run(_drain(path, "run-1", slow_first=True))
+            relay.wait()
+        assert isinstance(outcome, LostFooting), outcome
+        print(f"collector: {outcome}")
+        assert "the lease of batch" in str(outcome) and "not renewed for 3s" in str(outcome)
+        path = _source(tmp_path, site, frontier={"type": "redis", "url": server.url})
+        summary, ended = asyncio.run(_drain(path, "run-2"))
+        counts = _counts(path)
+    assert summary is not None, ended
     assert summary.balanced, summary.problems
     assert counts.leased == counts.queued == 0
     rows = sink_lines(tmp_path / "out")

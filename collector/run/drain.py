@@ -101,26 +101,33 @@ async def drain(
         run.frontier, run.source.name, run.run_id, every_s=policy.heartbeat_s,
         dead_after_s=policy.holder_dead_after_s, on_lost=loop.lost.request,
     )  # fmt: skip
-    async with heartbeat:
-        with (
-            loop.stop.watch(loop.halt),
-            loop.lost.watch(loop.halt),
-            process_footing.watch(loop.lock_lost),
-        ):
-            try:
-                await loop.warm_up()
-                # The loop's own time and this process's CPU over it (every thread): the run's
-                # throughput without start-up and wind-down, a figure the load hardly moves.
-                began, cpu = time.monotonic(), time.process_time()
-                ending = await loop.go()
-            finally:
-                # Our own leases are all acked or released by now; forget our heartbeat (a
-                # lease left behind by a bug would be returned and counted here, not lost).
-                run.ledger.gave_back(
-                    await run.stores.frontier.revoke(run.source.name, run.run_id, now=run.clock())
-                )
-                run.drain_seconds += time.monotonic() - began
-                run.drain_cpu_seconds += time.process_time() - cpu
+    try:
+        async with heartbeat:
+            with (
+                loop.stop.watch(loop.halt),
+                loop.lost.watch(loop.halt),
+                process_footing.watch(loop.lock_lost),
+            ):
+                try:
+                    await loop.warm_up()
+                    # The loop's own time and this process's CPU over it (every thread): the run's
+                    # throughput without start-up and wind-down, a figure the load hardly moves.
+                    began, cpu = time.monotonic(), time.process_time()
+                    ending = await loop.go()
+                finally:
+                    # Our own leases are all acked or released by now; forget our heartbeat (a
+                    # lease left behind by a bug would be returned and counted here, not lost).
+                    run.ledger.gave_back(
+                        await run.stores.frontier.revoke(
+                            run.source.name, run.run_id, now=run.clock()
+                        )
+                    )
+                    run.drain_seconds += time.monotonic() - began
+                    run.drain_cpu_seconds += time.process_time() - cpu
+    except Exception as exc:  # a store error on the way out of a run that lost its footing
+        if loop.lost.reason is not None:  # (its store went away): the loss is what to say
+            raise LostFooting(loop.lost.reason) from exc
+        raise
     if loop.lost.reason is not None:
         raise LostFooting(loop.lost.reason)
     held = sum(h.leased for h in await run.stores.frontier.holders(run.source.name))
