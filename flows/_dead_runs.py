@@ -19,7 +19,14 @@ from typing import Any
 from uuid import UUID
 
 from prefect.client.orchestration import PrefectClient, get_client
-from prefect.client.schemas.objects import FlowRun, State
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterId,
+    TaskRunFilter,
+    TaskRunFilterState,
+    TaskRunFilterStateType,
+)
+from prefect.client.schemas.objects import FlowRun, State, StateType
 from prefect.states import Crashed
 
 from collector.backends import open_frontier
@@ -27,6 +34,7 @@ from collector.config import Source
 
 __all__ = [
     "crash_message",
+    "crash_task_runs",
     "declare_dead_in_frontier",
     "exit_message",
     "mark_crashed",
@@ -49,7 +57,9 @@ async def mark_crashed(client: PrefectClient, run_id: str, message: str) -> bool
     """Set flow run ``run_id`` Crashed with ``message`` unless it already ended; True if set.
 
     Forced (a RUNNING run that cannot report any more would otherwise be refused by no rule,
-    but a PENDING or a paused one would); a run that already ended keeps its final state.
+    but a PENDING or a paused one would); a run that already ended keeps its final state. Its
+    task runs that had not ended (the ``fetch-batch`` in flight when it died) are marked
+    Crashed too, either way: nobody is left to end them, and they stayed RUNNING for good.
     """
     try:
         flow_run = await client.read_flow_run(UUID(run_id))
@@ -58,10 +68,27 @@ async def mark_crashed(client: PrefectClient, run_id: str, message: str) -> bool
     except Exception as exc:  # ObjectNotFound and HTTP errors: nothing to mark
         log.debug("flow run %s not read: %s", run_id, exc)
         return False
+    await crash_task_runs(client, flow_run.id, message)
     if flow_run.state is not None and flow_run.state.is_final():
         return False
     await client.set_flow_run_state(flow_run.id, Crashed(message=message), force=True)
     return True
+
+
+async def crash_task_runs(client: PrefectClient, flow_run_id: UUID, message: str) -> int:
+    """Mark Crashed every task run of a dead flow run that has not ended; returns how many."""
+    unended = TaskRunFilter(
+        state=TaskRunFilterState(
+            type=TaskRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING])
+        )
+    )
+    task_runs = await client.read_task_runs(
+        flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
+        task_run_filter=unended,
+    )
+    for task_run in task_runs:
+        await client.set_task_run_state(task_run.id, Crashed(message=message), force=True)
+    return len(task_runs)
 
 
 def declare_dead_in_frontier(source: Source, holder: str) -> None:

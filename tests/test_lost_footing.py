@@ -211,3 +211,30 @@ async def test_a_lost_source_lock_is_said_to_the_run(
     assert said is not None, "the run was never told it lost its source lock"
     assert "source lock 'source:footing-lock'" in said and "no longer has its lease" in said
     assert process_footing.reason is None  # forgotten once the lock is released
+
+
+async def test_a_dead_runs_unended_task_runs_are_crashed_with_it(prefect_api: str) -> None:
+    """A run found dead had a ``fetch-batch`` task run in flight: it is marked Crashed with the
+    flow run (it stayed RUNNING for good when only the flow run was marked)."""
+    from prefect import task
+    from prefect.client.orchestration import get_client
+    from prefect.states import Completed, Running
+
+    from flows._dead_runs import mark_crashed
+    from flows.collect import collect
+
+    @task(name="fetch-batch[dead]")
+    def fetch_batch() -> None: ...
+
+    async with get_client() as client:
+        flow_run = await client.create_flow_run(
+            collect, parameters={"source": "dead.yaml"}, state=Running()
+        )
+        in_flight = await client.create_task_run(fetch_batch, flow_run.id, "0", state=Running())
+        done = await client.create_task_run(fetch_batch, flow_run.id, "1", state=Completed())
+        assert await mark_crashed(client, str(flow_run.id), "no heartbeat from this run: test")
+        crashed = (await client.read_task_run(in_flight.id)).state
+        kept = (await client.read_task_run(done.id)).state
+    assert crashed is not None and crashed.type.value == "CRASHED", crashed
+    assert "no heartbeat" in (crashed.message or "")
+    assert kept is not None and kept.type.value == "COMPLETED", kept  # an ended one keeps its own
