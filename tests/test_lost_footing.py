@@ -238,3 +238,19 @@ async def test_a_dead_runs_unended_task_runs_are_crashed_with_it(prefect_api: st
     assert crashed is not None and crashed.type.value == "CRASHED", crashed
     assert "no heartbeat" in (crashed.message or "")
     assert kept is not None and kept.type.value == "COMPLETED", kept  # an ended one keeps its own
+
+
+async def test_a_flow_that_lost_its_footing_ends_failed_and_raises_it(prefect_api: str) -> None:
+    """Prefect keeps the loss as it was raised: the flow run ends Failed with the one line, and
+    an in-process caller (the CLI, which exits 4 on it) gets LostFooting back."""
+    from prefect import flow
+
+    @flow(name="lost-footing")
+    async def lost() -> None:
+        raise LostFooting("its source lock 'source:x': the server no longer has its lease")
+
+    state = await lost(return_state=True)
+    assert state.is_failed() and "stopped: lost its source lock" in (state.message or "")
+    with pytest.raises(LostFooting) as raised:
+        await state.result()  # type: ignore[misc]
+    assert raised.value.lost.startswith("its source lock 'source:x'")
