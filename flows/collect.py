@@ -290,8 +290,8 @@ async def collect(
     init_sentry()  # once per process, only when SENTRY_DSN is set
     init_tracing()  # once per process, only when OTEL_* asks for export
     metrics.enable(metrics.enabled() or bool(PREFECT_CLIENT_METRICS_ENABLED.value()))
-    await label_run(role, loaded)  # named and tagged by its source, local or deployed
     loaded = resolve_source(source)
+    await label_run(role, loaded)  # named and tagged by its source, local or deployed
     run_id = str(flow_run.get_id() or uuid.uuid4())
     metrics.run_started(run_id, loaded.name, role)
     lock: contextlib.AbstractAsyncContextManager[Any] = (
