@@ -108,11 +108,8 @@ class _AutoThrottleGate(HostGate):
 
 
 class _AutoThrottleEngine(FetchEngine):
-    def _gate(self, host: str) -> HostGate:
-        gate = self._gates.get(host)
-        if gate is None:
-            gate = self._gates[host] = _AutoThrottleGate(self.per_domain_concurrency)
-        return gate
+    def _new_gate(self) -> HostGate:
+        return _AutoThrottleGate(self.per_domain_concurrency)
 
 
 def _engine(per_domain: int, adaptive: bool, *, concurrency: int = 32) -> FetchEngine:

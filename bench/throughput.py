@@ -16,7 +16,7 @@ side by side (the two raw loops right before the collector run, so all three see
    rate limit far above the load, the circuit breaker, a 4-expectation Great Expectations suite
    (the demo's), the JSONL sink, in a fresh state folder.
 
-Targets (issue 14): collector >= 0.8 x loop 1 and >= 1.2 x loop 2. Collector's figure is its
+Targets (issues 14 and 40): collector >= 0.8 x loop 1 and >= 1.2 x loop 2. Collector's figure is its
 *loop*: pages over the drain (first claim to last settle; ``timings_s.drain`` of the run's
 summary), start-up (Prefect, plan, GX import) and wind-down excluded, as the raw loops exclude
 their imports. Also printed: pages/s as the run reports itself (from opening the run: plan

@@ -414,10 +414,11 @@ async def _collect(
             if event == "batch":
                 await progress.update()
 
-        async with run.engine() as engine:
-            engine.circuit_listeners.append(_circuit_events(loaded.name, run_id))
-            if _listeners():  # per-item progress for the terminal (`collector run`)
-                engine.on_item = _tell_fetched
+        async with run.engine(
+            # per-item progress for the terminal (`collector run`)
+            on_item=_tell_fetched if _listeners() else None,
+            circuit_listeners=[_circuit_events(loaded.name, run_id)],
+        ) as engine:
             context = _RunContext(run, engine)
             try:
                 end = await drain(run, fetch, policy, stop=process_stop, listener=listen)

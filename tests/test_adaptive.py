@@ -537,7 +537,8 @@ def _windows_with_a_busy_loop(discount: bool) -> tuple[int, str]:
                             for i in range(start, start + 100)
                         ]
                         await engine.fetch_batch(batch, budget=budget)
-                    gate = engine._gates["127.0.0.1"]
+                    gate = engine.slots["127.0.0.1"].gate
+                    assert gate is not None
                     cuts = gate.cuts if gate.cause == "latency" else 0
                     return cuts, gate.slowdown() or ""
             finally:

@@ -124,9 +124,7 @@ async def test_a_plain_request_without_validators_sends_no_conditions(nginx: Sta
     (first,) = await _fetch([ClaimedItem(nginx.url("items/plain.json"), 0, None, 0.0)])
     (again,) = await _fetch([ClaimedItem(first.url, 0, None, 0.0)])  # none kept: plain
     assert again.status == "ok" and again.body == b'{"id": 2}'
-    engine_off = _engine()
-    engine_off.conditional = False  # politeness.conditional: false
-    async with engine_off as engine:
+    async with _engine(conditional=False) as engine:  # politeness.conditional: false
         (off,) = await engine.fetch_batch(
             [_again(first)], budget=RetryBudget(ratio=1.0, min_retries=10)
         )

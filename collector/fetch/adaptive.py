@@ -70,6 +70,7 @@ class HostGate:
         self.ceiling = ceiling
         self.settings = settings if settings is not None and settings.enabled else None
         start = self.settings.start if self.settings is not None else ceiling
+        self.limit = 1  # requests allowed in flight now: the window, whole, in [1, ceiling]
         self.window = float(max(1, min(start, ceiling)))
         self.in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -91,8 +92,15 @@ class HostGate:
         self._overloaded: dict[str, None] = {}
 
     @property
-    def limit(self) -> int:
-        return max(1, min(self.ceiling, int(self.window)))
+    def window(self) -> float:
+        """The window (fractional: it grows by 1/window per round trip); :attr:`limit` is its
+        whole part within [1, ceiling], kept beside it (read several times per request)."""
+        return self._window
+
+    @window.setter
+    def window(self, value: float) -> None:
+        self._window = value
+        self.limit = max(1, min(self.ceiling, int(value)))
 
     @property
     def rate(self) -> float | None:

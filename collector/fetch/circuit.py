@@ -51,6 +51,7 @@ __all__ = [
     "CircuitBoard",
     "CircuitListener",
     "CircuitStore",
+    "HostCircuit",
     "MemoryCircuitStore",
     "RedisCircuitStore",
     "Snapshot",
@@ -346,8 +347,11 @@ _FAILED, _OK, _REPEAT = "failed", "ok", "repeat"  # a request's outcome in the s
 _OUTCOMES_KEPT = 4_096  # outcomes remembered per host, by send order
 
 
-class _HostBreaker:
-    """One host's local view: its failure counts and the last snapshot read from the store.
+class HostCircuit:
+    """One host's breaker as one engine sees it: its failure counts and the last snapshot read
+    from the store. The engine keeps it in the host's slot and asks it directly
+    (:meth:`admit`, :meth:`record`, :meth:`forget`); :class:`CircuitBoard` keeps every host's
+    for its listeners and :meth:`CircuitBoard.open_hosts`.
 
     Failures are consecutive *in the order the requests were sent*. In the order they are
     answered, a 503 that comes back in a millisecond overtakes the pages sent before it that
@@ -357,13 +361,15 @@ class _HostBreaker:
     """
 
     __slots__ = (
-        "consecutive", "failing", "in_flight", "next_seq", "outcomes", "read_at", "recent",
-        "snapshot",
+        "board", "consecutive", "failing", "host", "in_flight", "next_seq", "outcomes",
+        "read_at", "recent", "snapshot",
     )  # fmt: skip
 
-    def __init__(self, window: int) -> None:
+    def __init__(self, board: CircuitBoard, host: str) -> None:
+        self.board = board
+        self.host = host
         self.consecutive = 0  # the longest run of failures, in send order, seen last
-        self.recent: deque[bool] = deque(maxlen=window)  # True: a failure
+        self.recent: deque[bool] = deque(maxlen=board.settings.window)  # True: a failure
         # URLs whose last answer was a failure (insertion-ordered, bounded): a page failing
         # again is evidence about that page, not about the host
         self.failing: dict[str, None] = {}
@@ -373,13 +379,80 @@ class _HostBreaker:
         self.snapshot = _CLOSED
         self.read_at = -math.inf  # monotonic time of the last store read
 
-    def admit(self) -> int:
+    # --- what the engine asks ----------------------------------------------------------------
+    def deferred_until(self) -> float | None:
+        """Without I/O: when the breaker is known open, until when; else None."""
+        snapshot = self.snapshot
+        if snapshot.closed:
+            return None
+        return snapshot.until if self.board.clock() < snapshot.until else None
+
+    async def admit(self) -> Admission:
+        """May one request go now? Closed: yes; open: defer; half-open: a probe."""
+        board = self.board
+        snapshot = await self._read()
+        if snapshot.closed:
+            return Admission(True, seq=self._take_seq())
+        now = board.clock()
+        if now < snapshot.until:
+            return Admission(False, not_before=snapshot.until)
+        round_ = int((now - snapshot.until) // board.probe_window_s)
+        if await board.store.take_probe(self.host, snapshot.epoch, round_):
+            return Admission(True, probe_epoch=snapshot.epoch)
+        # Half-open and the probes are out: come back once they may have answered.
+        wait = min(board.settings.cooldown_s, board.probe_window_s)
+        return Admission(False, not_before=now + wait * (0.5 + board.rng.random()))
+
+    async def record(self, admission: Admission, *, failed: bool, url: str | None = None) -> None:
+        """The outcome of a request :meth:`admit` let through (recoverable failure or not).
+
+        With ``url``, a page that fails again is not counted a second time (see
+        :meth:`_count`); a half-open probe's failure always re-opens.
+        """
+        board = self.board
+        if admission.probe_epoch is not None:
+            if failed:
+                await self._trip(admission.probe_epoch)
+            elif await board.store.close(self.host, admission.probe_epoch):
+                self.snapshot = Snapshot(admission.probe_epoch, 0, 0.0)
+                self.read_at = time.monotonic()
+                self.reset_counts()
+                board.closed += 1
+                board.tell("closed", host=self.host, epoch=admission.probe_epoch)
+            else:
+                self.read_at = -math.inf  # someone else moved it: read again next time
+            return
+        if not self.snapshot.closed:
+            if admission.seq is not None:
+                self.forget(admission)
+            return  # answered after the breaker opened: the opening already counted it
+        counted = self._count(failed, url, admission.seq)
+        if failed and counted and self._should_open():
+            await self._trip(self.snapshot.epoch)
+
+    def forget(self, admission: Admission) -> None:
+        """``admission`` let a request through that was not sent or will not answer (too late
+        for its batch, cancelled): it no longer holds back a run of failures around it."""
+        if admission.seq is not None:
+            self.in_flight.discard(admission.seq)
+
+    # --- the state machine ---------------------------------------------------------------------
+    async def _read(self) -> Snapshot:
+        board = self.board
+        if not board.shared:
+            self.snapshot = await board.store.read(self.host)
+        elif time.monotonic() - self.read_at >= board.sync_s:
+            self.snapshot = await board.store.read(self.host)
+            self.read_at = time.monotonic()
+        return self.snapshot
+
+    def _take_seq(self) -> int:
         seq = self.next_seq
         self.next_seq += 1
         self.in_flight.add(seq)
         return seq
 
-    def record(self, failed: bool, url: str | None = None, seq: int | None = None) -> bool:
+    def _count(self, failed: bool, url: str | None = None, seq: int | None = None) -> bool:
         """Count one answer; False when it is a repeat failure of a page already counted.
 
         A site with a few pages that always answer 503 is not down: their retries, which
@@ -412,10 +485,6 @@ class _HostBreaker:
         self.recent.append(failed)
         return True
 
-    def forget(self, seq: int) -> None:
-        """A request let through that was never sent (or never answers): not in any run."""
-        self.in_flight.discard(seq)
-
     def _run(self, seq: int) -> int:
         """Failures in a row in send order through ``seq``: a success or a request still in
         flight ends the run; repeats and requests never sent are passed over."""
@@ -436,6 +505,36 @@ class _HostBreaker:
             cursor += step
         return count
 
+    def _should_open(self) -> bool:
+        s = self.board.settings
+        if self.consecutive >= s.failures:
+            return True
+        recent = self.recent
+        return len(recent) >= s.window and sum(recent) >= s.failure_ratio * len(recent)
+
+    async def _trip(self, seen_epoch: int) -> None:
+        board = self.board
+        async with board.lock:  # one trip per epoch from this worker, even when many fail
+            if self.snapshot.epoch != seen_epoch and not self.snapshot.closed:
+                return
+            failures = self.consecutive
+            now = board.clock()
+            tripped, opened = await board.store.trip(self.host, seen_epoch, now, board.rng.random())
+            self.snapshot = tripped
+            self.read_at = time.monotonic()
+            self.reset_counts()
+            if opened:
+                board.opened += 1
+                board.tell(
+                    "opened",
+                    host=self.host,
+                    epoch=tripped.epoch,
+                    opens=tripped.opens,
+                    until=tripped.until,
+                    cooldown_s=round(tripped.until - now, 3),
+                    consecutive_failures=failures,
+                )
+
     def reset_counts(self) -> None:
         self.consecutive = 0
         self.recent.clear()
@@ -444,7 +543,8 @@ class _HostBreaker:
 
 
 class CircuitBoard:
-    """Every host's breaker for one engine; the engine asks :meth:`admit` and :meth:`record`.
+    """Every host's breaker for one engine (:class:`HostCircuit`, one per host, made on first
+    use), its store, settings and listeners; the host-keyed methods ask the host's breaker.
 
     ``probe_window_s`` (the request deadline) is how long a half-open probe slot is held: a
     probe lost to a cancelled batch frees its slot at the next round, so a breaker never
@@ -471,112 +571,38 @@ class CircuitBoard:
         self.listeners: list[CircuitListener] = []
         self.opened = 0  # openings this board made (its trips; others' are not counted)
         self.closed = 0
-        self._hosts: dict[str, _HostBreaker] = {}
-        self._lock = asyncio.Lock()
+        self._hosts: dict[str, HostCircuit] = {}
+        self.lock = asyncio.Lock()
 
-    def _host(self, host: str) -> _HostBreaker:
+    def host(self, host: str) -> HostCircuit:
+        """``host``'s breaker (made closed on first use); the engine keeps it in its slot."""
         breaker = self._hosts.get(host)
         if breaker is None:
-            breaker = self._hosts[host] = _HostBreaker(self.settings.window)
+            breaker = self._hosts[host] = HostCircuit(self, host)
         return breaker
-
-    async def _snapshot(self, host: str, breaker: _HostBreaker) -> Snapshot:
-        if self.shared and time.monotonic() - breaker.read_at >= self.sync_s:
-            breaker.snapshot = await self.store.read(host)
-            breaker.read_at = time.monotonic()
-        elif not self.shared:
-            breaker.snapshot = await self.store.read(host)
-        return breaker.snapshot
 
     def deferred_until(self, host: str) -> float | None:
         """Without I/O: when the host's breaker is known open, until when; else None."""
         breaker = self._hosts.get(host)
-        if breaker is None or breaker.snapshot.closed:
-            return None
-        until = breaker.snapshot.until
-        return until if self.clock() < until else None
+        return None if breaker is None else breaker.deferred_until()
 
     async def admit(self, host: str) -> Admission:
         """May one request go to ``host`` now? Closed: yes; open: defer; half-open: a probe."""
-        breaker = self._host(host)
-        snapshot = await self._snapshot(host, breaker)
-        if snapshot.closed:
-            return Admission(True, seq=breaker.admit())
-        now = self.clock()
-        if now < snapshot.until:
-            return Admission(False, not_before=snapshot.until)
-        round_ = int((now - snapshot.until) // self.probe_window_s)
-        if await self.store.take_probe(host, snapshot.epoch, round_):
-            return Admission(True, probe_epoch=snapshot.epoch)
-        # Half-open and the probes are out: come back once they may have answered.
-        wait = min(self.settings.cooldown_s, self.probe_window_s)
-        return Admission(False, not_before=now + wait * (0.5 + self.rng.random()))
+        return await self.host(host).admit()
 
     async def record(
         self, host: str, admission: Admission, *, failed: bool, url: str | None = None
     ) -> None:
-        """The outcome of a request ``admit`` let through (recoverable failure or not).
-
-        With ``url``, a page that fails again is not counted a second time (see
-        :meth:`_HostBreaker.record`); a half-open probe's failure always re-opens.
-        """
-        breaker = self._host(host)
-        if admission.probe_epoch is not None:
-            if failed:
-                await self._trip(host, breaker, admission.probe_epoch)
-            elif await self.store.close(host, admission.probe_epoch):
-                breaker.snapshot = Snapshot(admission.probe_epoch, 0, 0.0)
-                breaker.read_at = time.monotonic()
-                breaker.reset_counts()
-                self.closed += 1
-                self._tell("closed", host=host, epoch=admission.probe_epoch)
-            else:
-                breaker.read_at = -math.inf  # someone else moved it: read again next time
-            return
-        if not breaker.snapshot.closed:
-            if admission.seq is not None:
-                breaker.forget(admission.seq)
-            return  # answered after the breaker opened: the opening already counted it
-        counted = breaker.record(failed, url, admission.seq)
-        if failed and counted and self._should_open(breaker):
-            await self._trip(host, breaker, breaker.snapshot.epoch)
+        """The outcome of a request ``admit`` let through (see :meth:`HostCircuit.record`)."""
+        await self.host(host).record(admission, failed=failed, url=url)
 
     def forget(self, host: str, admission: Admission) -> None:
         """``admission`` let a request through that was not sent or will not answer (too late
         for its batch, cancelled): it no longer holds back a run of failures around it."""
-        if admission.seq is not None and (breaker := self._hosts.get(host)) is not None:
-            breaker.forget(admission.seq)
+        if (breaker := self._hosts.get(host)) is not None:
+            breaker.forget(admission)
 
-    def _should_open(self, breaker: _HostBreaker) -> bool:
-        s = self.settings
-        if breaker.consecutive >= s.failures:
-            return True
-        recent = breaker.recent
-        return len(recent) >= s.window and sum(recent) >= s.failure_ratio * len(recent)
-
-    async def _trip(self, host: str, breaker: _HostBreaker, seen_epoch: int) -> None:
-        async with self._lock:  # one trip per epoch from this worker, even when many fail
-            if breaker.snapshot.epoch != seen_epoch and not breaker.snapshot.closed:
-                return
-            failures = breaker.consecutive
-            now = self.clock()
-            tripped, opened = await self.store.trip(host, seen_epoch, now, self.rng.random())
-            breaker.snapshot = tripped
-            breaker.read_at = time.monotonic()
-            breaker.reset_counts()
-            if opened:
-                self.opened += 1
-                self._tell(
-                    "opened",
-                    host=host,
-                    epoch=tripped.epoch,
-                    opens=tripped.opens,
-                    until=tripped.until,
-                    cooldown_s=round(tripped.until - now, 3),
-                    consecutive_failures=failures,
-                )
-
-    def _tell(self, kind: str, **data: Any) -> None:
+    def tell(self, kind: str, **data: Any) -> None:
         for listener in self.listeners:
             listener(kind, data)
 

@@ -34,20 +34,26 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Self
 
 import httpx
 
 from collector import defaults
 from collector.errors import FetchError, PermanentFetchError, RecoverableFetchError
-from collector.fetch import conditional
+from collector.fetch import conditional, heap
 from collector.fetch.adaptive import HostGate, Signal
-from collector.fetch.circuit import GO, CircuitBoard, CircuitListener, RedisCircuitStore
+from collector.fetch.circuit import (
+    GO,
+    CircuitBoard,
+    CircuitListener,
+    HostCircuit,
+    RedisCircuitStore,
+)
 from collector.fetch.decoding import ACCEPT_ENCODING, BodyTooLarge, bounded_decoder
 from collector.fetch.looplag import LoopLag
 from collector.fetch.ratelimit import RateLimiter, rate_limiter
 from collector.fetch.robots import MAX_BYTES as _ROBOTS_MAX_BYTES
-from collector.fetch.robots import RedisRobotsStore, Robots
+from collector.fetch.robots import RedisRobotsStore, Robots, RobotsPolicy
 from collector.fetch.sharing import FairShares
 from collector.fetch.tail import BatchTail
 from collector.fetch.transport import POOL_ERROR as _POOL_ERROR
@@ -61,7 +67,7 @@ from collector.policy.urls import HostPolicy
 if TYPE_CHECKING:
     from collector.config import AdaptiveSettings, Source
 
-__all__ = ["FetchEngine", "FetchResult", "host_of"]
+__all__ = ["FetchEngine", "FetchResult", "HostSlot", "host_of"]
 
 # Shares of the batch timeout: attempts start no later than _START_BY of it (minus one request
 # deadline) and anything still running at _STOP_AT is cut off, so the batch returns its results
@@ -85,11 +91,36 @@ class _Deferred(Exception):
         self.not_before = not_before
 
 
+class HostSlot:
+    """Everything one engine keeps about one host, in one place (as Scrapy's downloader keeps a
+    ``Slot`` per domain): made at the host's first item, found once per item, never per request.
+
+    ``gate`` holds the host's requests in flight and its window (made at its first attempt
+    that gets past an open breaker, so a host the breaker kept back has no window to report);
+    ``breaker`` is the host's circuit breaker (None without one); ``answers`` counts what the
+    host answered this run ("200", "503", "connect_error" ...) and ``connect_reasons`` why it
+    could not be connected to ("connection refused" ...): the end-of-run lines of a host that
+    is down (:meth:`FetchEngine.host_report`).
+    """
+
+    __slots__ = ("answers", "breaker", "connect_reasons", "gate", "host")
+
+    def __init__(self, host: str, breaker: HostCircuit | None) -> None:
+        self.host = host
+        self.gate: HostGate | None = None
+        self.breaker = breaker
+        self.answers: Counter[str] = Counter()
+        self.connect_reasons: Counter[str] = Counter()
+
+
 @dataclass(slots=True)
 class _Progress:
-    """How far one item got, readable after its task was cancelled."""
+    """How far one item got, readable after its task was cancelled; with its host's slot and,
+    under shared domain limits, the batch's cap for that host."""
 
     item: ClaimedItem
+    slot: HostSlot
+    cap: asyncio.Semaphore | None = None
     attempts: int = 0
     first_attempt_at: float = 0.0
     last_error: FetchError | None = None
@@ -130,7 +161,16 @@ class FetchResult:
 
 
 class FetchEngine:
-    """Fetch batches of claimed items. Use as ``async with FetchEngine(...) as engine``."""
+    """Fetch batches of claimed items. Use as ``async with FetchEngine(...) as engine``.
+
+    Everything is set at construction (as httpx's clients are); what changes afterwards is
+    the engine's own state: :meth:`halt`, and what it learns about hosts (:attr:`slots`).
+    ``on_item`` is called with each item's result as soon as its fetch ends (a progress display
+    counts items, not batches); it must be quick and must not raise; cut-off items are not
+    reported. ``circuit_listeners`` are told when a breaker opens or closes. ``conditional``
+    sends a page's validators back (``politeness.conditional``); ``robots`` obeys robots.txt
+    (``politeness.robots: obey``, :class:`collector.fetch.robots.RobotsPolicy`).
+    """
 
     def __init__(
         self,
@@ -150,6 +190,11 @@ class FetchEngine:
         rng: random.Random | None = None,
         circuit: CircuitBoard | None = None,
         adaptive: AdaptiveSettings | None = None,
+        conditional: bool = True,
+        robots: RobotsPolicy | None = None,
+        on_item: Callable[[FetchResult], None] | None = None,
+        circuit_listeners: Sequence[CircuitListener] = (),
+        stop_grace_s: float = defaults.STOP_GRACE_S,
     ) -> None:
         self.retry = retry
         self.host_policy = host_policy
@@ -167,28 +212,30 @@ class FetchEngine:
             self.headers["Accept-Encoding"] = ACCEPT_ENCODING
         self.transport: TransportKind = transport
         self.rng = rng or random.Random()
+        self.conditional = conditional
+        self.on_item = on_item
+        self.stop_grace_s = stop_grace_s
+        self.circuit = circuit  # None: no breaker
+        if circuit is not None:
+            circuit.listeners.extend(circuit_listeners)
+        self.adaptive = adaptive if adaptive is not None and adaptive.enabled else None
+        self.robots: Robots | None = None
+        if robots is not None:
+            self.robots = Robots(
+                user_agent=next(v for k, v in self.headers.items() if k.lower() == "user-agent"),
+                ttl_s=robots.ttl_s,
+                unreachable_s=robots.unreachable_s,
+                fetch=self._fetch_robots,
+                store=robots.store,
+            )
         self.requests_sent = 0
-        # Called with each item's result as soon as its fetch ends (a progress display counts
-        # items, not batches); must be quick and must not raise. Cut-off items are not reported.
-        self.on_item: Callable[[FetchResult], None] | None = None
         # per-batch request counts for Prometheus (collector.ops.metrics), None when metrics are off
         self.tally = metrics.RequestTally() if metrics.enabled() else None
+        self.slots: dict[str, HostSlot] = {}  # host -> all the engine keeps about it
         self._clients: list[httpx.AsyncClient] = []
         self._lendable: FairShares[httpx.AsyncClient] | None = None
         self._loop_lag = LoopLag()  # our own loop's lateness, out of the window's latencies
-        self.circuit = circuit  # None: no breaker
-        self.adaptive = adaptive if adaptive is not None and adaptive.enabled else None
-        self._gates: dict[str, HostGate] = {}
-        # host -> what it answered this run ("200", "503", "connect_error" ...) -> how often:
-        # the end-of-run lines of a host that is down (host_report)
-        self._answers: dict[str, Counter[str]] = {}
-        # host -> why it could not be connected to ("connection refused" ...) -> how often
-        self._connect_reasons: dict[str, Counter[str]] = {}
         self._halted = asyncio.Event()
-        self.stop_grace_s = defaults.STOP_GRACE_S
-        # send a page's validators back (If-None-Match / If-Modified-Since): politeness.conditional
-        self.conditional = True
-        self.robots: Robots | None = None  # politeness.robots: obey (collector.fetch.robots)
 
     @property
     def halted(self) -> bool:
@@ -207,13 +254,16 @@ class FetchEngine:
         *,
         rate_storage_uri: str = "memory://",
         circuit_storage_uri: str | None = None,
+        on_item: Callable[[FetchResult], None] | None = None,
+        circuit_listeners: Sequence[CircuitListener] = (),
     ) -> FetchEngine:
         """Build an engine from a :class:`collector.config.Source`.
 
-        ``circuit_storage_uri`` (a redis:// URL) shares the circuit breakers with every worker
-        of the source; without it each worker has its own.
+        ``circuit_storage_uri`` (a redis:// URL) shares the circuit breakers and robots.txt
+        files with every worker of the source; without it each worker has its own.
         """
         limits = source.limits
+        politeness = source.politeness
         circuit = None
         if limits.circuit.enabled:
             store = (
@@ -224,7 +274,16 @@ class FetchEngine:
             circuit = CircuitBoard(
                 limits.circuit, store=store, probe_window_s=source.ttl.request_deadline_s
             )
-        engine = cls(
+        robots = None
+        if politeness.robots == "obey":
+            robots = RobotsPolicy(
+                ttl_s=politeness.robots_ttl_s,
+                unreachable_s=politeness.robots_unreachable_s,
+                store=RedisRobotsStore(circuit_storage_uri, source.name)
+                if circuit_storage_uri
+                else None,
+            )
+        return cls(
             retry=source.retry,
             host_policy=HostPolicy(
                 allow_private_networks=source.allow_private_networks,
@@ -246,32 +305,40 @@ class FetchEngine:
             transport=limits.transport,
             circuit=circuit,
             adaptive=limits.adaptive,
+            conditional=politeness.conditional,
+            robots=robots,
+            on_item=on_item,
+            circuit_listeners=circuit_listeners,
         )
-        engine.conditional = source.politeness.conditional
-        if source.politeness.robots == "obey":
-            engine.robots = Robots(
-                user_agent=next(v for k, v in engine.headers.items() if k.lower() == "user-agent"),
-                ttl_s=source.politeness.robots_ttl_s,
-                unreachable_s=source.politeness.robots_unreachable_s,
-                fetch=engine._fetch_robots,
-                store=RedisRobotsStore(circuit_storage_uri, source.name)
-                if circuit_storage_uri
-                else None,
-            )
-        return engine
 
     # --- what the engine knows about hosts (progress, summary, metrics gauges) -------------
+    def slot(self, host: str) -> HostSlot:
+        """``host``'s slot, made on first use."""
+        slot = self.slots.get(host)
+        if slot is None:
+            breaker = self.circuit.host(host) if self.circuit is not None else None
+            slot = self.slots[host] = HostSlot(host, breaker)
+        return slot
+
+    def _new_gate(self) -> HostGate:
+        """A host's gate, made at its first attempt (a benchmark puts another kind in)."""
+        return HostGate(self.per_domain_concurrency, self.adaptive)
+
     def windows(self) -> dict[str, int]:
         """Each host's current concurrency window (adaptive mode only; empty when fixed)."""
         if self.adaptive is None:
             return {}
-        return {host: gate.limit for host, gate in self._gates.items()}
+        return {host: s.gate.limit for host, s in self.slots.items() if s.gate is not None}
 
     def slowed(self) -> dict[str, str]:
         """Host -> why it is held back, for the hosts that are (adaptive mode only)."""
         if self.adaptive is None:
             return {}
-        return {host: why for host, gate in self._gates.items() if (why := gate.slowdown())}
+        return {
+            host: why
+            for host, s in self.slots.items()
+            if s.gate is not None and (why := s.gate.slowdown())
+        }
 
     def host_report(self) -> dict[str, Any]:
         """Windows, slowed hosts and breakers for the run's summary and progress (plain JSON
@@ -293,12 +360,14 @@ class FetchEngine:
                 "open_until": {h: round(u, 3) for h, u in self.circuit.open_hosts().items()},
             }
         open_until = self.circuit.open_hosts() if self.circuit is not None else {}
-        report["hosts"] = {
-            host: self._host_facts(answers, open_until.get(host))
-            for host, answers in self._answers.items()
-        }
-        for host, reasons in self._connect_reasons.items():
-            report["hosts"][host]["connect_errors"] = dict(reasons)
+        hosts: dict[str, Any] = {}
+        for host, slot in self.slots.items():
+            if not slot.answers:
+                continue  # never sent to (kept back, or not yet)
+            facts = hosts[host] = self._host_facts(slot.answers, open_until.get(host))
+            if slot.connect_reasons:
+                facts["connect_errors"] = dict(slot.connect_reasons)
+        report["hosts"] = hosts
         return report
 
     def _host_facts(self, answers: Counter[str], until: float | None) -> dict[str, Any]:
@@ -312,12 +381,6 @@ class FetchEngine:
         else:
             facts["breaker"] = "half-open"
         return facts
-
-    def _answered(self, host: str, what: str) -> None:
-        counts = self._answers.get(host)
-        if counts is None:
-            counts = self._answers[host] = Counter()
-        counts[what] += 1
 
     @property
     def circuit_listeners(self) -> list[CircuitListener]:
@@ -345,6 +408,7 @@ class FetchEngine:
         )
         if self.adaptive is not None:
             self._loop_lag.start()
+        heap.frozen()  # start-up's objects out of the collector's walks (collector.fetch.heap)
         return self
 
     async def __aexit__(
@@ -353,6 +417,7 @@ class FetchEngine:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        heap.thawed()
         await self._loop_lag.stop()
         await asyncio.gather(*(client.aclose() for client in self._clients))
         self._clients.clear()
@@ -397,23 +462,21 @@ class FetchEngine:
         budget_s = batch_timeout_s if batch_timeout_s is not None else math.inf
         start_by = started + max(budget_s * _START_BY - self.request_deadline_s, budget_s / 2)
         stop_at = started + budget_s * _STOP_AT
-        progress = [_Progress(item) for item in items]
-        caps = {host: asyncio.Semaphore(n) for host, n in (host_slots or {}).items()}
-
+        progress = self._progress(items, host_slots)
         tail = BatchTail(len(progress))
+        on_item = self.on_item
 
         async def fetch_one(p: _Progress) -> FetchResult:
-            cap = caps.get(_host_of(p.item.url)) if caps else None
             try:
-                if cap is None:
+                if p.cap is None:
                     result = await self._fetch_item(p, budget, start_by, tail)
                 else:
-                    async with cap:
+                    async with p.cap:
                         result = await self._fetch_item(p, budget, start_by, tail)
             finally:
                 tail.finished()
-            if self.on_item is not None:
-                self.on_item(result)
+            if on_item is not None:
+                on_item(result)
             return result
 
         tasks = [asyncio.create_task(fetch_one(p)) for p in progress]
@@ -436,6 +499,22 @@ class FetchEngine:
             cut_off(p) if task in pending else task.result()
             for task, p in zip(tasks, progress, strict=True)
         ]
+
+    def _progress(
+        self, items: Sequence[ClaimedItem], host_slots: Mapping[str, int] | None
+    ) -> list[_Progress]:
+        """Each item's progress, with its host's slot (one look-up per host of the batch) and
+        the batch's cap for that host under shared domain limits."""
+        caps = {host: asyncio.Semaphore(n) for host, n in (host_slots or {}).items()}
+        found: dict[str, HostSlot] = {}
+        progress = []
+        for item in items:
+            host = _host_of(item.url)
+            slot = found.get(host)
+            if slot is None:
+                slot = found[host] = self.slot(host)
+            progress.append(_Progress(item, slot, caps.get(host) if caps else None))
+        return progress
 
     async def _wait(
         self, tasks: list[asyncio.Task[FetchResult]], timeout: float | None
@@ -477,7 +556,7 @@ class FetchEngine:
         if decision.action == "inline":
             decision = RetryDecision("later", decision.delay_s, decision.reason)
         if self.tally is not None:
-            self.tally.request(_host_of(item.url), None, None)
+            self.tally.request(progress.slot.host, None, None)
             if decision.action != "dead":
                 self.tally.retry(decision.reason)
         return FetchResult(
@@ -485,169 +564,175 @@ class FetchEngine:
             error=error, decision=decision,
         )  # fmt: skip
 
+    # --- one item: attempts until an answer, a final failure, or no more time -------------
     async def _fetch_item(
         self, progress: _Progress, budget: RetryBudget, start_by: float, tail: BatchTail
     ) -> FetchResult:
         item = progress.item
-        first_attempt_at = progress.first_attempt_at
         if self.robots is not None and (refused := await self._robots_refusal(progress)):
             return refused
         while True:
             began = time.monotonic()
             try:
-                final_url, status, body, content_type, validators = await self._attempt(
-                    item.url, budget, progress, start_by
-                )
+                answer = await self._attempt(progress, budget, start_by)
             except _Deferred as deferred:
                 return FetchResult(
-                    item.url, "deferred", progress.attempts, first_attempt_at,
+                    item.url, "deferred", progress.attempts, progress.first_attempt_at,
                     not_before=deferred.not_before,
                 )  # fmt: skip
             except _TooLate:
-                if progress.last_error is None:
-                    return FetchResult(item.url, "skipped", progress.attempts, first_attempt_at)
-                error = progress.last_error
-                return FetchResult(
-                    item.url, "failed", progress.attempts, first_attempt_at,
-                    http_status=error.status_code, error=error,
-                    decision=RetryDecision("later", 0.0, error.error_class),
-                )  # fmt: skip
+                return self._not_started(progress)
             except FetchError as error:
-                progress.last_error = error
-                decision = self.retry.decide(
-                    error,
-                    attempts=progress.attempts,
-                    first_attempt_at=first_attempt_at,
-                    now=time.time(),
-                    budget=budget,
-                    rng=self.rng,
-                )
-                if self.tally is not None:
-                    self.tally.request(
-                        _host_of(item.url), error.status_code, time.monotonic() - progress.sent_at
-                    )
-                    if decision.action != "dead":
-                        self.tally.retry(decision.reason)
-                if decision.action == "inline" and time.monotonic() + decision.delay_s <= start_by:
-                    left = await tail.wait_out(decision.delay_s)
-                    if not left:
-                        continue
-                    # the rest of the batch is done: the run goes on, the item is due then
-                    decision = RetryDecision("later", left, decision.reason)
-                if decision.action == "inline":
-                    decision = RetryDecision("later", decision.delay_s, decision.reason)
+                decision = await self._after_failure(progress, error, budget, start_by, tail)
+                if decision is None:
+                    continue  # waited out here: the next attempt
                 return FetchResult(
-                    item.url,
-                    "failed",
-                    progress.attempts,
-                    first_attempt_at,
-                    http_status=error.status_code,
-                    elapsed_s=time.monotonic() - began,
-                    error=error,
-                    decision=decision,
-                )
-            if self.tally is not None:
-                self.tally.request(_host_of(item.url), status, time.monotonic() - progress.sent_at)
-            if status == 304:  # only ever answered to validators sent (see _request)
-                validators = conditional.after_not_modified(item, validators)
-            return FetchResult(
-                item.url,
-                "not_modified" if status == 304 else "ok",
-                progress.attempts,
-                first_attempt_at,
-                final_url=final_url,
-                http_status=status,
-                body=body,
-                content_type=content_type,
-                elapsed_s=time.monotonic() - began,
-                etag=validators.etag,
-                last_modified=validators.last_modified,
+                    item.url, "failed", progress.attempts, progress.first_attempt_at,
+                    http_status=error.status_code, elapsed_s=time.monotonic() - began,
+                    error=error, decision=decision,
+                )  # fmt: skip
+            return self._fetched(progress, answer, began)
+
+    def _not_started(self, progress: _Progress) -> FetchResult:
+        """The batch had no time left for the item's next attempt: back unchanged, or, after a
+        failed attempt, due again at once."""
+        item, error = progress.item, progress.last_error
+        if error is None:
+            return FetchResult(item.url, "skipped", progress.attempts, progress.first_attempt_at)
+        return FetchResult(
+            item.url, "failed", progress.attempts, progress.first_attempt_at,
+            http_status=error.status_code, error=error,
+            decision=RetryDecision("later", 0.0, error.error_class),
+        )  # fmt: skip
+
+    async def _after_failure(
+        self,
+        progress: _Progress,
+        error: FetchError,
+        budget: RetryBudget,
+        start_by: float,
+        tail: BatchTail,
+    ) -> RetryDecision | None:
+        """What the retry policy makes of a failed attempt: None when its wait was done here
+        (attempt again), else the decision to return (later, or dead)."""
+        progress.last_error = error
+        decision = self.retry.decide(
+            error,
+            attempts=progress.attempts,
+            first_attempt_at=progress.first_attempt_at,
+            now=time.time(),
+            budget=budget,
+            rng=self.rng,
+        )
+        if self.tally is not None:
+            self.tally.request(
+                progress.slot.host, error.status_code, time.monotonic() - progress.sent_at
             )
+            if decision.action != "dead":
+                self.tally.retry(decision.reason)
+        if decision.action == "inline" and time.monotonic() + decision.delay_s <= start_by:
+            left = await tail.wait_out(decision.delay_s)
+            if not left:
+                return None
+            # the rest of the batch is done: the run goes on, the item is due then
+            decision = RetryDecision("later", left, decision.reason)
+        if decision.action == "inline":
+            decision = RetryDecision("later", decision.delay_s, decision.reason)
+        return decision
 
-    def _gate(self, host: str) -> HostGate:
-        gate = self._gates.get(host)
-        if gate is None:
-            gate = self._gates[host] = HostGate(self.per_domain_concurrency, self.adaptive)
-        return gate
+    def _fetched(self, progress: _Progress, answer: _Answer, began: float) -> FetchResult:
+        item = progress.item
+        final_url, status, body, content_type, validators = answer
+        if self.tally is not None:
+            self.tally.request(progress.slot.host, status, time.monotonic() - progress.sent_at)
+        if status == 304:  # only ever answered to validators sent (see _request)
+            validators = conditional.after_not_modified(item, validators)
+        return FetchResult(
+            item.url,
+            "not_modified" if status == 304 else "ok",
+            progress.attempts,
+            progress.first_attempt_at,
+            final_url=final_url,
+            http_status=status,
+            body=body,
+            content_type=content_type,
+            elapsed_s=time.monotonic() - began,
+            etag=validators.etag,
+            last_modified=validators.last_modified,
+        )
 
-    async def _attempt(
-        self, url: str, budget: RetryBudget, progress: _Progress, start_by: float
-    ) -> _Answer:
+    # --- one attempt: admitted by the host's limits, sent, its outcome told ----------------
+    async def _attempt(self, progress: _Progress, budget: RetryBudget, start_by: float) -> _Answer:
         """One request under every limit; returns (final_url, status, body, content type,
         validators).
 
         Raises _TooLate, without sending anything, when the slot is only free after
-        ``start_by``, and _Deferred when the host's circuit breaker keeps it back.
+        ``start_by``, _Deferred when the host's circuit breaker keeps it back, and the
+        attempt's FetchError when it failed.
         """
-        assert self._lendable is not None
-        host = _host_of(url)
-        circuit = self.circuit
-        if circuit is not None and (until := circuit.deferred_until(host)) is not None:
-            raise _Deferred(until)  # known open: do not even queue for a slot
-        gate = self._gate(host)
-        waiting = time.monotonic()
-        paced = await gate.acquire()
-        if self.tally is not None:  # per-host slot wait (collector_host_slot_wait_seconds)
-            self.tally.slot_waited(time.monotonic() - waiting)
-        try:
-            admission = GO
-            if circuit is not None:
-                admission = await circuit.admit(host)
-                if not admission.go:
-                    raise _Deferred(admission.not_before)
-            if self.rate_limiter is not None:
-                await self.rate_limiter.acquire(host)
-            if self.robots is not None and not await self.robots.pace(url, latest=start_by):
-                raise _TooLate  # its Crawl-delay slot is past the batch's time: back unchanged
-            client = await self._lendable.get(host)
+        async with self._admitted(progress, start_by) as admitted:
+            progress.attempts += 1
+            progress.sent_at = time.monotonic()
+            budget.record_request()
+            self.requests_sent += 1
+            sent_at = admitted.gate.sent()
             try:
-                if time.monotonic() > start_by or self._halted.is_set():
-                    raise _TooLate
-                progress.attempts += 1
-                progress.sent_at = time.monotonic()
-                budget.record_request()
-                self.requests_sent += 1
-                sent_at = gate.sent()
-                try:
-                    async with asyncio.timeout(self.request_deadline_s):
-                        answer = await self._request(client, url, self._conditions(progress.item))
-                except asyncio.CancelledError:
-                    gate.unanswered(sent_at)  # never answers: its epoch must not wait for it
-                    raise
-                except TimeoutError:
-                    error: FetchError = RecoverableFetchError(
-                        f"no complete response within the request deadline "
-                        f"({self.request_deadline_s:g} s)",
-                        error_class="timeout",
-                    )
-                except FetchError as exc:
-                    error = exc
-                else:
-                    self._answered(host, str(answer[1]))
-                    raw_s = time.monotonic() - sent_at
-                    gate.observe(
-                        "ok", sent_at=sent_at, latency_s=self._loop_lag.discount(raw_s),
-                        paced=paced, url=url, raw_latency_s=raw_s,
-                    )  # fmt: skip
-                    if circuit is not None:
-                        await circuit.record(host, admission, failed=False, url=url)
-                    return answer
-                self._answered(
-                    host, str(error.status_code) if error.status_code else error.error_class
-                )
-                if error.error_class == "connect_error":  # "cannot connect to h:p: <reason>"
-                    reasons = self._connect_reasons.setdefault(host, Counter())
-                    reasons[str(error).partition(": ")[2] or "could not connect"] += 1
-                gate.observe(_signal(error), sent_at=sent_at, latency_s=0.0, paced=paced, url=url)
-                if circuit is not None:
-                    await circuit.record(host, admission, failed=not error.permanent, url=url)
-                raise error
-            finally:
-                self._lendable.put(host, client)
-        finally:
-            if circuit is not None:  # not sent, or cancelled: out of the breaker's send order
-                circuit.forget(host, admission)
-            gate.release()
+                answer = await self._send(admitted.client, progress)
+            except asyncio.CancelledError:
+                admitted.gate.unanswered(sent_at)  # never answers: its epoch must not wait for it
+                raise
+            except FetchError as error:
+                await self._told_failure(progress, admitted, error, sent_at)
+                raise
+            await self._told_answer(progress, admitted, answer[1], sent_at)
+            return answer
+
+    def _admitted(self, progress: _Progress, start_by: float) -> _Admitted:
+        """``async with`` this: the attempt's way through its host's breaker, window, rate,
+        Crawl-delay and a lent client (see :class:`_Admitted`)."""
+        return _Admitted(self, progress, start_by)
+
+    async def _send(self, client: httpx.AsyncClient, progress: _Progress) -> _Answer:
+        """The request, cancelled at the request deadline (a timeout, recoverable)."""
+        item = progress.item
+        headers = conditional.request_headers(item) if self.conditional else None
+        try:
+            async with asyncio.timeout(self.request_deadline_s):
+                return await self._request(client, item.url, headers)
+        except TimeoutError:
+            raise RecoverableFetchError(
+                f"no complete response within the request deadline ({self.request_deadline_s:g} s)",
+                error_class="timeout",
+            ) from None
+
+    async def _told_answer(
+        self, progress: _Progress, admitted: _Admitted, status: int, sent_at: float
+    ) -> None:
+        """An HTTP answer (2xx, or a 304): counted, and told to the window and the breaker."""
+        slot, url = progress.slot, progress.item.url
+        slot.answers[str(status)] += 1
+        raw_s = time.monotonic() - sent_at
+        admitted.gate.observe(
+            "ok", sent_at=sent_at, latency_s=self._loop_lag.discount(raw_s),
+            paced=admitted.paced, url=url, raw_latency_s=raw_s,
+        )  # fmt: skip
+        if slot.breaker is not None:
+            await slot.breaker.record(admitted.ticket, failed=False, url=url)
+
+    async def _told_failure(
+        self, progress: _Progress, admitted: _Admitted, error: FetchError, sent_at: float
+    ) -> None:
+        """A failed attempt: counted (with the reason a host could not be connected to), and
+        told to the window and the breaker."""
+        slot, url = progress.slot, progress.item.url
+        slot.answers[str(error.status_code) if error.status_code else error.error_class] += 1
+        if error.error_class == "connect_error":  # "cannot connect to h:p: <reason>"
+            slot.connect_reasons[str(error).partition(": ")[2] or "could not connect"] += 1
+        admitted.gate.observe(
+            _signal(error), sent_at=sent_at, latency_s=0.0, paced=admitted.paced, url=url
+        )
+        if slot.breaker is not None:
+            await slot.breaker.record(admitted.ticket, failed=not error.permanent, url=url)
 
     async def _robots_refusal(self, progress: _Progress) -> FetchResult | None:
         """None when robots.txt lets the item be fetched; else its result, not an attempt:
@@ -695,32 +780,30 @@ class FetchEngine:
         finally:
             self._lendable.put(host, client)
 
-    def _conditions(self, item: ClaimedItem) -> dict[str, str] | None:
-        """The item's conditional headers (None: a plain request)."""
-        return conditional.request_headers(item) if self.conditional else None
-
     async def _request(
         self, client: httpx.AsyncClient, url: str, headers: dict[str, str] | None = None
     ) -> _Answer:
         status: int | None = None  # the server's answer, kept on a too_large dead letter
         try:
-            async with client.stream("GET", url, headers=headers) as response:
+            # What client.stream() does, without its context manager's generator per request.
+            response = await client.send(
+                client.build_request("GET", url, headers=headers), stream=True
+            )
+            try:
                 status = response.status_code
+                heads = _heads(response.headers)
                 if status == 304 and headers:  # not modified since the validators we sent
-                    found = conditional.validators_of(response.headers)
-                    return str(response.url), status, b"", "", found
+                    return str(response.url), status, b"", "", heads.validators
                 if status >= 300:
                     raise _status_error(response, url)
-                declared = response.headers.get("content-length")
+                declared = heads.content_length
                 if declared and declared.isdigit() and int(declared) > self.max_response_bytes:
                     raise _too_large(self.max_response_bytes, status=status, declared=int(declared))
                 chunks: list[bytes] = []
                 size = 0
                 # Raw bytes, decoded within the cap (collector.fetch.decoding): httpx's own
                 # decoding inflates a whole network read at once, a gzip bomb included.
-                decoder = bounded_decoder(
-                    response.headers.get("content-encoding"), self.max_response_bytes
-                )
+                decoder = bounded_decoder(heads.content_encoding, self.max_response_bytes)
                 async for raw in response.aiter_raw():
                     chunk = raw if decoder is None else decoder.decode(raw)
                     size += len(chunk)
@@ -731,9 +814,11 @@ class FetchEngine:
                     str(response.url),
                     status,
                     b"".join(chunks),
-                    response.headers.get("content-type", ""),
-                    conditional.validators_of(response.headers),
+                    heads.content_type,
+                    heads.validators,
                 )
+            finally:
+                await response.aclose()
         except FetchError:
             raise
         except BodyTooLarge:
@@ -765,6 +850,111 @@ class FetchEngine:
             return connect_failure(exc)  # host:port and the system's reason, in one line
         # Any other transport failure: the server or the network may behave next time.
         return RecoverableFetchError(f"{type(exc).__name__}: {exc}", error_class="network_error")
+
+
+class _Admitted:
+    """One attempt's way through its host's limits, as ``async with``, in this order: an open
+    breaker known without I/O defers at once (not even queued); then a place in the host's
+    window (``gate``, ``paced`` when its pacing made it wait), the breaker's ticket (a closed
+    breaker's place in the send order, a half-open probe, or a deferral), the host's rate,
+    its ``Crawl-delay`` and a lent ``client``; too late for the batch (or halted) by then, and
+    nothing is sent. Leaving gives back, in reverse, whatever was taken, however the attempt
+    ended (a ticket whose request never answered leaves the breaker's send order).
+    """
+
+    __slots__ = ("client", "engine", "gate", "paced", "progress", "start_by", "ticket")
+
+    def __init__(self, engine: FetchEngine, progress: _Progress, start_by: float) -> None:
+        self.engine = engine
+        self.progress = progress
+        self.start_by = start_by
+        self.ticket = GO
+        self.paced = False
+
+    async def __aenter__(self) -> Self:
+        engine, slot = self.engine, self.progress.slot
+        breaker = slot.breaker
+        if breaker is not None and (until := breaker.deferred_until()) is not None:
+            raise _Deferred(until)  # known open: do not even queue for a place
+        gate = slot.gate
+        if gate is None:
+            gate = slot.gate = engine._new_gate()
+        self.gate = gate
+        waiting = time.monotonic()
+        self.paced = await gate.acquire()
+        if engine.tally is not None:  # per-host slot wait (collector_host_slot_wait_seconds)
+            engine.tally.slot_waited(time.monotonic() - waiting)
+        try:
+            self.client = await self._through(engine, slot)
+        except BaseException:
+            self._leave_gate(breaker)
+            raise
+        return self
+
+    async def _through(self, engine: FetchEngine, slot: HostSlot) -> httpx.AsyncClient:
+        """Past the breaker, the rate and the Crawl-delay: a lent client, in time."""
+        host, breaker = slot.host, slot.breaker
+        if breaker is not None:
+            self.ticket = await breaker.admit()
+            if not self.ticket.go:
+                raise _Deferred(self.ticket.not_before)
+        if engine.rate_limiter is not None:
+            await engine.rate_limiter.acquire(host)
+        robots = engine.robots
+        if robots is not None and not await robots.pace(
+            self.progress.item.url, latest=self.start_by
+        ):
+            raise _TooLate  # its Crawl-delay slot is past the batch's time: back unchanged
+        assert engine._lendable is not None
+        client = await engine._lendable.get(host)
+        if time.monotonic() > self.start_by or engine._halted.is_set():
+            engine._lendable.put(host, client)
+            raise _TooLate
+        return client
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        engine = self.engine
+        assert engine._lendable is not None
+        engine._lendable.put(self.progress.slot.host, self.client)
+        self._leave_gate(self.progress.slot.breaker)
+
+    def _leave_gate(self, breaker: HostCircuit | None) -> None:
+        if breaker is not None:  # not sent, or cancelled: out of the breaker's send order
+            breaker.forget(self.ticket)
+        self.gate.release()
+
+
+class _Heads(NamedTuple):
+    """The response headers the engine reads (each as ``httpx.Headers.get`` gives it)."""
+
+    content_length: str | None
+    content_encoding: str | None
+    content_type: str
+    validators: conditional.Validators
+
+
+_READ = frozenset({"content-length", "content-encoding", "content-type", "etag", "last-modified"})
+
+
+def _heads(headers: httpx.Headers) -> _Heads:
+    """The headers the engine reads, in one pass over the response's (``Headers.get`` walks
+    and decodes all of them for each name); repeated headers are joined with ``", "`` as
+    ``Headers.get`` joins them (tests/test_fetch_heads.py compares the two)."""
+    found: dict[str, str] = {}
+    for name, value in headers.multi_items():  # names lower-cased, decoded as httpx decodes
+        if name in _READ:
+            found[name] = f"{found[name]}, {value}" if name in found else value
+    return _Heads(
+        found.get("content-length"),
+        found.get("content-encoding"),
+        found.get("content-type", ""),
+        conditional.validators_of(found),
+    )
 
 
 def host_of(url: str) -> str:

@@ -53,6 +53,8 @@ from typing import Literal, Protocol
 
 from protego import Protego
 
+from collector import defaults
+
 __all__ = [
     "MAX_BYTES",
     "STALE_KEEP_S",
@@ -60,6 +62,7 @@ __all__ = [
     "RedisRobotsStore",
     "Robots",
     "RobotsFile",
+    "RobotsPolicy",
     "RobotsStore",
     "Verdict",
     "origin_of",
@@ -113,6 +116,21 @@ class Verdict:
     held_until: float | None = None
     crawl_delay_s: float | None = None
     why: str = ""
+
+
+_ALLOWED = Verdict(True)
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsPolicy:
+    """How an engine obeys robots.txt (``politeness.robots: obey``): each file is kept
+    ``ttl_s``, an unreachable one holds its host's pages ``unreachable_s``, and ``store``
+    shares fetched files between the source's workers (None: this worker's memory). The
+    engine builds its :class:`Robots` from it, fetching through its own clients."""
+
+    ttl_s: float = defaults.ROBOTS_TTL_S
+    unreachable_s: float = defaults.ROBOTS_UNREACHABLE_S
+    store: RobotsStore | None = None
 
 
 class RobotsStore(Protocol):
@@ -216,7 +234,10 @@ class Robots:
 
     async def verdict(self, url: str) -> Verdict:
         """Whether ``url`` may be fetched, fetching its origin's robots.txt when due."""
-        host = await self._host(origin_of(url))
+        origin = origin_of(url)
+        host = self._hosts.get(origin)
+        if host is None or self._due(host, self.clock()):
+            host = await self._host(origin)  # (a file in hand and not due: what it returns)
         found = host.found
         if found.kind in ("unreachable", "no_answer"):
             if host.stale is not None:
@@ -225,7 +246,7 @@ class Robots:
                 why = f"robots.txt unreachable (HTTP {found.status})"
                 return Verdict(False, host.held_until, None, why)
         if found.kind in ("allow_all", "no_answer") or host.parser is None:
-            return Verdict(True)
+            return _ALLOWED
         delay = host.parser.crawl_delay(self.user_agent)
         if host.parser.can_fetch(url, self.user_agent):
             return Verdict(True, None, delay)
@@ -243,10 +264,13 @@ class Robots:
     async def pace(self, url: str, *, latest: float) -> bool:
         """Wait for ``url``'s host's next ``Crawl-delay`` slot; False (nothing waited, no slot
         taken) when that slot is after ``latest`` (monotonic): the caller gives the item back."""
-        delay = self.crawl_delay_s(url)
+        host = self._hosts.get(origin_of(url))
+        if host is None or host.parser is None:
+            return True
+        delay = host.parser.crawl_delay(self.user_agent)
         if not delay:
             return True
-        host = self._hosts[origin_of(url)]
+        delay = float(delay)
         now = time.monotonic()
         slot = max(now, host.next_slot)
         if slot > latest:

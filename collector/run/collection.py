@@ -25,7 +25,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from collector._text import one_line
@@ -52,6 +52,7 @@ from collector.settle.records import Checked, key_and_validate
 from collector.sinks import Sink, SinkRecord
 
 if TYPE_CHECKING:
+    from collector.fetch.circuit import CircuitListener
     from collector.settle.validation_worker import ValidationWorker
 
 __all__ = ["BatchReport", "Collection"]
@@ -174,12 +175,24 @@ class Collection:
                 f"{self.source.name}: closing the run's stores failed: {said}"
             ) from failed[0][1]
 
-    def engine(self) -> FetchEngine:
+    def engine(
+        self,
+        *,
+        on_item: Callable[[FetchResult], None] | None = None,
+        circuit_listeners: Sequence[CircuitListener] = (),
+    ) -> FetchEngine:
+        """The run's engine for its source, every setting given at construction
+        (:meth:`FetchEngine.for_source`): ``on_item`` hears each item's result, and
+        ``circuit_listeners`` each breaker that opens or closes."""
         storage = self.source.resolve_env(
             self.source.limits.rate_storage, field="limits.rate_storage"
         )
         engine = FetchEngine.for_source(
-            self.source, rate_storage_uri=storage, circuit_storage_uri=self._shared_redis(storage)
+            self.source,
+            rate_storage_uri=storage,
+            circuit_storage_uri=self._shared_redis(storage),
+            on_item=on_item,
+            circuit_listeners=circuit_listeners,
         )
         self._engines.append(engine)
         if self.halted:
