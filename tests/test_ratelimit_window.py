@@ -45,7 +45,10 @@ def _reference(amount: int, window: float, requests: list[tuple[str, float]]) ->
     for key, gap in requests:
         clock += gap
         sent = grants.setdefault(key, [])
-        granted = clock if len(sent) < amount else max(clock, sent[-amount] + window)
+        if len(sent) < amount or sent[-amount] + window <= clock:
+            granted = clock
+        else:  # a wait, never shorter than the limiter's 1 ms floor
+            granted = clock + max(0.001, sent[-amount] + window - clock)
         sent.append(granted)
         out.append(granted)
         clock = granted  # requests are made one after another
@@ -73,7 +76,7 @@ def test_grants_are_the_plain_moving_window_rule(
         patch.setattr(ratelimit, "asyncio", types.SimpleNamespace(sleep=clock.sleep))
         got = asyncio.run(run())
     want = _reference(window.amount, window.window_s, requests)
-    assert got == pytest.approx(want, abs=0.0011), f"{rate}: {requests}"
+    assert got == pytest.approx(want, abs=1e-6), f"{rate}: {requests}"
     for key in {k for k, _ in requests}:  # memory: only the sends inside the window are kept
         assert len(window._sent[key]) <= window.amount
 
