@@ -27,6 +27,10 @@ SUBPROCESS_TESTS = frozenset({
     "test_validation.py::test_load_and_empty_batch_do_not_import_gx_and_validation_prints_nothing",
     "test_plan_difference.py::test_a_difference_plan_killed_midway_is_made_whole_by_the_next_plan",
     "test_jsonl_sink.py::test_writer_killed_mid_way_leaves_a_sink_that_reopens_clean",
+    # each a fresh Python importing GX (3-4 s of CPU apiece, 25-45 s of a loaded lane's wall)
+    "test_command_weight.py::test_validate_asks_gx_once_per_suite_content",
+    "test_gx_check_cache.py::test_two_processes_filling_the_cache_at_once_both_get_the_verdict",
+    "test_validate_all_at_once.py::test_every_problem_at_once_in_file_order",
 })  # fmt: skip
 
 # Longest first (the slowest files of a CI run), so none of them starts last and runs alone
