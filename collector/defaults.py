@@ -139,3 +139,13 @@ FLEET_SAMPLE_S = 0.1  # the autoscaler samples each frontier this often (the 50 
 FLEET_LOAD_CAP = 4.0  # loadFactor's ceiling: a huge backlog weighs at most (1 + this) x its class
 FLEET_BACKLOG_UNIT = 1000  # due items that add 1 to loadFactor (log-scaled above it)
 FLEET_HELPER_IDLE_S = 5.0  # a helper ends after its frontier had nothing due this long
+# the seeds' scaling rules (schedule: section, per source; docs/fleet.md "Scaling rules")
+FLEET_MIN_HELPERS = 0  # seed minSize: fewest helpers a source with due items keeps
+FLEET_SCALE_FACTOR = 1.2  # busy held: helpers -> ceil(helpers x 1.2), at least +1 (seed: +20 %)
+FLEET_DEPTH_SHARE = 0.8  # seed targetSize = max(minSize, ceil(depth x 0.8 / throughput))...
+FLEET_SIZE_HORIZON_S = 60.0  # ...throughput: what one helper claims in this long (items)
+FLEET_BUSY_HELD_S = 5.0  # busy above FLEET_BUSY_HIGH this long before a step up (a helper's start)
+FLEET_IDLE_BELOW = 0.3  # helpers busy less than this share of their time are idle...
+FLEET_IDLE_HELD_S = 30.0  # ...for this long: one step down (helpers -> floor(helpers / 1.2))
+FLEET_MEMORY_HIGH = 0.85  # helpers' memory share (cgroup or machine) above this...
+FLEET_MEMORY_HELD_S = 10.0  # ...for this long: one step down; above it at all: no step up

@@ -1,7 +1,9 @@
-"""A helper's report to the fleet: its process's CPU share, as a label of its own flow run.
+"""A helper's report to the fleet: its process's CPU share and the memory share where it runs,
+as labels of its own flow run.
 
 A `collector work` helper started by the fleet (role ``work``) publishes every
-``FLEET_REPORT_S`` the label ``collector.cpu`` (collector.fleet.report) on its flow run. The
+``FLEET_REPORT_S`` the labels ``collector.cpu`` and ``collector.memory``
+(collector.fleet.report) on its flow run. The
 fleet reads the helper runs at each decision anyway, so the figure travels with them, on one
 machine or many, with nothing more to deploy. The report runs on a thread, like the heartbeat:
 a loop busy settling a batch is exactly when the figure matters. A report that fails (the API
@@ -18,7 +20,7 @@ from typing import Any
 from uuid import UUID
 
 from collector import defaults
-from collector.fleet.report import CPU_LABEL, CpuMeter
+from collector.fleet.report import CPU_LABEL, MEMORY_LABEL, CpuMeter, memory_share
 
 __all__ = ["HelperReport"]
 
@@ -26,7 +28,8 @@ log = logging.getLogger(__name__)
 
 
 class HelperReport:
-    """Publish this process's CPU share on flow run ``run_id`` every ``every_s`` until exit."""
+    """Publish this process's CPU and memory shares on flow run ``run_id`` every ``every_s``
+    until exit."""
 
     def __init__(self, run_id: str, *, every_s: float = defaults.FLEET_REPORT_S) -> None:
         self.run_id = UUID(run_id)
@@ -56,11 +59,14 @@ class HelperReport:
                 if share is None:
                     continue
                 try:
-                    client.update_flow_run_labels(self.run_id, _labels(share))
+                    client.update_flow_run_labels(self.run_id, _labels(share, memory_share()))
                 except Exception as exc:  # a report is advisory: the next one says it again
                     with contextlib.suppress(Exception):
                         log.debug("fleet report of %s failed: %s", self.run_id, exc)
 
 
-def _labels(share: float) -> dict[str, Any]:
-    return {CPU_LABEL: round(share, 3)}
+def _labels(cpu: float, memory: float | None) -> dict[str, Any]:
+    labels: dict[str, Any] = {CPU_LABEL: round(cpu, 3)}
+    if memory is not None:
+        labels[MEMORY_LABEL] = round(memory, 3)
+    return labels

@@ -9,10 +9,11 @@ which helpers hold leases), and every ``decide_every_s`` decides with
 - **start**: a flow run of the source's own deployment with ``role=work`` (no plan, no source
   lock: it helps drain the shared frontier) and the tag ``collector-helper``, so any worker of
   the pool runs it; it ends by itself ``helper_idle_s`` after its frontier had nothing due;
-- **stop** (soft preemption only; a drained source's helpers end by themselves): a running
-  helper is set Cancelling, the worker sends it SIGTERM and the collect flow's graceful stop
-  returns its items unchanged (no attempt counted). Helpers not running yet are not stopped (a
-  worker submitting one could still start it); they are preempted once they run.
+- **stop** (soft preemption, and a scale-down by the idle or memory rule; a drained source's
+  helpers end by themselves): a running helper is set Cancelling, the worker sends it SIGTERM
+  and the collect flow's graceful stop returns its items unchanged (no attempt counted).
+  Helpers not running yet are not stopped (a worker submitting one could still start it);
+  they are stopped once they run.
 
 Every round that changes a source emits ``collector.fleet.scaled`` on ``collector.source.<name>``
 with the figures that caused it, and the table artifact ``collector-fleet`` (source, class,
@@ -70,7 +71,7 @@ from collector.fleet.model import (
     plan_actions,
     politeness_cap,
 )
-from collector.fleet.report import helpers_cpu
+from collector.fleet.report import helpers_cpu, helpers_memory
 from collector.fleet.tracker import SourceTracker
 from collector.frontier.base import Frontier
 from collector.ops import metrics
@@ -141,7 +142,13 @@ async def _discover(
             reference,
             deployment.id,
             frontier,
-            SourceTracker(name, source.priority.run_class, max_helpers=most, settings=settings),
+            SourceTracker(
+                name,
+                source.priority.run_class,
+                max_helpers=most,
+                settings=settings,
+                rules=source.schedule.scaling,
+            ),
             why,
         )
         logger.info(
@@ -221,6 +228,10 @@ async def _stop(client: PrefectClient, runs: Sequence[FlowRun], count: int, why:
     return stopped
 
 
+def _running_labels(runs: Sequence[FlowRun]) -> list[dict[str, Any]]:
+    return [dict(r.labels or {}) for r in runs if r.state_type == StateType.RUNNING]
+
+
 def _figures(decision: Decision, settings: FleetSettings, used: int) -> dict[str, Any]:
     load = decision.load
     return {
@@ -231,6 +242,10 @@ def _figures(decision: Decision, settings: FleetSettings, used: int) -> dict[str
         "wait_high_for_s": round(load.wait_high_for_s, 2),
         "busy": None if load.busy is None else round(load.busy, 3),
         "cpu": None if load.cpu is None else round(load.cpu, 3),
+        "memory": None if load.memory is None else round(load.memory, 3),
+        "busy_high_for_s": round(load.busy_high_for_s, 2),
+        "idle_for_s": round(load.idle_for_s, 2),
+        "throughput": None if load.throughput is None else round(load.throughput, 3),
         "helpers": load.helpers,
         "max_helpers": load.max_helpers,
         "load_factor": round(decision.load_factor, 3),
@@ -398,10 +413,9 @@ async def _round(
             now,
             len(helpers.get(name, [])),
             sum(1 for r in helpers.get(name, []) if r.state_type == StateType.CANCELLING),
-            # their own reports: the label each running helper keeps on its flow run
-            helpers_cpu(
-                r.labels for r in helpers.get(name, []) if r.state_type == StateType.RUNNING
-            ),
+            # their own reports: the labels each running helper keeps on its flow run
+            helpers_cpu(_running_labels(helpers.get(name, []))),
+            helpers_memory(_running_labels(helpers.get(name, []))),
         )
         for name, d in deployed.items()
     ]

@@ -226,8 +226,11 @@ def test_a_drained_source_wants_none_and_its_helpers_end_by_themselves() -> None
 def test_busy_helpers_ask_for_one_more_and_politeness_can_forbid_any() -> None:
     fleet = FleetSettings(budget=4)
     busy = SourceLoad("b", "normal", backlog=100, wait_s=0.0, busy=0.95, helpers=1)
+    assert decide([busy], fleet)[0].want == 1  # not held for its window yet
+    busy = SourceLoad("b", "normal", backlog=100, wait_s=0.0, busy=0.95, helpers=1,
+                      busy_high_for_s=5.0)  # fmt: skip
     (decision,) = decide([busy], fleet)
-    assert (decision.want, decision.why) == (2, "helpers busy 95%")
+    assert (decision.want, decision.why) == (2, "helpers busy 95% for 5 s")
     cap, why = politeness_cap(
         shared_domain_concurrency=False, per_domain_rate=None, rate_storage="memory://"
     )

@@ -7,17 +7,25 @@ The model (docs/fleet.md):
   capped at ``load_cap``, and 0 when nothing is due. ``backlog`` is the due items (queued),
   ``wait`` the claim wait (how long a due item waits before a claim: :class:`ClaimWait`).
 - **weight** = class priority (critical 4, high 3, normal 2, low 1) x (1 + load factor).
-- **want**: 0 when the source drained (nothing due); one more helper than it has when its claim
-  wait stayed above ``wait_high_s`` for ``wait_held_s``, or its helpers report being busy above
-  ``busy_high``; else what it has. Never above its cap: ``schedule.max_helpers``, and 0 when
-  more helpers would break per-host politeness (:func:`politeness_cap`).
+- **want** (:func:`want`, the seeds' rules, each held for its window before it acts): 0 when the
+  source drained (nothing due). Down one step (``floor(helpers / 1.2)``) when the helpers'
+  memory share stayed above ``memory_high`` for ``memory_held_s``, or their busy share stayed
+  below ``idle_below`` for ``idle_held_s``. Otherwise up to the largest of: the pool size
+  ``ceil(backlog x 0.8 / (throughput x size_horizon_s))`` (throughput: items/s one process
+  claims), ``ceil(helpers x 1.2)`` (at least one more) when busy stayed above ``busy_high`` for
+  ``busy_held_s``, one more when the claim wait stayed above ``wait_high_s`` for
+  ``wait_held_s`` or the helpers' CPU is above ``cpu_high``; never up while memory is above
+  ``memory_high``. Never below ``min_helpers`` while items are due, never above its cap:
+  ``schedule.max_helpers``, and 0 when more helpers would break per-host politeness
+  (:func:`politeness_cap`).
 - **shares** of the global ``budget``: first one helper each to the sources that want one
   (those starved longest first, then by weight), then the rest one at a time to the source with
   the highest ``weight / (helpers given + 1)``, never above its want.
 - **actions** (:func:`plan_actions`): start helpers only into free budget (stopping helpers count
-  as running until they end, so the budget is never exceeded); a drained source's helpers are
-  not stopped: they end by themselves once nothing is due (stopping them would cut requests in
-  flight); and *soft preemption*: when the budget is full and a source of a higher class is
+  as running until they end, so the budget is never exceeded); a source scaled down (idle,
+  memory) has its surplus stopped gracefully; a drained source's helpers are not stopped: they
+  end by themselves once nothing is due (stopping them would cut requests in flight); and
+  *soft preemption*: when the budget is full and a source of a higher class is
   short, stop one helper of the lowest-weight source of a lower class that holds more than its
   share (the graceful stop: its items go back unchanged, no attempt counted).
 
@@ -40,12 +48,17 @@ __all__ = [
     "ClaimWait",
     "Decision",
     "FleetSettings",
+    "Held",
+    "ScalingRules",
     "SourceLoad",
     "decide",
     "load_factor",
     "plan_actions",
     "politeness_cap",
+    "pool_size",
     "shares",
+    "step_down",
+    "step_up",
     "want",
     "weight",
 ]
@@ -71,6 +84,21 @@ class FleetSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ScalingRules:
+    """One source's scaling rules (its ``schedule:`` section; defaults: collector/defaults.py)."""
+
+    min_helpers: int = defaults.FLEET_MIN_HELPERS
+    scale_factor: float = defaults.FLEET_SCALE_FACTOR
+    depth_share: float = defaults.FLEET_DEPTH_SHARE
+    size_horizon_s: float = defaults.FLEET_SIZE_HORIZON_S
+    busy_held_s: float = defaults.FLEET_BUSY_HELD_S
+    idle_below: float = defaults.FLEET_IDLE_BELOW
+    idle_held_s: float = defaults.FLEET_IDLE_HELD_S
+    memory_high: float = defaults.FLEET_MEMORY_HIGH
+    memory_held_s: float = defaults.FLEET_MEMORY_HELD_S
+
+
+@dataclass(frozen=True, slots=True)
 class SourceLoad:
     """One deployed source as the autoscaler sees it at one moment."""
 
@@ -85,6 +113,12 @@ class SourceLoad:
     stopping: int = 0  # of which asked to stop already (their slots free once they ended)
     max_helpers: int = defaults.FLEET_MAX_HELPERS  # schedule.max_helpers and politeness
     short_for_s: float = 0.0  # how long it has had fewer helpers than it wanted
+    busy_high_for_s: float = 0.0  # how long busy has stayed above busy_high (this helper count)
+    idle_for_s: float = 0.0  # how long busy has stayed below rules.idle_below (this count)
+    memory: float | None = None  # the highest memory share its helpers report (1.0: all)
+    memory_high_for_s: float = 0.0  # how long memory has stayed above rules.memory_high
+    throughput: float | None = None  # items/s one process claims (None: not measured yet)
+    rules: ScalingRules = ScalingRules()
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +131,7 @@ class Decision:
     want: int
     share: int
     why: str
+    scale_down: bool = False  # want is below helpers by a rule (idle, memory): stop the surplus
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,25 +176,82 @@ def politeness_cap(
     return None, "helpers share the per-host slots and rate"
 
 
-def want(load: SourceLoad, settings: FleetSettings) -> tuple[int, str]:
-    """How many helpers the source asks for now, and why."""
+def step_up(helpers: int, factor: float) -> int:
+    """``ceil(helpers x factor)``, at least one more (10 -> 12 at 1.2; 0 -> 1)."""
+    return max(helpers + 1, math.ceil(round(helpers * factor, 9)))
+
+
+def step_down(helpers: int, factor: float) -> int:
+    """``floor(helpers / factor)``, at least one fewer, never below 0 (10 -> 8 at 1.2)."""
+    return max(0, min(helpers - 1, math.floor(round(helpers / factor, 9))))
+
+
+def pool_size(backlog: int, throughput: float | None, rules: ScalingRules) -> int | None:
+    """Helpers by the seeds' ``targetSize = max(minSize, ceil(depth x 0.8 / throughput))``:
+    throughput is what one process claims in ``size_horizon_s``, and the source's own run is
+    one process of the pool, so helpers = targetSize - 1 (None: no throughput measured yet)."""
+    if throughput is None or throughput <= 0 or math.isinf(throughput):
+        return None
+    per_process = throughput * rules.size_horizon_s
+    processes = math.ceil(round(backlog * rules.depth_share / per_process, 9))
+    return max(rules.min_helpers, processes - 1)
+
+
+def want(load: SourceLoad, settings: FleetSettings) -> tuple[int, str, bool]:
+    """How many helpers the source asks for now, why, and whether it is a scale-down."""
     cap = max(0, load.max_helpers)
+    rules = load.rules
+    have = load.helpers
     if load.backlog <= 0:
-        return 0, "drained"
+        return 0, "drained", False
     if cap == 0:
-        return 0, "no helpers allowed (max_helpers or politeness)"
+        return 0, "no helpers allowed (max_helpers or politeness)", False
+    floor = min(cap, rules.min_helpers)
+    memory_high = load.memory is not None and load.memory > rules.memory_high
+    if memory_high and have > floor and load.memory_high_for_s >= rules.memory_held_s:
+        return (
+            min(cap, max(floor, step_down(have, rules.scale_factor))),
+            (
+                f"helpers' memory {load.memory:.0%} > {rules.memory_high:.0%} "
+                f"for {load.memory_high_for_s:.0f} s"
+            ),
+            True,
+        )
+    idle = load.busy is not None and load.busy < rules.idle_below
+    if idle and have > floor and load.idle_for_s >= rules.idle_held_s:
+        return (
+            min(cap, max(floor, step_down(have, rules.scale_factor))),
+            (
+                f"helpers idle: busy {load.busy:.0%} < {rules.idle_below:.0%} "
+                f"for {load.idle_for_s:.0f} s"
+            ),
+            True,
+        )
+    if memory_high:
+        return min(cap, max(floor, have)), f"helpers' memory {load.memory:.0%}: no step up", False
+    asks: list[tuple[int, str]] = [(have, "steady")]
+    if have < floor:
+        asks.append((floor, f"min_helpers {rules.min_helpers}"))
+    size = pool_size(load.backlog, load.throughput, rules)
+    if size is not None:
+        asks.append((size, f"pool size: {load.backlog} due x {rules.depth_share:g} / "
+                           f"({load.throughput:.1f}/s x {rules.size_horizon_s:g} s)"))  # fmt: skip
     if load.wait_high_for_s >= settings.wait_held_s and load.wait_s > settings.wait_high_s:
-        return min(cap, load.helpers + 1), (
-            f"claim wait {_seconds(load.wait_s)} > {_seconds(settings.wait_high_s)} "
-            f"for {load.wait_high_for_s:.1f} s"
-        )
-    if load.busy is not None and load.busy > settings.busy_high and load.helpers > 0:
-        return min(cap, load.helpers + 1), f"helpers busy {load.busy:.0%}"
-    if load.cpu is not None and load.cpu > settings.cpu_high and load.helpers > 0:
-        return min(cap, load.helpers + 1), (
-            f"helpers' CPU {load.cpu:.0%} > {settings.cpu_high:.0%} of a core"
-        )
-    return min(cap, load.helpers), "steady"
+        asks.append((have + 1, f"claim wait {_seconds(load.wait_s)} > "
+                               f"{_seconds(settings.wait_high_s)} for "
+                               f"{load.wait_high_for_s:.1f} s"))  # fmt: skip
+    if (
+        load.busy is not None
+        and load.busy > settings.busy_high
+        and have > 0
+        and load.busy_high_for_s >= rules.busy_held_s
+    ):
+        asks.append((step_up(have, rules.scale_factor),
+                     f"helpers busy {load.busy:.0%} for {load.busy_high_for_s:.0f} s"))  # fmt: skip
+    if load.cpu is not None and load.cpu > settings.cpu_high and have > 0:
+        asks.append((have + 1, f"helpers' CPU {load.cpu:.0%} > {settings.cpu_high:.0%} of a core"))
+    count, why = max(asks, key=lambda a: a[0])  # the first of the largest: steady before a rule
+    return min(cap, count), why, False
 
 
 def shares(
@@ -197,7 +289,7 @@ def decide(loads: Sequence[SourceLoad], settings: FleetSettings) -> list[Decisio
     weights = {x.source: weight(x.run_class, factors[x.source]) for x in loads}
     asked = {x.source: want(x, settings) for x in loads}
     given = shares(
-        {name: count for name, (count, _) in asked.items()},
+        {name: count for name, (count, _, _) in asked.items()},
         weights,
         {x.source: x.short_for_s for x in loads},
         settings,
@@ -210,6 +302,7 @@ def decide(loads: Sequence[SourceLoad], settings: FleetSettings) -> list[Decisio
             want=asked[x.source][0],
             share=given[x.source],
             why=asked[x.source][1],
+            scale_down=asked[x.source][2],
         )
         for x in loads
     ]
@@ -231,9 +324,16 @@ def plan_actions(decisions: Sequence[Decision], settings: FleetSettings) -> Acti
         if count > 0:
             start[d.load.source] = count
             free -= count
+    for d in decisions:  # scaled down by a rule: the surplus stops gracefully
+        surplus = d.load.helpers - d.load.stopping - d.want
+        if d.scale_down and surplus > 0:
+            stop[d.load.source] = surplus
     freeing = sum(d.load.stopping for d in decisions)  # slots already on their way back
     if settings.preempt and free == 0:
-        over = [d for d in decisions if d.load.helpers - d.load.stopping > d.share]
+        over = [
+            d for d in decisions
+            if d.load.helpers - d.load.stopping > d.share and d.load.source not in stop
+        ]  # fmt: skip
         for d in short:
             missing = d.share - d.load.helpers - start.get(d.load.source, 0)
             if missing <= 0:
@@ -269,6 +369,7 @@ class ClaimWait:
         self._samples: deque[tuple[float, int]] = deque()
         self._high_since: float | None = None
         self.estimate = 0.0
+        self.rate = 0.0  # items/s claimed over the window
 
     def observe(self, now: float, *, queued: int, claimed_total: int) -> float:
         """Add a sample; returns the new estimate (seconds)."""
@@ -278,6 +379,7 @@ class ClaimWait:
         first_at, first_claimed = self._samples[0]
         span = now - first_at
         rate = (claimed_total - first_claimed) / span if span > 0 else 0.0
+        self.rate = rate
         if queued <= 0:
             self.estimate = 0.0
         elif rate > 0:
@@ -293,6 +395,28 @@ class ClaimWait:
     def high_for(self, now: float) -> float:
         """How long the estimate has stayed above the threshold (0 when it is not above)."""
         return 0.0 if self._high_since is None else now - self._high_since
+
+
+class Held:
+    """Since when a condition has held without a break (a sustained-load window)."""
+
+    def __init__(self) -> None:
+        self._since: float | None = None
+
+    def observe(self, now: float, holds: bool) -> None:
+        """One observation: a break restarts the window."""
+        if not holds:
+            self._since = None
+        elif self._since is None:
+            self._since = now
+
+    def reset(self) -> None:
+        """Restart the window (the helper count changed: what held before no longer says)."""
+        self._since = None
+
+    def held_for(self, now: float) -> float:
+        """How long the condition has held (0 when it does not)."""
+        return 0.0 if self._since is None else now - self._since
 
 
 def with_helpers(loads: Iterable[SourceLoad], helpers: Mapping[str, int]) -> list[SourceLoad]:

@@ -5,6 +5,11 @@ The helpers report through the frontier itself: each helper claims under its own
 (its flow run id) and its leases show in :meth:`Frontier.holders`, so the busy share is the share
 of samples in which a helper held leased items. A helper that waits for its frontier, for a
 host's slots or for Prefect holds nothing and counts as idle.
+
+The sustained-load windows (busy above ``busy_high``, busy below ``rules.idle_below``, memory
+above ``rules.memory_high``) restart whenever the source's helper count changes: a scaling
+step acts only on what held with the helpers it has now. The throughput (items/s one process
+claims) is the claim rate over the processes that held leases, both over the window.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Collection, Iterable
 
-from collector.fleet.model import ClaimWait, FleetSettings, SourceLoad
+from collector.fleet.model import ClaimWait, FleetSettings, Held, ScalingRules, SourceLoad
 from collector.frontier.base import Holder, StateCounts
 
 __all__ = ["SourceTracker"]
@@ -28,6 +33,7 @@ class SourceTracker:
         *,
         max_helpers: int,
         settings: FleetSettings,
+        rules: ScalingRules | None = None,
         window_s: float = 2.0,
     ) -> None:
         self.source = source
@@ -39,6 +45,12 @@ class SourceTracker:
         self.backlog = 0
         self._busy: deque[tuple[float, int, int]] = deque()  # (at, busy helpers, helpers)
         self._short_since: float | None = None
+        self.rules = rules or ScalingRules()
+        self._busy_high = Held()
+        self._idle = Held()
+        self._memory_high = Held()
+        self._working: deque[tuple[float, int]] = deque()  # (at, processes holding leases)
+        self._helper_count: int | None = None
 
     def sample(
         self, now: float, counts: StateCounts, holders: Iterable[Holder], helpers: Collection[str]
@@ -47,10 +59,29 @@ class SourceTracker:
         self.backlog = counts.queued
         claimed = counts.leased + counts.done + counts.dead
         self.wait.observe(now, queued=counts.queued, claimed_total=claimed)
-        busy = sum(1 for h in holders if h.leased > 0 and h.holder in helpers)
+        holding = [h for h in holders if h.leased > 0]
+        busy = sum(1 for h in holding if h.holder in helpers)
         self._busy.append((now, busy, len(helpers)))
+        self._working.append((now, len(holding)))
         while self._busy and now - self._busy[0][0] > self.window_s:
             self._busy.popleft()
+        while self._working and now - self._working[0][0] > self.window_s:
+            self._working.popleft()
+        if self._helper_count != len(helpers):
+            self._helper_count = len(helpers)
+            for window in (self._busy_high, self._idle, self._memory_high):
+                window.reset()
+        share = self.busy_share()
+        self._busy_high.observe(now, share is not None and share > self.settings.busy_high)
+        self._idle.observe(now, share is not None and share < self.rules.idle_below)
+
+    def throughput(self) -> float | None:
+        """Items/s one process claims: the claim rate over the mean count of processes holding
+        leases in the window (None: nothing claimed, or no one held leases)."""
+        working = sum(count for _, count in self._working) / max(1, len(self._working))
+        if self.wait.rate <= 0 or working <= 0:
+            return None
+        return self.wait.rate / working
 
     def busy_share(self) -> float | None:
         """Share of helper-samples in which a helper held leases (None: no helper sampled)."""
@@ -60,10 +91,17 @@ class SourceTracker:
         return sum(busy for _, busy, _ in self._busy) / helper_samples
 
     def load(
-        self, now: float, helpers: int, stopping: int = 0, cpu: float | None = None
+        self,
+        now: float,
+        helpers: int,
+        stopping: int = 0,
+        cpu: float | None = None,
+        memory: float | None = None,
     ) -> SourceLoad:
         """The source as :func:`collector.fleet.model.decide` takes it (``cpu``: the helpers'
-        mean CPU share, from their own reports: collector.fleet.report)."""
+        mean CPU share, ``memory`` their highest memory share, from their own reports:
+        collector.fleet.report)."""
+        self._memory_high.observe(now, memory is not None and memory > self.rules.memory_high)
         return SourceLoad(
             source=self.source,
             run_class=self.run_class,
@@ -76,6 +114,12 @@ class SourceTracker:
             stopping=stopping,
             max_helpers=self.max_helpers,
             short_for_s=0.0 if self._short_since is None else now - self._short_since,
+            busy_high_for_s=self._busy_high.held_for(now),
+            idle_for_s=self._idle.held_for(now),
+            memory=memory,
+            memory_high_for_s=self._memory_high.held_for(now),
+            throughput=self.throughput(),
+            rules=self.rules,
         )
 
     def decided(self, now: float, *, want: int, helpers: int) -> None:

@@ -1,0 +1,267 @@
+"""The seeds' scaling rules in the autoscaler's model (collector/fleet/model.py), against a plain
+model of the rules: pool size ``max(minSize, ceil(depth x 0.8 / throughput))``, busy held ->
+up 20 % rounded up, idle or memory held -> down, each only after its window, never above the
+cap, never below ``min_helpers``; and the windows the tracker keeps, in virtual time."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from collector.fleet.model import (
+    FleetSettings,
+    Held,
+    ScalingRules,
+    SourceLoad,
+    decide,
+    plan_actions,
+    pool_size,
+    step_down,
+    step_up,
+    want,
+)
+from collector.fleet.report import MEMORY_LABEL, helpers_memory, memory_share_of
+from collector.fleet.schedule import ScheduleSettings
+from collector.fleet.tracker import SourceTracker
+from collector.frontier.base import Holder, StateCounts
+
+FACTORS = [1.1, 1.2, 1.25, 1.5, 2.0, 3.0]
+
+
+def _plain_want(load: SourceLoad, fleet: FleetSettings) -> tuple[int, bool]:
+    """The rules as written, in exact fractions: (helpers wanted, whether a scale-down)."""
+    r = load.rules
+    cap, have = max(0, load.max_helpers), load.helpers
+    if load.backlog <= 0 or cap == 0:
+        return 0, False
+    low = min(cap, r.min_helpers)
+    factor = Fraction(str(r.scale_factor))
+    down = max(0, min(have - 1, math.floor(Fraction(have) / factor)))
+    memory_high = load.memory is not None and load.memory > r.memory_high
+    if memory_high and have > low and load.memory_high_for_s >= r.memory_held_s:
+        return min(cap, max(low, down)), True
+    idle = load.busy is not None and load.busy < r.idle_below
+    if idle and have > low and load.idle_for_s >= r.idle_held_s:
+        return min(cap, max(low, down)), True
+    if memory_high:
+        return min(cap, max(low, have)), False
+    target = max(low, have)
+    if load.throughput:
+        per_process = Fraction(str(load.throughput)) * Fraction(str(r.size_horizon_s))
+        processes = math.ceil(load.backlog * Fraction(str(r.depth_share)) / per_process)
+        target = max(target, r.min_helpers, processes - 1)
+    if load.wait_high_for_s >= fleet.wait_held_s and load.wait_s > fleet.wait_high_s:
+        target = max(target, have + 1)
+    busy = load.busy is not None and load.busy > fleet.busy_high
+    if busy and have > 0 and load.busy_high_for_s >= r.busy_held_s:
+        target = max(target, have + 1, math.ceil(have * factor))
+    if load.cpu is not None and load.cpu > fleet.cpu_high and have > 0:
+        target = max(target, have + 1)
+    return min(cap, target), False
+
+
+rules_st = st.builds(
+    ScalingRules,
+    min_helpers=st.integers(0, 5),
+    scale_factor=st.sampled_from(FACTORS),
+    depth_share=st.sampled_from([0.5, 0.8, 1.0]),
+    size_horizon_s=st.sampled_from([10.0, 60.0, 120.0]),
+    busy_held_s=st.sampled_from([0.0, 5.0, 30.0]),
+    idle_below=st.sampled_from([0.1, 0.3, 0.5]),
+    idle_held_s=st.sampled_from([0.0, 30.0, 60.0]),
+    memory_high=st.sampled_from([0.8, 0.85, 0.95]),
+    memory_held_s=st.sampled_from([0.0, 10.0]),
+)
+load_st = st.builds(
+    SourceLoad,
+    source=st.just("s"),
+    run_class=st.sampled_from(["critical", "high", "normal", "low"]),
+    backlog=st.one_of(st.just(0), st.integers(0, 100_000)),
+    wait_s=st.one_of(st.just(math.inf), st.sampled_from([0.0, 0.01, 0.2, 5.0])),
+    wait_high_for_s=st.sampled_from([0.0, 0.5, 1.0, 3.0]),
+    busy=st.one_of(st.none(), st.sampled_from([0.0, 0.2, 0.5, 0.9, 0.95, 1.0])),
+    cpu=st.one_of(st.none(), st.sampled_from([0.1, 0.75, 0.9])),
+    helpers=st.integers(0, 40),
+    max_helpers=st.integers(0, 40),
+    busy_high_for_s=st.sampled_from([0.0, 4.9, 5.0, 31.0]),
+    idle_for_s=st.sampled_from([0.0, 29.0, 30.0, 61.0]),
+    memory=st.one_of(st.none(), st.sampled_from([0.5, 0.85, 0.9, 0.99])),
+    memory_high_for_s=st.sampled_from([0.0, 9.0, 10.0]),
+    throughput=st.one_of(st.none(), st.sampled_from([0.5, 2.0, 4.0, 40.0])),
+    rules=rules_st,
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(load=load_st)
+def test_want_equals_the_plain_rules_and_keeps_within_min_and_cap(load: SourceLoad) -> None:
+    fleet = FleetSettings()
+    count, why, down = want(load, fleet)
+    assert (count, down) == _plain_want(load, fleet), why
+    cap = max(0, load.max_helpers)
+    assert 0 <= count <= cap
+    if load.backlog > 0:
+        assert count >= min(cap, load.rules.min_helpers)  # never below min while items are due
+    if count > max(load.helpers, load.rules.min_helpers):  # up past the floor: memory allows
+        assert not (load.memory is not None and load.memory > load.rules.memory_high)
+    if down:
+        assert count < load.helpers
+
+
+@settings(max_examples=500, deadline=None)
+@given(have=st.integers(0, 10_000), factor=st.sampled_from(FACTORS))
+def test_a_step_is_twenty_percent_rounded_up_and_at_least_one(have: int, factor: float) -> None:
+    exact = Fraction(str(factor))
+    assert step_up(have, factor) == max(have + 1, math.ceil(have * exact))
+    assert step_down(have, factor) == max(0, min(have - 1, math.floor(have / exact)))
+    assert step_up(have, factor) > have and (have == 0 or step_down(have, factor) < have)
+
+
+def test_the_seeds_figures() -> None:
+    assert [step_up(n, 1.2) for n in (0, 1, 2, 5, 10, 100)] == [1, 2, 3, 6, 12, 120]
+    assert [step_down(n, 1.2) for n in (0, 1, 2, 10, 12)] == [0, 0, 1, 8, 10]
+    rules = ScalingRules()  # 0.8 of the depth, 60 s of one process's throughput
+    assert pool_size(3_000, 10.0, rules) == 3  # ceil(2400 / 600) = 4 processes: the run + 3
+    assert pool_size(10, 10.0, rules) == 0  # one process does it: no helper
+    assert pool_size(10, 10.0, ScalingRules(min_helpers=2)) == 2
+    assert pool_size(3_000, None, rules) is None  # nothing measured yet: the rule waits
+
+
+def test_busy_scales_up_twenty_percent_only_once_its_window_held() -> None:
+    fleet = FleetSettings(budget=40)
+    busy = SourceLoad("b", "normal", backlog=10**6, wait_s=0.0, busy=0.95, helpers=10,
+                      max_helpers=20, busy_high_for_s=4.9)  # fmt: skip
+    assert want(busy, fleet)[:2] == (10, "steady")
+    held = SourceLoad("b", "normal", backlog=10**6, wait_s=0.0, busy=0.95, helpers=10,
+                      max_helpers=20, busy_high_for_s=5.0)  # fmt: skip
+    assert want(held, fleet) == (12, "helpers busy 95% for 5 s", False)
+    (decision,) = decide([held], fleet)
+    assert plan_actions([decision], fleet).start == {"b": 2}
+
+
+def test_idle_and_memory_scale_down_after_their_windows_and_stop_the_surplus() -> None:
+    fleet = FleetSettings(budget=20)
+    idle = SourceLoad("i", "normal", backlog=500, wait_s=0.0, busy=0.1, helpers=10,
+                      max_helpers=20, idle_for_s=29.0)  # fmt: skip
+    assert want(idle, fleet)[0] == 10  # not yet: the window is 30 s
+    idle = SourceLoad("i", "normal", backlog=500, wait_s=0.0, busy=0.1, helpers=10,
+                      max_helpers=20, idle_for_s=30.0, stopping=1)  # fmt: skip
+    (decision,) = decide([idle], fleet)
+    assert (decision.want, decision.scale_down) == (8, True)
+    assert plan_actions([decision], fleet).stop == {"i": 1}  # 10 - 1 stopping - 8
+    hot = SourceLoad("m", "normal", backlog=500, wait_s=10.0, wait_high_for_s=9.0, busy=1.0,
+                     busy_high_for_s=60.0, helpers=3, max_helpers=10, memory=0.9)  # fmt: skip
+    assert want(hot, fleet)[:2] == (3, "helpers' memory 90%: no step up")
+    held = SourceLoad("m", "normal", backlog=500, wait_s=10.0, busy=1.0, helpers=3,
+                      max_helpers=10, memory=0.9, memory_high_for_s=10.0)  # fmt: skip
+    (decision,) = decide([held], fleet)
+    assert decision.want == 2 and "memory 90% > 85% for 10 s" in decision.why
+    assert plan_actions([decision], fleet).stop == {"m": 1}
+    floor = ScalingRules(min_helpers=3)
+    kept = SourceLoad("f", "normal", backlog=500, wait_s=0.0, busy=0.0, helpers=3,
+                      idle_for_s=100.0, rules=floor)  # fmt: skip
+    assert want(kept, fleet)[0] == 3  # never below min_helpers while items are due
+    drained = SourceLoad("d", "normal", backlog=0, wait_s=0.0, busy=0.0, helpers=3,
+                         idle_for_s=100.0, rules=floor)  # fmt: skip
+    (decision,) = decide([drained], fleet)
+    assert decision.want == 0 and plan_actions([decision], fleet).stop == {}  # they end alone
+
+
+def test_pool_size_asks_for_the_helpers_the_depth_needs_at_once() -> None:
+    fleet = FleetSettings(budget=8)
+    deep = SourceLoad("p", "normal", backlog=12_000, wait_s=0.01, helpers=0, max_helpers=8,
+                      throughput=40.0)  # fmt: skip
+    count, why, _ = want(deep, fleet)
+    assert count == 3 and why.startswith("pool size")  # ceil(9600 / 2400) = 4 processes
+    assert plan_actions(decide([deep], fleet), fleet).start == {"p": 3}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from([0.0, 0.1, 0.95, 1.0]), st.integers(1, 3),
+                  st.sampled_from([None, 0.5, 0.9])),
+        min_size=1, max_size=80,
+    )
+)  # fmt: skip
+def test_the_tracker_windows_hold_only_over_unbroken_samples_of_one_helper_count(
+    steps: list[tuple[float, int, float | None]],
+) -> None:
+    """Every helper holds leases (busy 1.0) or none (0.0) in a sample: with a 0.1 s window the
+    busy share is that sample's; each window is the run of samples, with the same helper
+    count, that kept its condition, back to the first of them."""
+    fleet = FleetSettings()
+    tracker = SourceTracker("s", "normal", max_helpers=5, settings=fleet, window_s=0.05)
+    busy_run = idle_run = memory_run = 0.0
+    since_busy = since_idle = since_memory = None
+    last_count = None
+    for i, (share, count, memory) in enumerate(steps):
+        now = i * 0.1
+        ids = [f"h{k}" for k in range(count)]
+        held = [Holder(h, 1 if share >= 0.5 else 0, now) for h in ids]
+        tracker.sample(now, StateCounts(queued=100, leased=count), held, set(ids))
+        load = tracker.load(now, count, memory=memory)
+        busy = 1.0 if share >= 0.5 else 0.0
+        if count != last_count:
+            since_busy = since_idle = since_memory = None
+            last_count = count
+        since_busy = (since_busy if since_busy is not None else now) if busy > 0.9 else None
+        since_idle = (since_idle if since_idle is not None else now) if busy < 0.3 else None
+        high = memory is not None and memory > 0.85
+        since_memory = (since_memory if since_memory is not None else now) if high else None
+        busy_run = 0.0 if since_busy is None else now - since_busy
+        idle_run = 0.0 if since_idle is None else now - since_idle
+        memory_run = 0.0 if since_memory is None else now - since_memory
+        assert load.busy == busy
+        assert math.isclose(load.busy_high_for_s, busy_run, abs_tol=1e-9)
+        assert math.isclose(load.idle_for_s, idle_run, abs_tol=1e-9)
+        assert math.isclose(load.memory_high_for_s, memory_run, abs_tol=1e-9)
+
+
+def test_held_restarts_on_a_break_and_on_reset() -> None:
+    held = Held()
+    held.observe(1.0, True)
+    held.observe(3.0, True)
+    assert held.held_for(4.0) == 3.0
+    held.observe(5.0, False)
+    assert held.held_for(6.0) == 0.0
+    held.observe(7.0, True)
+    held.reset()
+    assert held.held_for(9.0) == 0.0
+
+
+def test_the_tracker_measures_one_processs_throughput() -> None:
+    tracker = SourceTracker("s", "normal", max_helpers=4, settings=FleetSettings())
+    claimed = 0
+    for step in range(30):  # two processes claim 40 items/s between them
+        claimed += 4
+        holders = [Holder("run", 2, None), Holder("h1", 2, None)]
+        tracker.sample(step * 0.1, StateCounts(queued=5000, done=claimed), holders, {"h1"})
+    load = tracker.load(2.9, 1)
+    assert load.throughput is not None and math.isclose(load.throughput, 20.0, rel_tol=0.01)
+
+
+def test_memory_is_the_cgroups_share_else_the_machines() -> None:
+    meminfo = "MemTotal:       8000000 kB\nMemFree:  100 kB\nMemAvailable:   2000000 kB\n"
+    assert memory_share_of("900", "1000", meminfo) == 0.9  # a container's limit
+    assert memory_share_of("900", "max\n", meminfo) == 0.75  # no limit: the machine's
+    huge = str(2**63 - 4096)  # cgroup v1 without a limit
+    assert memory_share_of("900", huge, meminfo) == 0.75
+    assert memory_share_of(None, None, "garbage") is None
+    assert helpers_memory([{MEMORY_LABEL: 0.5}, {MEMORY_LABEL: "0.92"}, {}, None]) == 0.92
+    assert helpers_memory([{MEMORY_LABEL: "x"}]) is None
+
+
+def test_the_schedule_section_carries_the_rules_and_refuses_min_above_max() -> None:
+    section = ScheduleSettings(min_helpers=1, max_helpers=6, scale_factor=1.5, idle_held_s=60)
+    assert section.scaling == ScalingRules(min_helpers=1, scale_factor=1.5, idle_held_s=60.0)
+    assert ScheduleSettings().scaling == ScalingRules()
+    with pytest.raises(ValidationError, match="min_helpers 5 is above max_helpers 4"):
+        ScheduleSettings(min_helpers=5)
+    with pytest.raises(ValidationError, match="scale_factor"):
+        ScheduleSettings(scale_factor=1.0)
