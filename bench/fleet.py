@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/fleet.py [--budget 4] [--no-model]
     .venv/bin/python bench/fleet.py --starts 4 [--query-s 5,1]   # helper starts, stage by stage
+    .venv/bin/python bench/fleet.py --rules                      # MODEL: each scaling rule undone
 
 Measured, in one run, side by side: the eight sources of issue 26 (tests/fleet_world.py EIGHT,
 the same as tests/test_fleet_flow.py: six small sources, a normal burst of 360 items and a low
@@ -29,7 +30,10 @@ measure this box as much as the fleet, and the machine load is printed with them
 
 Then, labelled as such, the MODEL: the same decision functions (collector/fleet/model.py) in
 virtual time, with a fixed claim rate per process and start latency (no Prefect, no processes):
-what the rules do when the box is not the bottleneck. Not a measurement.
+what the rules do when the box is not the bottleneck. Not a measurement. ``--rules`` (also
+printed after the real plays) plays three scenarios (deep sources, a source bound by its host's
+rate, helpers that fill the box's memory) with the seeds' scaling rules and with each undone in
+turn: drain time, helper-seconds (idle ones apart), starts, stops, peak memory.
 """
 
 from __future__ import annotations
@@ -48,9 +52,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collector.fleet.model import FleetSettings, decide, plan_actions
+from collector.fleet.model import FleetSettings, ScalingRules, decide, plan_actions
 from collector.fleet.tracker import SourceTracker
-from collector.frontier.base import StateCounts
+from collector.frontier.base import Holder, StateCounts
 
 SOURCES = [  # name, class, planned items
     ("crit-a", "critical", 2_000), ("high-a", "high", 6_000), ("high-b", "high", 1_000),
@@ -72,28 +76,46 @@ class _Source:
     drained_at: float | None = None
     first_helper_at: float | None = None
     arrives_at: float = 0.0
+    started: int = 0  # helpers started, and stopped by a scaling rule or preemption
+    stopped: int = 0
+    helper_s: float = 0.0  # helper-seconds spent (from each start decision to its end)
+    idle_helper_s: float = 0.0  # of which running without work to claim
+    peak_memory: float = 0.0  # the box's memory share at its highest (all sources share it)
 
 
 def simulate(
     sources: list[tuple[str, str, int]], *, mode: str, budget: int, rate: float, start_s: float,
     arrive: dict[str, float] | None = None, preempt: bool = True, horizon_s: float = 3600.0,
+    rules: ScalingRules | None = None, max_helpers: int = 4,
+    host_cap: dict[str, float] | None = None, memory_per_helper: float = 0.0,
 ) -> dict[str, _Source]:  # fmt: skip
-    """Run the sources to the end; ``mode`` autoscaler | fixed | none."""
+    """Run the sources to the end; ``mode`` autoscaler | fixed | none. ``host_cap``: items/s a
+    source's hosts allow in all (its helpers beyond that idle); ``memory_per_helper``: the
+    share of the box's memory each running helper adds to a 0.5 base (reported by all)."""
     arrive = arrive or {}
+    host_cap = host_cap or {}
     state = {n: _Source(n, c, float(q), arrives_at=arrive.get(n, 0.0)) for n, c, q in sources}
     fleet = FleetSettings(budget=budget, preempt=preempt)
-    trackers = {n: SourceTracker(n, s.run_class, max_helpers=4, settings=fleet)
+    trackers = {n: SourceTracker(n, s.run_class, max_helpers=max_helpers, settings=fleet,
+                                 rules=rules)
                 for n, s in state.items()}  # fmt: skip
+    memory = 0.5
     if mode == "fixed":
         for name, *_ in sorted(sources, key=lambda x: -x[2])[:budget]:
             state[name].helpers.append(start_s)
     now = 0.0
     while now < horizon_s and any(s.drained_at is None for s in state.values()):
+        holding: dict[str, int] = {}
         for s in state.values():
+            s.helper_s += (len(s.helpers) + len(s.stopping)) * STEP_S
             if now < s.arrives_at or s.drained_at is not None:
                 continue
-            working = 1 + sum(1 for t in s.helpers if t <= now)
-            claimed = min(s.queued, working * rate * STEP_S)
+            running = sum(1 for t in s.helpers if t <= now)
+            working = 1 + running
+            can = min(working * rate, host_cap.get(s.name, math.inf)) * STEP_S
+            claimed = min(s.queued, can)
+            holding[s.name] = min(working, math.ceil(claimed / (rate * STEP_S) - 1e-9))
+            s.idle_helper_s += max(0, working - holding[s.name]) * STEP_S if running else 0.0
             s.queued -= claimed
             s.done += claimed
             if claimed and s.first_helper_at is None and working > 1:
@@ -101,27 +123,34 @@ def simulate(
             if s.queued <= 0:
                 s.drained_at = now
             s.stopping = [t for t in s.stopping if t > now]
+        memory = 0.5 + memory_per_helper * sum(len(s.helpers) for s in state.values())
+        for s in state.values():
+            s.peak_memory = max(s.peak_memory, memory)
         if mode == "autoscaler":
             for name, s in state.items():
                 if now >= s.arrives_at:
                     counts = StateCounts(queued=math.ceil(s.queued), done=int(s.done))
-                    trackers[name].sample(now, counts, [], set())
+                    ids = [f"h{i}" for i, t in enumerate(s.helpers) if t <= now]
+                    holders = [Holder(h, 1, now) for h in ["run", *ids][: holding.get(name, 0)]]
+                    trackers[name].sample(now, counts, holders, set(ids))
             step = round(now / STEP_S)
             if step % 10 == 0:
-                _decide(state, trackers, fleet, now, start_s)
+                _decide(state, trackers, fleet, now, start_s,
+                        memory if memory_per_helper else None)  # fmt: skip
         now += STEP_S
     return state
 
 
 def _decide(
     state: dict[str, _Source], trackers: dict[str, SourceTracker], fleet: FleetSettings,
-    now: float, start_s: float,
+    now: float, start_s: float, memory: float | None = None,
 ) -> None:  # fmt: skip
     for s in state.values():  # helpers end by themselves once drained (after the idle wait)
         if s.drained_at is not None and now - s.drained_at >= IDLE_END_S:
             s.helpers = []
     present = [n for n, s in state.items() if now >= s.arrives_at]
-    loads = [trackers[n].load(now, len(state[n].helpers) + len(state[n].stopping))
+    loads = [trackers[n].load(now, len(state[n].helpers) + len(state[n].stopping),
+                              len(state[n].stopping), memory=memory)
              for n in present]  # fmt: skip
     decisions = decide(loads, fleet)
     actions = plan_actions(decisions, fleet)
@@ -132,8 +161,10 @@ def _decide(
         for _ in range(min(count, len(s.helpers))):
             s.helpers.pop()
             s.stopping.append(now + 2.0)  # the graceful stop: ~STOP_GRACE_S until its slot frees
+            s.stopped += 1
     for name, count in actions.start.items():
         state[name].helpers += [now + start_s] * count
+        state[name].started += count
 
 
 def _drain_all(state: dict[str, _Source]) -> float:
@@ -160,6 +191,53 @@ def model(budget: int, rate: float, start_s: float) -> None:
         drained = (crit.drained_at or math.inf) - 20.0
         print(f"   critical arriving at 20 s, preemption {'on ' if preempt else 'off'}: first "
               f"helper claims after {first:>7}, drained after {drained:6.1f} s")  # fmt: skip
+
+
+RULE_VARIANTS = [  # what each of the seeds' rules changes: all of them, then each one undone
+    ("seeds' rules (all)", ScalingRules()),
+    ("no pool size", ScalingRules(size_horizon_s=math.inf)),
+    ("+1 steps, not +20 %", ScalingRules(scale_factor=1.000001)),
+    ("no pool size, +1 steps", ScalingRules(size_horizon_s=math.inf, scale_factor=1.000001)),
+    ("no windows (0 s)", ScalingRules(busy_held_s=0.0, idle_held_s=0.0, memory_held_s=0.0)),
+    ("no idle scale-down", ScalingRules(idle_below=0.0)),
+    ("no memory rule", ScalingRules(memory_high=1.0)),
+]
+RULE_SCENARIOS = [  # name, sources, budget, max_helpers, host caps (items/s), memory per helper
+    ("deep: 2 sources, 30,000 items", [("deep-a", "normal", 20_000), ("deep-b", "low", 10_000)],
+     16, 12, {}, 0.0),
+    ("polite: one host allows 40/s", [("polite", "high", 8_000), ("bulk", "normal", 16_000)],
+     6, 6, {"polite": 40.0}, 0.0),
+    ("memory: each helper +4 %", [("deep-a", "normal", 20_000), ("deep-b", "low", 10_000)],
+     16, 12, {}, 0.04),
+]  # fmt: skip
+
+
+def rules_model(rate: float, start_s: float) -> None:
+    """Each of the seeds' rules undone in turn, per scenario, in virtual time (not measured)."""
+    print(
+        f"\nMODEL, the seeds' scaling rules (virtual time, not measured): {rate:g} items/s "
+        f"per process, helpers start {start_s:g} s after decisions; each line undoes one rule"
+    )
+    for title, sources, budget, most, caps, per_helper in RULE_SCENARIOS:
+        print(f"\n   {title} (budget {budget}, max_helpers {most})")
+        print(
+            "   rules                    all drained  ratio   helper-s  idle helper-s"
+            "  started  stopped  peak memory"
+        )
+        base = None
+        for label, rules in RULE_VARIANTS:
+            state = simulate(sources, mode="autoscaler", budget=budget, rate=rate,
+                             start_s=start_s, rules=rules, max_helpers=most, host_cap=caps,
+                             memory_per_helper=per_helper, horizon_s=7200.0)  # fmt: skip
+            drained = _drain_all(state)
+            base = base or drained
+            peak = max(s.peak_memory for s in state.values())
+            print(f"   {label:24} {drained:9.1f} s  {drained / base:5.2f}"
+                  f"   {sum(s.helper_s for s in state.values()):8.0f}"
+                  f"   {sum(s.idle_helper_s for s in state.values()):12.0f}"
+                  f"   {sum(s.started for s in state.values()):6d}"
+                  f"   {sum(s.stopped for s in state.values()):6d}"
+                  f"   {f'{peak:.0%}' if per_helper else '-':>10}")  # fmt: skip
 
 
 @dataclass
@@ -403,6 +481,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=40.0, help="MODEL: items/s per process")
     parser.add_argument("--start-s", type=float, default=5.0, help="MODEL: a helper's start")
     parser.add_argument(
+        "--rules", action="store_true", help="only the MODEL of the seeds' scaling rules"
+    )
+    parser.add_argument(
         "--starts", type=int, default=0, help="only measure this many helper starts, stage by stage"
     )
     parser.add_argument(
@@ -411,6 +492,9 @@ def main() -> None:
         help="the worker's poll intervals to compare (seconds, comma-separated)",
     )
     args = parser.parse_args()
+    if args.rules:
+        rules_model(args.rate, args.start_s)
+        return
     if args.starts:
         print(f"helper starts on a process worker; before: {_load()}")
         intervals = [float(x) for x in args.query_s.split(",")]
@@ -437,6 +521,7 @@ def main() -> None:
               f"   ({'; '.join(p.notes)})")  # fmt: skip
     if not args.no_model:
         model(args.budget, args.rate, args.start_s)
+        rules_model(args.rate, args.start_s)
 
 
 if __name__ == "__main__":

@@ -187,7 +187,8 @@ async def _sample(deployed: dict[str, _Deployed], helpers: dict[str, list[FlowRu
     for name, d in deployed.items():
         counts = await asyncio.to_thread(d.frontier.counts, name)
         holders = await asyncio.to_thread(d.frontier.holders, name)
-        d.tracker.sample(now, counts, holders, {str(r.id) for r in helpers.get(name, [])})
+        running = {str(r.id) for r in helpers.get(name, []) if r.state_type == StateType.RUNNING}
+        d.tracker.sample(now, counts, holders, running)  # busy: of the helpers that run
 
 
 async def _start(

@@ -48,7 +48,7 @@ def _plain_want(load: SourceLoad, fleet: FleetSettings) -> tuple[int, bool]:
     idle = load.busy is not None and load.busy < r.idle_below
     if idle and have > low and load.idle_for_s >= r.idle_held_s:
         return min(cap, max(low, down)), True
-    if memory_high:
+    if memory_high or idle:
         return min(cap, max(low, have)), False
     target = max(low, have)
     if load.throughput:
@@ -109,6 +109,7 @@ def test_want_equals_the_plain_rules_and_keeps_within_min_and_cap(load: SourceLo
         assert count >= min(cap, load.rules.min_helpers)  # never below min while items are due
     if count > max(load.helpers, load.rules.min_helpers):  # up past the floor: memory allows
         assert not (load.memory is not None and load.memory > load.rules.memory_high)
+        assert not (load.busy is not None and load.busy < load.rules.idle_below)
     if down:
         assert count < load.helpers
 

@@ -15,9 +15,10 @@ The model (docs/fleet.md):
   claims), ``ceil(helpers x 1.2)`` (at least one more) when busy stayed above ``busy_high`` for
   ``busy_held_s``, one more when the claim wait stayed above ``wait_high_s`` for
   ``wait_held_s`` or the helpers' CPU is above ``cpu_high``; never up while memory is above
-  ``memory_high``. Never below ``min_helpers`` while items are due, never above its cap:
-  ``schedule.max_helpers``, and 0 when more helpers would break per-host politeness
-  (:func:`politeness_cap`).
+  ``memory_high`` or the helpers are idle (more of them would not claim more: the limit is
+  elsewhere, a host's slots or rate). Never below ``min_helpers`` while items are due, never
+  above its cap: ``schedule.max_helpers``, and 0 when more helpers would break per-host
+  politeness (:func:`politeness_cap`).
 - **shares** of the global ``budget``: first one helper each to the sources that want one
   (those starved longest first, then by weight), then the rest one at a time to the source with
   the highest ``weight / (helpers given + 1)``, never above its want.
@@ -229,6 +230,8 @@ def want(load: SourceLoad, settings: FleetSettings) -> tuple[int, str, bool]:
         )
     if memory_high:
         return min(cap, max(floor, have)), f"helpers' memory {load.memory:.0%}: no step up", False
+    if idle:  # helpers that hold no work while items are due: the limit is elsewhere
+        return min(cap, max(floor, have)), f"helpers idle (busy {load.busy:.0%}): no step up", False
     asks: list[tuple[int, str]] = [(have, "steady")]
     if have < floor:
         asks.append((floor, f"min_helpers {rules.min_helpers}"))

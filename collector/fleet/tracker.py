@@ -55,7 +55,8 @@ class SourceTracker:
     def sample(
         self, now: float, counts: StateCounts, holders: Iterable[Holder], helpers: Collection[str]
     ) -> None:
-        """One frontier sample: counts, and who holds leases (``helpers``: helper run ids)."""
+        """One frontier sample: counts, and who holds leases (``helpers``: the run ids of the
+        helpers running: one still starting is neither busy nor idle)."""
         self.backlog = counts.queued
         claimed = counts.leased + counts.done + counts.dead
         self.wait.observe(now, queued=counts.queued, claimed_total=claimed)
