@@ -390,10 +390,7 @@ async def _collect(
     with Collection(loaded, run_id=run_id) as run:
         if planned:
             ledger = await run.stores.frontier.lane.run(run.plan)  # off the loop
-            to_fetch = (
-                ledger.discovered + ledger.carried_over - ledger.fresh_skipped
-                - ledger.dead_lettered
-            )  # fmt: skip
+            to_fetch = ledger.to_fetch
             logger.info(
                 "planned %s (%s): %d discovered, %d fresh, %d already dead, %d unlisted "
                 "(%d retired), %d to fetch",

@@ -116,13 +116,16 @@ def _settle(ledger: Ledger, model: _Model, split: list[int]) -> None:
     model.counts["queued"] += returned + deferred
     ledger.settled(
         items,
-        stored=stored,
-        dead_lettered=dead,
-        returned=returned,
-        deferred_by_circuit=deferred,
-        stale_acks=stale,
-        retried=min(returned, split[4]),
-        records_written=stored,
+        Account(
+            stored=stored,
+            dead_lettered=dead,
+            returned=returned,
+            deferred_by_circuit=deferred,
+            stale_acks=stale,
+            retried=min(returned, split[4]),
+            records_written=stored,
+            batches=1,
+        ),
     )
 
 
@@ -171,7 +174,7 @@ def test_a_miscount_is_named_in_the_generated_equation() -> None:
     ledger = Ledger()
     ledger.planned("full", discovered=3)
     ledger.took(3)
-    ledger.settled(3, stored=3)
+    ledger.settled(3, Account(stored=3, batches=1))
     ledger.close(StateCounts(done=2, queued=1))  # the frontier says one is still queued
     assert not ledger.balanced
     equation = next(p for p in ledger.problems if p.startswith("discovered"))
@@ -258,7 +261,7 @@ def test_a_ledger_is_changed_only_through_its_steps() -> None:
     with pytest.raises(ConservationError, match="internal error: the ledger's plan step"):
         ledger.planned("full", discovered=1)  # twice
     with pytest.raises(ConservationError, match="internal error: the ledger's batch step"):
-        ledger.settled(3, stored=1, returned=1)  # one of the three items ended nowhere
+        ledger.settled(3, Account(stored=1, returned=1))  # one of the three items ended nowhere
     with pytest.raises(ConservationError, match="internal error: the ledger's plan step"):
         Ledger().planned("full", discovered=1, fresh_skipped=1, refused=1)
     with pytest.raises(ConservationError, match="would change by -1"):

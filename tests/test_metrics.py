@@ -353,7 +353,7 @@ metrics.count_dead_letters("s", [DeadLetter(source="s", url="http://a.example/x"
     error_class="http_404", message="", attempts=1, first_seen=0.0, last_seen=0.0)])
 metrics.settled("s", seconds=0.1, report=BatchReport(token=1, items=2, validation_s=0.05,
     records_written=2, not_modified=3,
-    stale=1))
+    stale_acks=1))
 
 
 class Frontier:

@@ -474,8 +474,8 @@ def settled(source: str, *, seconds: float, report: BatchReport) -> None:
         PAGES_NOT_MODIFIED.labels(source).inc(report.not_modified)
     if report.stale_writes:
         FENCE_REFUSALS.labels(source, "write").inc(report.stale_writes)
-    if report.stale:
-        FENCE_REFUSALS.labels(source, "ack").inc(report.stale)
+    if report.stale_acks:
+        FENCE_REFUSALS.labels(source, "ack").inc(report.stale_acks)
 
 
 def sample_frontier(

@@ -3,7 +3,8 @@ the two equations a run proves (see :mod:`collector.run.ledger` for how they are
 
 A term is a field of :class:`Account` declared with :func:`term`; everything that shows the
 account reads :data:`TERMS` instead of naming terms again: :class:`~collector.run.ledger.Ledger`
-(the mutable owner during a run, which checks the equations),
+(the mutable owner during a run, which checks the equations, adding each batch's part:
+:class:`~collector.run.summary.BatchReport`, an account of the :data:`SETTLE_TERMS` alone),
 :class:`~collector.run.summary.RunSummary` (a frozen account plus how the run went, and its
 ``--json``), the flow's ledger artifact and the CLI's ledger table. A new term is one new field
 here; a view that leaves one out fails ``tests/test_ledger_terms.py``.
@@ -29,6 +30,7 @@ __all__ = [
     "END_TERMS",
     "INTAKE_TERMS",
     "REPORTED_TERMS",
+    "SETTLE_TERMS",
     "TERMS",
     "Account",
     "Term",
@@ -50,6 +52,7 @@ class Term:
     table: Shown = "never"  # a row of the CLI's ledger table: always, when not zero, never
     note: str = ""  # the table's "of which" column, when the row is not zero
     reported: bool = False  # a row of the run's artifact table (besides the balance terms)
+    settle: bool = False  # moved by a batch's settle: a term of its BatchReport
 
     @property
     def intake(self) -> bool:
@@ -68,6 +71,7 @@ def term(
     table: Shown = "never",
     note: str = "",
     reported: bool = False,
+    settle: bool = False,
 ) -> Any:
     """An integer field of :class:`Account` (zero by default) that is a term."""
     spec = {
@@ -77,6 +81,7 @@ def term(
         "table": table,
         "note": note,
         "reported": reported,
+        "settle": settle,
     }
     return field(default=0, metadata={"term": spec})
 
@@ -86,7 +91,8 @@ _BY_HELPERS = "by `collector work` helpers"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Account:
-    """A run's account as values. Ledger and RunSummary extend it; neither repeats a term."""
+    """A run's account as values. Ledger, RunSummary and BatchReport extend it; none repeats a
+    term."""
 
     # --- what the run took in (+1 in the balance) ---------------------------------------------
     discovered: int = term(
@@ -105,6 +111,7 @@ class Account:
         balance=-1,
         claims=-1,
         table="always",
+        settle=True,
     )
     not_modified: int = term(
         "items fetched again with their validators and answered 304: done and fresh again, "
@@ -113,6 +120,7 @@ class Account:
         claims=-1,
         table="nonzero",
         note="answered 304 Not Modified (fresh again, nothing written)",
+        settle=True,
     )
     stored_by_others: int = term(
         "this run's items stored by other workers (`collector work`)",
@@ -137,6 +145,7 @@ class Account:
         balance=-1,
         claims=-1,
         table="always",
+        settle=True,
     )
     dead_by_others: int = term(
         "this run's items dead-lettered by other workers",
@@ -160,11 +169,15 @@ class Account:
     claimed: int = term(
         "items leased by this run's claims (an item claimed twice counts twice)", claims=+1
     )
-    returned: int = term("claimed items acked back to the queue", claims=-1)
+    returned: int = term("claimed items acked back to the queue", claims=-1, settle=True)
     deferred_by_circuit: int = term(
-        "claims acked back unsent because the host's breaker was open (not attempts)", claims=-1
+        "claims acked back unsent because the host's breaker was open (not attempts)",
+        claims=-1,
+        settle=True,
     )
-    stale_acks: int = term("outcomes refused because the lease had passed on", claims=-1)
+    stale_acks: int = term(
+        "outcomes refused because the lease had passed on", claims=-1, settle=True
+    )
     released: int = term("claimed items of failed batches given back unchanged", claims=-1)
     # --- detail ---------------------------------------------------------------------------------
     plan: str = ""  # full | incremental | difference | "" (none)
@@ -181,16 +194,18 @@ class Account:
     already_dead: int = term("items still in the dead letters from earlier runs", claims=+1)
     replanned: int = term("old plan refusals closed: the URL policy allows them now")
     renewed: int = term("queued items past their queue TTL the plan asked for again")
-    records_written: int = term("records written to the sink", reported=True)
-    records_unchanged: int = term("records the sink already had, unchanged")
-    records_quarantined: int = term("records failing validation", reported=True)
+    records_written: int = term("records written to the sink", reported=True, settle=True)
+    records_unchanged: int = term("records the sink already had, unchanged", settle=True)
+    records_quarantined: int = term("records failing validation", reported=True, settle=True)
     key_collisions: int = term(
-        "records that replaced an earlier record of this run with the same key", reported=True
+        "records that replaced an earlier record of this run with the same key",
+        reported=True,
+        settle=True,
     )
-    retried: int = term("attempts sent back to the queue (retry later)", reported=True)
-    stale_writes: int = term("sink writes refused by the fencing token")
+    retried: int = term("attempts sent back to the queue (retry later)", reported=True, settle=True)
+    stale_writes: int = term("sink writes refused by the fencing token", settle=True)
     leases_reclaimed: int = term("leases of dead holders taken over")
-    batches: int = term("batches settled")
+    batches: int = term("batches settled", settle=True)
     problems: tuple[str, ...] = ()  # what does not balance
 
     def values(self) -> dict[str, Any]:
@@ -200,6 +215,18 @@ class Account:
     def frozen(self) -> Account:
         """The account as a plain frozen value (what a summary keeps)."""
         return Account(**self.values())
+
+    @property
+    def to_fetch(self) -> int:
+        """Items the plan left to fetch: taken in, less those it settled (fresh, dead before
+        the run, refused); the same figure all run long (settling does not move it)."""
+        return (
+            self.discovered
+            + self.carried_over
+            - self.fresh_skipped
+            - self.already_dead
+            - self.refused_at_plan
+        )
 
     @property
     def settled_items(self) -> int:
@@ -222,6 +249,9 @@ INTAKE_TERMS = tuple(t for t in TERMS if t.intake)
 END_TERMS = tuple(t for t in TERMS if t.terminal)
 CLAIM_TERMS = tuple(t for t in TERMS if t.claims)
 REPORTED_TERMS = tuple(t for t in TERMS if t.reported)
+SETTLE_TERMS = tuple(t for t in TERMS if t.settle)
+"""The terms one batch's settle moves: a :class:`~collector.run.summary.BatchReport` is an
+:class:`Account` with only these set, and the ledger adds exactly them."""
 
 
 def equation(values: Mapping[str, int], terms: Iterable[Term], sign: str) -> tuple[int, int, str]:

@@ -26,6 +26,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from collector._text import one_line
@@ -400,19 +401,18 @@ class Collection:
     ) -> BatchReport:
         """Decide each item, check the records, store, put dead letters, ack, count."""
         now = self.clock()
-        report = BatchReport(token=lease.token, items=len(lease.items))
         self.pages_ok += sum(1 for result in results if result.status == "ok")
         # pages/s counts pages answered, a 304 too (a page answered, with nothing to parse)
         self.pages_answered += sum(1 for result in results if result.status in _ANSWERED)
         decided = decide(
             results, lease, now=now, source=self.source, parser=self.parser,
-            letters=self.letters, report=report,
+            letters=self.letters,
         )  # fmt: skip
         checked = await key_and_validate(
             decided.parsed, key_path=self.source.record.key, validator=self.validator,
             letters=self.letters, bad=decided.letters, traces=self.traces,
         )  # fmt: skip
-        self._count_validation(checked, report)
+        self._count_validation(checked)
         if after is not None:
             waiting = time.monotonic()
             await asyncio.shield(after)
@@ -429,42 +429,40 @@ class Collection:
         if budget is not None and budget.stale:  # ~0.3 s for 600 classes: off the loop's turn
             await asyncio.to_thread(budget.solve)  # (settles reach here one at a time)
         scheduled(decided, lease, written.written_urls, self.revisit, now=now)
-        report.records_written = written.written
-        report.records_unchanged = written.unchanged
-        report.stale_writes = written.stale
         collisions = self._count_key_collisions(checked.good, written.stale_keys)
         await self.put_letters(decided.letters)
         with self.traces.step("ack"):
             acked = await self.stores.frontier.ack(
                 lease, list(decided.outcomes.values()), now=self.clock()
             )
-        ended = count_acks(decided.outcomes, acked.stale, report, decided.not_modified)
-        self.ledger.settled(
-            len(decided.outcomes),
-            stored=report.stored,
-            not_modified=report.not_modified,
-            dead_lettered=report.dead_lettered,
-            returned=ended.returned,
-            deferred_by_circuit=ended.deferred_by_circuit,
-            stale_acks=ended.stale,
-            retried=report.retry_later,
+        ended = count_acks(decided.outcomes, acked.stale, decided.not_modified)
+        part = replace(
+            ended.account,
             records_written=written.written,
             records_unchanged=written.unchanged,
-            records_quarantined=report.records_quarantined,
+            records_quarantined=checked.quarantined,
             stale_writes=written.stale,
             key_collisions=collisions,
+            batches=1,
         )
-        report.windows = dict(self.hosts.get("windows", {}))
-        report.slowed = dict(self.hosts.get("slowed", {}))
+        report = BatchReport(
+            **part.values(),
+            token=lease.token,
+            items=len(lease.items),
+            skipped=ended.skipped,
+            validation_s=checked.validation_s,
+            reasons=ended.reasons,
+            windows=dict(self.hosts.get("windows", {})),
+            slowed=dict(self.hosts.get("slowed", {})),
+        )
+        self.ledger.settled(len(decided.outcomes), report)
         return report
 
-    def _count_validation(self, checked: Checked, report: BatchReport) -> None:
-        """The suite's time and records, and the bad records, into the run and the report."""
+    def _count_validation(self, checked: Checked) -> None:
+        """The suite's time and records into the run."""
         self.settle_seconds -= checked.waited_s  # the worker's time, not ours
         self.validation_seconds += checked.validation_s
         self.records_validated += checked.validated
-        report.validation_s = checked.validation_s
-        report.records_quarantined = checked.quarantined
 
     def _count_key_collisions(self, good: list[SinkRecord], refused: list[str]) -> int:
         """Count the records that replaced, in the sink, an earlier record of this run.

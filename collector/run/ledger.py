@@ -68,7 +68,14 @@ from collector.errors import ConservationError
 from collector.frontier import Frontier
 from collector.frontier.base import StateCounts
 from collector.ops import tracing
-from collector.run.account import CLAIM_TERMS, END_TERMS, TERMS, Account, equation
+from collector.run.account import (
+    CLAIM_TERMS,
+    END_TERMS,
+    SETTLE_TERMS,
+    TERMS,
+    Account,
+    equation,
+)
 from collector.sinks import Sink
 
 __all__ = ["Compensation", "Ledger", "LedgerBook", "compensate"]
@@ -150,49 +157,22 @@ class Ledger(Account):
         """Claimed items given back unchanged: a failed batch's, or the run's own at the end."""
         self._add(released=items)
 
-    def settled(
-        self,
-        items: int,
-        *,
-        stored: int = 0,
-        not_modified: int = 0,
-        dead_lettered: int = 0,
-        returned: int = 0,
-        deferred_by_circuit: int = 0,
-        stale_acks: int = 0,
-        retried: int = 0,
-        records_written: int = 0,
-        records_unchanged: int = 0,
-        records_quarantined: int = 0,
-        stale_writes: int = 0,
-        key_collisions: int = 0,
-    ) -> None:
-        """One batch of ``items`` claimed items settled: each ended exactly one way."""
-        ended = stored + not_modified + dead_lettered + returned + deferred_by_circuit + stale_acks
+    def settled(self, items: int, part: Account) -> None:
+        """One batch of ``items`` claimed items settled: ``part`` is its share of the account
+        (a :class:`~collector.run.summary.BatchReport`), whose :data:`SETTLE_TERMS` are added
+        as they are; each item ended exactly one way, and no other term moved."""
+        moved = {t.name: getattr(part, t.name) for t in SETTLE_TERMS}
+        ends = [t.name for t in SETTLE_TERMS if t.claims < 0]
+        ended = sum(moved[name] for name in ends)
         if ended != items:
-            self._broken(
-                "batch",
-                f"{items} items but stored {stored} + not modified {not_modified} + dead "
-                f"{dead_lettered} + returned {returned} + deferred {deferred_by_circuit} + stale "
-                f"{stale_acks} (= {ended})",
-            )
-        if retried > returned:
-            self._broken("batch", f"{retried} retried of {returned} returned")
-        self._add(
-            stored=stored,
-            not_modified=not_modified,
-            dead_lettered=dead_lettered,
-            returned=returned,
-            deferred_by_circuit=deferred_by_circuit,
-            stale_acks=stale_acks,
-            retried=retried,
-            records_written=records_written,
-            records_unchanged=records_unchanged,
-            records_quarantined=records_quarantined,
-            stale_writes=stale_writes,
-            key_collisions=key_collisions,
-            batches=1,
-        )
+            said = " + ".join(f"{name} {moved[name]}" for name in ends)
+            self._broken("batch", f"{items} items but {said} (= {ended})")
+        if moved["retried"] > moved["returned"]:
+            self._broken("batch", f"{moved['retried']} retried of {moved['returned']} returned")
+        stray = [t.name for t in TERMS if not t.settle and getattr(part, t.name)]
+        if stray:
+            self._broken("batch", f"terms a settle does not move: {', '.join(stray)}")
+        self._add(**moved)
 
     def _add(self, **counts: int) -> None:
         for name, count in counts.items():

@@ -206,28 +206,22 @@ class RunSummary(Account):
         return cls(**known)
 
 
-@dataclass(slots=True)
-class BatchReport:
-    """What one batch did, for progress displays and artifacts.
+@dataclass(frozen=True, slots=True)
+class BatchReport(Account):
+    """One batch's part of the run's account, and what it did besides (progress displays,
+    metrics).
 
-    Here, not beside :class:`~collector.run.collection.Collection` that fills it, so that its
-    readers (:mod:`collector.ops.metrics`) do not depend on the run's whole machinery.
+    An :class:`~collector.run.account.Account` whose only counts are the terms a settle moves
+    (:data:`~collector.run.account.SETTLE_TERMS`, ``batches`` = 1): the ledger adds exactly
+    these, so the run's account is its plan, its claims and the sum of its batches. Here, not
+    beside the run that fills it, so that its readers (:mod:`collector.ops.metrics`) do not
+    depend on the run's whole machinery.
     """
 
-    token: int
-    items: int
-    stored: int = 0
-    not_modified: int = 0  # answered 304 to the validators sent: fresh again, nothing written
-    dead_lettered: int = 0
-    retry_later: int = 0
-    skipped: int = 0
-    deferred_by_circuit: int = 0  # sent back unsent: the host's circuit breaker was open
-    stale: int = 0
-    records_written: int = 0
-    records_unchanged: int = 0
-    records_quarantined: int = 0
-    stale_writes: int = 0
+    token: int = 0
+    items: int = 0  # claimed in the batch
+    skipped: int = 0  # of its returned items, those the batch had no time to try
     validation_s: float = 0.0
-    reasons: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, int] = field(default_factory=dict)  # dead-lettered items by reason
     windows: dict[str, int] = field(default_factory=dict)  # host -> adaptive window, at fetch
     slowed: dict[str, str] = field(default_factory=dict)  # host -> why it is held back, at fetch

@@ -20,7 +20,7 @@ from collector.errors import PermanentFetchError
 from collector.fetch.engine import FetchResult
 from collector.frontier import Completed, DeadLettered, Lease, Outcome, RetryLater
 from collector.policy.revisit_budget import RevisitSchedule
-from collector.run.summary import BatchReport
+from collector.run.account import Account
 from collector.settle.letters import Letters
 from collector.settle.parse import RecordParser
 
@@ -56,7 +56,6 @@ def decide(
     source: Source,
     parser: RecordParser,
     letters: Letters,
-    report: BatchReport,
 ) -> Decided:
     """Every result's outcome but those of parsed pages (see the module docstring)."""
     decided = Decided()
@@ -82,13 +81,11 @@ def decide(
                 later = now + result.decision.delay_s
                 outcomes[url] = retry_later(source, result, enqueued[url], later)
         elif result.status == "deferred":  # the host's breaker is open: not an attempt
-            report.deferred_by_circuit += 1
             outcomes[url] = retry_later(
                 source, result, enqueued[url], result.not_before,
                 count_attempt=False, reason="circuit_open",
             )  # fmt: skip
         else:  # skipped: the batch ran out of time before trying it
-            report.skipped += 1
             outcomes[url] = retry_later(source, result, enqueued[url], now, count_attempt=False)
     return decided
 
@@ -158,38 +155,45 @@ def retry_later(
 
 @dataclass(frozen=True, slots=True)
 class AckCount:
-    """How the outcomes the frontier accepted ended, beside what ``BatchReport`` counts."""
+    """How the outcomes the frontier accepted ended: the batch's part of the account (items
+    stored, not modified, dead, returned, deferred, stale; attempts retried), dead letters by
+    reason, and the returned items the batch had no time to try."""
 
-    returned: int = 0  # back to the queue (retry later, or batch time)
-    deferred_by_circuit: int = 0  # back unsent: the host's breaker was open
-    stale: int = 0  # refused: the lease had passed on
+    account: Account
+    reasons: dict[str, int]
+    skipped: int = 0
 
 
 def count_acks(
     outcomes: Mapping[str, Outcome],
     stale: Iterable[str],
-    report: BatchReport,
     not_modified: Set[str] = frozenset(),
 ) -> AckCount:
-    """Count the accepted outcomes into ``report`` (stored or not modified, dead by reason,
-    retried) and return the rest; outcomes refused as stale count nowhere else."""
+    """Count each outcome once, by how it ended; outcomes refused as stale count nowhere
+    else."""
     refused = set(stale)
-    report.stale = len(refused)
-    deferred = returned = 0
+    stored = fresh_again = dead = returned = deferred = retried = skipped = 0
+    reasons: dict[str, int] = {}
     for url, outcome in outcomes.items():
         if url in refused:
             continue
         if isinstance(outcome, Completed) and url in not_modified:
-            report.not_modified += 1
+            fresh_again += 1
         elif isinstance(outcome, Completed):
-            report.stored += 1
+            stored += 1
         elif isinstance(outcome, DeadLettered):
-            report.dead_lettered += 1
-            report.reasons[outcome.error] = report.reasons.get(outcome.error, 0) + 1
+            dead += 1
+            reasons[outcome.error] = reasons.get(outcome.error, 0) + 1
         elif outcome.error == "circuit_open":
             deferred += 1
         else:
             returned += 1
-            if outcome.error != "batch_time":
-                report.retry_later += 1
-    return AckCount(returned, deferred, len(refused))
+            if outcome.error == "batch_time":
+                skipped += 1
+            else:
+                retried += 1
+    part = Account(
+        stored=stored, not_modified=fresh_again, dead_lettered=dead, returned=returned,
+        deferred_by_circuit=deferred, stale_acks=len(refused), retried=retried,
+    )  # fmt: skip
+    return AckCount(part, reasons, skipped)
