@@ -38,6 +38,11 @@ RETRY_BUDGET_MIN = 20  # ...but this many retries are always allowed (small runs
 MAX_INLINE_DELAY_S = 2.0  # a backoff up to this long is waited inside the batch; longer ones
 #                           go back to the frontier with a not-before time
 MAX_RETRY_AFTER_S = 3600.0  # a larger Retry-After is clamped to this
+RETRY_MULTIPLIER = 2.0  # exponential growth of the backoff ceiling per retry
+RETRY_JITTER: Literal["full", "proportional", "none"] = "full"  # full: uniform [0, ceiling)
+RETRY_BUDGET_WINDOW_S = 1.0  # the time budget counts inline retry waits over this window
+DEGRADE_SHARE = 1.0  # share of a 429-answering host's requests sent (1 = all: off)
+DEGRADE_HOLD_S = 5.0  # a host counts as answering 429 this long after its last 429
 
 # --- Limits --------------------------------------------------------------------------------
 CONCURRENCY = 32  # requests in flight per worker

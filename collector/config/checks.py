@@ -116,7 +116,20 @@ def _deep_checks(source: Source, label: str) -> list[str]:
             resolve_callable(source.record.parser, field="record.parser")
         except ConfigError as exc:
             problems.append(f"{label}: {exc}")
+    problems += _retry_profile_problems(source, label)
     return problems
+
+
+def _retry_profile_problems(source: Source, label: str) -> list[str]:
+    """A profile whose max_duration_s is shorter than one request deadline: its first retry
+    could never be scheduled after a timed-out attempt."""
+    deadline = source.ttl.request_deadline_s
+    return [
+        f"{label}: retry.profiles.{name}: max_duration_s ({duration:g}) is shorter than one "
+        f"request deadline (ttl.request_deadline_s = {deadline:g})"
+        for name, profile in source.retry.profiles.items()
+        if (duration := profile.max_duration_s) is not None and duration < deadline
+    ]
 
 
 def _suite_problems(source: Source, label: str, check: Callable[[Path], list[str]]) -> list[str]:

@@ -51,6 +51,7 @@ from collector.fetch.circuit import (
 )
 from collector.fetch.decoding import ACCEPT_ENCODING, BodyTooLarge, bounded_decoder
 from collector.fetch.looplag import LoopLag
+from collector.fetch.pacing import Degrade
 from collector.fetch.ratelimit import RateLimiter, rate_limiter
 from collector.fetch.robots import MAX_BYTES as _ROBOTS_MAX_BYTES
 from collector.fetch.robots import RedisRobotsStore, Robots, RobotsPolicy
@@ -60,7 +61,13 @@ from collector.fetch.transport import POOL_ERROR as _POOL_ERROR
 from collector.fetch.transport import TransportKind, connect_failure, make_clients, pool_failure
 from collector.frontier.base import ClaimedItem
 from collector.ops import metrics
-from collector.policy.retry import RetryBudget, RetryDecision, RetrySettings, is_recoverable_status
+from collector.policy.retry import (
+    RetryBudget,
+    RetryDecision,
+    RetrySettings,
+    RetryTimeBudget,
+    is_recoverable_status,
+)
 from collector.policy.retry import parse_retry_after as _parse_retry_after
 from collector.policy.urls import HostPolicy
 
@@ -85,7 +92,8 @@ class _TooLate(Exception):
 
 
 class _Deferred(Exception):
-    """The host's circuit breaker is open: come back at ``not_before`` (wall clock)."""
+    """The host's circuit breaker is open, or its 429 degrade hands the request back: come back
+    at ``not_before`` (wall clock)."""
 
     def __init__(self, not_before: float) -> None:
         self.not_before = not_before
@@ -100,15 +108,19 @@ class HostSlot:
     ``breaker`` is the host's circuit breaker (None without one); ``answers`` counts what the
     host answered this run ("200", "503", "connect_error" ...) and ``connect_reasons`` why it
     could not be connected to ("connection refused" ...): the end-of-run lines of a host that
-    is down (:meth:`FetchEngine.host_report`).
+    is down (:meth:`FetchEngine.host_report`); ``degrade`` samples its requests while it
+    answers 429 (``retry.degrade_share`` < 1, else None).
     """
 
-    __slots__ = ("answers", "breaker", "connect_reasons", "gate", "host")
+    __slots__ = ("answers", "breaker", "connect_reasons", "degrade", "gate", "host")
 
-    def __init__(self, host: str, breaker: HostCircuit | None) -> None:
+    def __init__(
+        self, host: str, breaker: HostCircuit | None, degrade: Degrade | None = None
+    ) -> None:
         self.host = host
         self.gate: HostGate | None = None
         self.breaker = breaker
+        self.degrade = degrade
         self.answers: Counter[str] = Counter()
         self.connect_reasons: Counter[str] = Counter()
 
@@ -197,6 +209,11 @@ class FetchEngine:
         stop_grace_s: float = defaults.STOP_GRACE_S,
     ) -> None:
         self.retry = retry
+        self.time_budget = (
+            RetryTimeBudget(limit_s=retry.budget_time_s, window_s=retry.budget_window_s)
+            if retry.budget_time_s is not None
+            else None
+        )
         self.host_policy = host_policy
         self.http_timeout_s = http_timeout_s
         self.request_deadline_s = request_deadline_s
@@ -317,7 +334,13 @@ class FetchEngine:
         slot = self.slots.get(host)
         if slot is None:
             breaker = self.circuit.host(host) if self.circuit is not None else None
-            slot = self.slots[host] = HostSlot(host, breaker)
+            retry = self.retry
+            degrade = (
+                Degrade(retry.degrade_share, retry.degrade_hold_s)
+                if retry.degrade_share < 1
+                else None
+            )
+            slot = self.slots[host] = HostSlot(host, breaker, degrade)
         return slot
 
     def _new_gate(self) -> HostGate:
@@ -545,7 +568,7 @@ class FetchEngine:
         error = RecoverableFetchError(
             "cut off by the batch deadline before the response completed", error_class="timeout"
         )
-        decision = self.retry.decide(
+        decision = self.retry.for_url(item.url).decide(
             error,
             attempts=progress.attempts,
             first_attempt_at=progress.first_attempt_at,
@@ -616,13 +639,14 @@ class FetchEngine:
         """What the retry policy makes of a failed attempt: None when its wait was done here
         (attempt again), else the decision to return (later, or dead)."""
         progress.last_error = error
-        decision = self.retry.decide(
+        decision = self.retry.for_url(progress.item.url).decide(
             error,
             attempts=progress.attempts,
             first_attempt_at=progress.first_attempt_at,
             now=time.time(),
             budget=budget,
             rng=self.rng,
+            time_budget=self.time_budget,
         )
         if self.tally is not None:
             self.tally.request(
@@ -728,6 +752,8 @@ class FetchEngine:
         slot.answers[str(error.status_code) if error.status_code else error.error_class] += 1
         if error.error_class == "connect_error":  # "cannot connect to h:p: <reason>"
             slot.connect_reasons[str(error).partition(": ")[2] or "could not connect"] += 1
+        elif error.status_code == 429 and slot.degrade is not None:
+            slot.degrade.throttled(time.time())
         admitted.gate.observe(
             _signal(error), sent_at=sent_at, latency_s=0.0, paced=admitted.paced, url=url
         )
@@ -855,7 +881,8 @@ class FetchEngine:
 class _Admitted:
     """One attempt's way through its host's limits, as ``async with``, in this order: an open
     breaker known without I/O defers at once (not even queued); then a place in the host's
-    window (``gate``, ``paced`` when its pacing made it wait), the breaker's ticket (a closed
+    window (``gate``, ``paced`` when its pacing made it wait), the host's 429 degrade (a
+    request it does not sample is deferred, unsent), the breaker's ticket (a closed
     breaker's place in the send order, a half-open probe, or a deferral), the host's rate,
     its ``Crawl-delay`` and a lent ``client``; too late for the batch (or halted) by then, and
     nothing is sent. Leaving gives back, in reverse, whatever was taken, however the attempt
@@ -894,6 +921,8 @@ class _Admitted:
     async def _through(self, engine: FetchEngine, slot: HostSlot) -> httpx.AsyncClient:
         """Past the breaker, the rate and the Crawl-delay: a lent client, in time."""
         host, breaker = slot.host, slot.breaker
+        if slot.degrade is not None and (back := slot.degrade.admit(time.time(), engine.rng)):
+            raise _Deferred(back)  # the host answers 429: not sampled, handed back unsent
         if breaker is not None:
             self.ticket = await breaker.admit()
             if not self.ticket.go:

@@ -50,6 +50,11 @@ is highest. Servers count rates over a second or more, so nothing is judged on l
 4. Clean epochs move the noise estimate towards their share (a weight of ``NOISE_WEIGHT``), so
    noise that goes away stops being tolerated.
 
+**Degrade** (:class:`Degrade`, ``retry.degrade_share``) is the blunter answer beside pacing:
+while a host answers 429 (for ``degrade_hold_s`` after its last one), only that share of its
+requests is sent; the rest go back to the frontier, due once the degrade ends (not attempts,
+never failed).
+
 ``Retry-After`` is not read here: the retry policy (collector.policy.retry) makes the item wait
 at least that long. Everything takes ``now`` (monotonic seconds) explicitly, so tests run it on
 virtual time.
@@ -58,12 +63,13 @@ virtual time.
 from __future__ import annotations
 
 import math
+import random
 from collections import deque
 from dataclasses import dataclass
 
 from collector import defaults
 
-__all__ = ["Pacing"]
+__all__ = ["Degrade", "Pacing"]
 
 _LN2 = math.log(2)
 EPOCH_S = 1.0  # an epoch lasts at least this long...
@@ -333,3 +339,33 @@ class Pacing:
             and over > 0.01 * epoch.answers
             and over > 2 * math.sqrt(expected + 1)
         )
+
+
+class Degrade:
+    """One host's 429 degrade: for ``hold_s`` after its last 429, each request is sent with
+    probability ``share`` and the others are handed back (wall-clock seconds, as ``not_before``).
+    """
+
+    __slots__ = ("handed_back", "hold_s", "sent", "share", "until")
+
+    def __init__(self, share: float, hold_s: float) -> None:
+        self.share = share
+        self.hold_s = hold_s
+        self.until = 0.0  # the degrade lasts until then (extended by each 429)
+        self.sent = 0  # requests let through while degraded
+        self.handed_back = 0
+
+    def throttled(self, now: float) -> None:
+        """The host answered 429 at ``now``."""
+        self.until = max(self.until, now + self.hold_s)
+
+    def admit(self, now: float, rng: random.Random) -> float | None:
+        """None: send the request; else the time to hand it back until (the degrade's end,
+        spread over one hold so the handed-back requests do not all come back at once)."""
+        if now >= self.until:
+            return None
+        if rng.random() < self.share:
+            self.sent += 1
+            return None
+        self.handed_back += 1
+        return self.until + rng.uniform(0.0, self.hold_s)

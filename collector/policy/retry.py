@@ -4,14 +4,22 @@ A failed attempt is one of two kinds (``collector.errors``): *permanent* errors 
 4xx except 408/429, parse and schema errors, refused URLs, oversized bodies) are never retried;
 *recoverable* ones (timeouts, connection errors, 408, 429, 5xx) are retried under four limits:
 
-* **backoff with full jitter**: the n-th retry waits ``uniform(0, min(cap_s, base_s x 2**(n-1)))``
-  (``linear``: ``base_s x n``), which spreads retries of many workers instead of synchronising them;
+* **backoff with jitter**: the n-th retry's ceiling is ``min(cap_s, base_s x multiplier**(n-1))``
+  (``linear``: ``base_s x n``); ``full`` jitter (the default) waits ``uniform(0, ceiling)``,
+  ``proportional`` ``ceiling x uniform(0.5, 1.5)``, ``none`` the ceiling: jitter spreads retries of
+  many workers instead of synchronising them;
 * **Retry-After**: when the server says how long to wait, we wait at least that (clamped);
 * **max attempts and max total duration**: counted from the item's first attempt, across batches
   and runs, so an item cannot bounce forever;
 * **retry budget**: retries may be at most ``budget_ratio`` of the run's requests (after a floor of
   ``budget_min``), so a failing site sheds load instead of being hammered by a retry storm. An
   item refused by the budget is not failed: it goes back to the frontier to wait its backoff.
+  With ``budget_time_s``, the backoff waited *inside* batches is also capped per sliding
+  ``budget_window_s`` (:class:`RetryTimeBudget`); a retry over it waits in the frontier instead.
+
+**Named profiles**: ``profiles`` gives backoff settings by name (a payment API and a nightly
+reconciliation retry differently); ``rules`` pick one per URL (first match), ``default_profile``
+the rest; a source without profiles uses its own fields as before (:meth:`RetrySettings.for_url`).
 
 A short wait is done inside the batch (``max_inline_delay_s``), beside the batch's other requests;
 a longer one is handed back to the frontier as a not-before time, so one slow-to-recover URL
@@ -21,22 +29,31 @@ collector.fetch.tail).
 
 from __future__ import annotations
 
+import difflib
+import math
 import random
 import threading
+from collections import deque
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Literal
+from functools import cached_property
+from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from collector import defaults
 from collector.errors import FetchError
+from collector.policy._urlmatch import UrlMatch
 
 __all__ = [
     "RECOVERABLE_STATUS",
+    "BackoffProfile",
+    "Jitter",
     "RetryBudget",
     "RetryDecision",
+    "RetryRule",
     "RetrySettings",
+    "RetryTimeBudget",
     "is_recoverable_status",
     "parse_retry_after",
 ]
@@ -66,14 +83,43 @@ def parse_retry_after(value: str | None, *, now: float) -> float | None:
     return max(0.0, seconds)
 
 
+Jitter = Literal["full", "proportional", "none"]
+"""``full``: uniform in [0, ceiling); ``proportional``: ceiling x uniform [0.5, 1.5];
+``none``: the ceiling itself."""
+
+Growth = Literal["exponential", "linear"]
+
+
+class BackoffProfile(BaseModel):
+    """One named backoff profile of ``retry.profiles``; a key left out takes the section's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    growth: Growth | None = Field(None, description="exponential or linear growth.")
+    base_s: float | None = Field(None, gt=0, description="First backoff ceiling.")
+    cap_s: float | None = Field(None, gt=0, description="Largest backoff ceiling.")
+    multiplier: float | None = Field(
+        None, ge=1, le=100, description="Growth of the ceiling per retry (exponential)."
+    )
+    max_duration_s: float | None = Field(
+        None, gt=0, description="No retry later than this after the first attempt."
+    )
+    max_attempts: int | None = Field(None, ge=1, description="Attempts per item, across runs.")
+    jitter: Jitter | None = Field(None, description="full, proportional or none.")
+
+
+class RetryRule(UrlMatch):
+    """A URL rule of ``retry.rules``: the URLs it matches retry under ``profile``."""
+
+    profile: str = Field(description="Name of a profile in retry.profiles.")
+
+
 class RetrySettings(BaseModel):
     """The ``retry:`` section of a source."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    profile: Literal["exponential", "linear"] = Field(
-        defaults.RETRY_PROFILE, description="Growth of the backoff ceiling."
-    )
+    profile: Growth = Field(defaults.RETRY_PROFILE, description="Growth of the backoff ceiling.")
     base_s: float = Field(defaults.RETRY_BASE_S, gt=0, description="First backoff ceiling.")
     cap_s: float = Field(defaults.RETRY_CAP_S, gt=0, description="Largest backoff ceiling.")
     max_attempts: int = Field(
@@ -97,18 +143,114 @@ class RetrySettings(BaseModel):
         ge=0,
         description="Backoffs up to this are waited inside the batch; longer ones are deferred.",
     )
+    multiplier: float = Field(
+        defaults.RETRY_MULTIPLIER, ge=1, le=100, description="Growth of the ceiling per retry."
+    )
+    jitter: Jitter = Field(defaults.RETRY_JITTER, description="full, proportional or none.")
+    budget_time_s: float | None = Field(
+        None,
+        gt=0,
+        description="Backoff seconds waited inside batches per budget_window_s (none: no cap).",
+    )
+    budget_window_s: float = Field(
+        defaults.RETRY_BUDGET_WINDOW_S, gt=0, description="Sliding window of budget_time_s."
+    )
+    degrade_share: float = Field(
+        defaults.DEGRADE_SHARE,
+        gt=0,
+        le=1,
+        description="Share of a host's requests sent while it answers 429 (1: all).",
+    )
+    degrade_hold_s: float = Field(
+        defaults.DEGRADE_HOLD_S, gt=0, description="A host answers 429 this long after its last."
+    )
+    profiles: dict[str, BackoffProfile] = Field(
+        default_factory=dict, description="Named backoff profiles."
+    )
+    default_profile: str | None = Field(
+        None, description="Profile of URLs no rule names (none: this section's own fields)."
+    )
+    rules: tuple[RetryRule, ...] = Field(
+        (), description="Per-URL profile choice; first match wins."
+    )
+
+    @model_validator(mode="after")
+    def _profiles_consistent(self) -> Self:
+        problems = []
+        names = [("default_profile", self.default_profile)] + [
+            (f"rules[{i}].profile", rule.profile) for i, rule in enumerate(self.rules)
+        ]
+        for where, name in names:
+            if name is not None and name not in self.profiles:
+                problems.append(f"{where}: {_unknown_profile(name, self.profiles)}")
+        for name, resolved in self._resolved.items():
+            if resolved.cap_s < resolved.base_s:
+                problems.append(
+                    f"profiles.{name}: cap_s ({resolved.cap_s:g}) is below base_s "
+                    f"({resolved.base_s:g})"
+                )
+            if resolved.max_total_s < resolved.base_s:
+                problems.append(
+                    f"profiles.{name}: max_duration_s ({resolved.max_total_s:g}) is below "
+                    f"base_s ({resolved.base_s:g}): no retry could ever wait its backoff"
+                )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    @cached_property
+    def _resolved(self) -> dict[str, RetrySettings]:
+        """Each profile as a whole retry section: the profile's keys over this section's."""
+        resolved = {}
+        for name, p in self.profiles.items():
+            given: dict[str, object] = {
+                "profile": p.growth,
+                "base_s": p.base_s,
+                "cap_s": p.cap_s,
+                "multiplier": p.multiplier,
+                "max_total_s": p.max_duration_s,
+                "max_attempts": p.max_attempts,
+                "jitter": p.jitter,
+            }
+            update: dict[str, object] = {k: v for k, v in given.items() if v is not None}
+            update.update(profiles={}, default_profile=None, rules=())
+            resolved[name] = self.model_copy(update=update)
+        return resolved
+
+    def for_url(self, url: str) -> RetrySettings:
+        """The settings ``url`` retries under: its rule's profile, else the default profile,
+        else this section itself (always, for a source without profiles)."""
+        if not self.profiles:
+            return self
+        for rule in self.rules:
+            if rule.matches(url):
+                return self._resolved[rule.profile]
+        if self.default_profile is not None:
+            return self._resolved[self.default_profile]
+        return self
+
+    def named(self, name: str) -> RetrySettings:
+        """The profile ``name`` as a whole retry section."""
+        return self._resolved[name]
 
     def ceiling(self, retry_number: int) -> float:
         """Upper bound of the ``retry_number``-th backoff (1-based)."""
         n = max(retry_number, 1)
         if self.profile == "linear":
             return min(self.cap_s, self.base_s * n)
-        # 2**n overflows float past ~1024; the cap is reached long before.
-        return min(self.cap_s, self.base_s * 2.0 ** min(n - 1, 60))
+        try:
+            return min(self.cap_s, self.base_s * self.multiplier ** (n - 1))
+        except OverflowError:  # m**n past float's range: long past the cap
+            return self.cap_s
 
     def backoff(self, retry_number: int, rng: random.Random | None = None) -> float:
-        """Full jitter: a uniform draw in [0, ceiling)."""
-        return (rng or random).uniform(0.0, self.ceiling(retry_number))
+        """The wait before retry ``retry_number``, drawn by the jitter mode."""
+        ceiling = self.ceiling(retry_number)
+        if self.jitter == "full":
+            return (rng or random).uniform(0.0, ceiling)
+        if self.jitter == "proportional":
+            return ceiling * (rng or random).uniform(0.5, 1.5)
+        return ceiling
 
     def decide(
         self,
@@ -119,8 +261,10 @@ class RetrySettings(BaseModel):
         now: float,
         budget: RetryBudget | None = None,
         rng: random.Random | None = None,
+        time_budget: RetryTimeBudget | None = None,
     ) -> RetryDecision:
-        """What to do after ``attempts`` attempts (this one included) ended in ``error``."""
+        """What to do after ``attempts`` attempts (this one included) ended in ``error``;
+        ``time_budget`` caps the backoff waited inline (an inline wait over it goes later)."""
         if error.permanent:
             return RetryDecision("dead", reason=error.error_class)
         if attempts >= self.max_attempts:
@@ -137,6 +281,8 @@ class RetrySettings(BaseModel):
         if budget is not None and not budget.try_spend():
             return RetryDecision("later", delay_s=max(delay, self.base_s), reason="retry_budget")
         if delay <= self.max_inline_delay_s:
+            if time_budget is not None and not time_budget.try_spend(delay, now=now):
+                return RetryDecision("later", delay_s=delay, reason="retry_time_budget")
             return RetryDecision("inline", delay_s=delay, reason=error.error_class)
         return RetryDecision("later", delay_s=delay, reason=error.error_class)
 
@@ -184,3 +330,37 @@ class RetryBudget:
                 return False
             self.retries += 1
             return True
+
+
+class RetryTimeBudget:
+    """Backoff seconds waited inside batches, at most ``limit_s`` per sliding ``window_s``
+    (thread-safe, per engine). ``try_spend(d, now)`` grants ``d`` when the grants of the last
+    ``window_s`` seconds (those at times > now - window_s) plus ``d`` stay within ``limit_s``.
+    """
+
+    def __init__(self, *, limit_s: float, window_s: float) -> None:
+        self.limit_s = limit_s
+        self.window_s = window_s
+        self.refused = 0
+        self._granted: deque[tuple[float, float]] = deque()
+        self._lock = threading.Lock()
+
+    def try_spend(self, seconds: float, *, now: float) -> bool:
+        with self._lock:
+            granted = self._granted
+            while granted and granted[0][0] <= now - self.window_s:
+                granted.popleft()
+            # fsum of the window, as a plain sum of the same grants would be (no running drift)
+            if math.fsum([s for _, s in granted] + [seconds]) > self.limit_s:
+                self.refused += 1
+                return False
+            granted.append((now, seconds))
+            return True
+
+
+def _unknown_profile(name: str, profiles: dict[str, BackoffProfile]) -> str:
+    known = sorted(profiles)
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    listed = ", ".join(known) if known else "none defined in retry.profiles"
+    return f"unknown profile {name!r}{hint}; profiles: {listed}"
