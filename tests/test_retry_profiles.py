@@ -262,6 +262,23 @@ def test_an_inline_wait_over_the_time_budget_waits_in_the_frontier() -> None:
     assert second.reason == "retry_time_budget" and second.delay_s == 0.2
 
 
+async def test_the_engine_defers_inline_waits_past_its_time_budget(site: FaultSite) -> None:
+    urls = [site.url(f"/items/{i}.json?status=503&times=1") for i in range(10)]
+    engine = _engine(base_s=0.04, cap_s=0.04, jitter="none", budget_time_s=0.1, budget_window_s=600)
+    async with engine:
+        results = await engine.fetch_batch(
+            [ClaimedItem(u, 0, None, 0.0) for u in urls],
+            budget=RetryBudget(ratio=1, min_retries=100),
+        )
+    waited = [r for r in results if r.status == "ok"]  # retried inline after 0.04 s
+    later = [r for r in results if r.status == "failed"]
+    assert len(waited) == 2 and all(r.attempts == 2 for r in waited)  # 0.08 s of 0.1
+    assert len(later) == 8 and all(
+        r.decision is not None and r.decision.reason == "retry_time_budget" for r in later
+    )
+    assert engine.time_budget is not None and engine.time_budget.refused == 8
+
+
 # --- the 429 degrade ---------------------------------------------------------------------------
 @settings(max_examples=40, deadline=None)
 @given(share=st.floats(0.05, 1.0), seed=st.integers(0, 2**32), n=st.integers(2000, 6000))
@@ -287,7 +304,7 @@ def test_the_degrade_sends_its_share_and_hands_back_the_rest(
 
 def _engine(**retry: Any) -> FetchEngine:
     return FetchEngine(
-        retry=RetrySettings(base_s=5, cap_s=5, max_attempts=3, **retry),
+        retry=RetrySettings(**{"base_s": 5, "cap_s": 5, "max_attempts": 3, **retry}),
         host_policy=HostPolicy(allow_private_networks=True),
         http_timeout_s=2.0,
         request_deadline_s=3.0,
