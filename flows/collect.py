@@ -50,10 +50,10 @@ from collector.ops import metrics
 from collector.ops.observability import init_sentry
 from collector.ops.tracing import init_tracing
 from collector.run.account import END_TERMS, INTAKE_TERMS, REPORTED_TERMS
-from collector.run.collection import BatchReport, Collection
+from collector.run.collection import BatchReport, Run
 from collector.run.drain import DrainPolicy, drain
 from collector.run.locks import host_slots
-from collector.run.stop import process_stop
+from collector.run.stop import LostFooting, process_stop
 from collector.run.summary import RunSummary, host_line
 from flows._dead_runs import say_how_it_crashed
 from flows._helper_report import HelperReport
@@ -65,6 +65,7 @@ __all__ = ["collect", "listening"]
 
 Role = Literal["run", "work"]
 ProgressListener = Callable[[str, dict[str, Any]], None]
+_log = logging.getLogger(__name__)
 RunLogger = logging.Logger | logging.LoggerAdapter[logging.Logger]  # get_run_logger()'s
 _run_listeners: ContextVar[tuple[ProgressListener, ...]] = ContextVar(
     "collector_run_listeners", default=()
@@ -107,7 +108,7 @@ class _RunContext:
     """The live objects of one run a ``fetch-batch`` task needs (clients, files): they travel
     in the task's :class:`Batch`, which Prefect neither walks nor stores."""
 
-    collection: Collection
+    collection: Run
     engine: FetchEngine
 
 
@@ -322,7 +323,9 @@ async def collect(
                 )
                 return skipped.as_dict()
             async with _reporting(role):
-                summary = await _collect(loaded, run_id, role, policy, logger)
+                summary = await _collect(
+                    loaded, run_id, role, policy, logger, source_reference(source)
+                )
             summary = summary.with_(source_path=source_reference(source))  # triggered triage
     await _publish(summary)
     return _final_state(summary, run_id, logger)
@@ -380,14 +383,19 @@ def _failed(message: str, summary: RunSummary) -> State[Any]:
 
 
 async def _collect(
-    loaded: Source, run_id: str, role: Role, policy: DrainPolicy, logger: RunLogger
+    loaded: Source,
+    run_id: str,
+    role: Role,
+    policy: DrainPolicy,
+    logger: RunLogger,
+    source_path: str = "",
 ) -> RunSummary:
     """Plan (role run), drain and account one source, under its lock when it has one."""
     fetch_task = fetch_batch.with_options(
         name=f"fetch-batch[{loaded.name}]", timeout_seconds=loaded.ttl.batch_timeout_s
     )
     planned = role == "run"
-    with Collection(loaded, run_id=run_id) as run:
+    async with Run.open(loaded, run_id=run_id) as run:  # stores opened and closed off the loop
         if planned:
             ledger = await run.stores.frontier.lane.run(run.plan)  # off the loop
             to_fetch = ledger.to_fetch
@@ -411,6 +419,7 @@ async def _collect(
             if event == "batch":
                 await progress.update()
 
+        lost: LostFooting | None = None
         async with run.engine(
             # per-item progress for the terminal (`collector run`)
             on_item=_tell_fetched if _listeners() else None,
@@ -419,21 +428,47 @@ async def _collect(
             context = _RunContext(run, engine)
             try:
                 end = await drain(run, fetch, policy, stop=process_stop, listener=listen)
-                await progress.update(final=True)
+            except LostFooting as exc:  # everything it could settle is settled: said below
+                lost = exc
             finally:
                 await run.aclose()
-        # the end state is read from the frontier: on its lane, as every store call of the run
-        await run.stores.frontier.lane.run(run.finish, planned=planned)
+        await progress.update(final=True)
+        if lost is not None:
+            metrics.run_ended(run_id, "failed")
+            await _publish_lost(run, lost, role=role, planned=planned, source_path=source_path)
+            raise lost
         if end.held_by_others and end.ending != "drained":
             logger.warning(
                 "%s: ended (%s) while helpers still hold %d items; they settle them",
                 loaded.name, end.ending, end.held_by_others,
             )  # fmt: skip
-        return run.summary(role=role, ending=end.ending, interrupted=end.stop_reason)
+        # the end state and the stores' counts are read on their lanes, as every store call
+        return await run.end(
+            planned=planned, role=role, ending=end.ending, interrupted=end.stop_reason
+        )
+
+
+async def _publish_lost(
+    run: Run, lost: LostFooting, *, role: Role, planned: bool, source_path: str
+) -> None:
+    """What a run that lost its footing settled, published before it ends Failed (the ledger
+    and dead-letter artifacts, the quarantine event): its books closed when the stores still
+    answer, else its account as settled, marked unchecked. Never raises: the loss is what the
+    run ends with."""
+    how: dict[str, Any] = {"role": role, "ending": "lost", "lost": lost.lost}
+    try:
+        try:
+            summary = await run.end(planned=planned, **how)
+        except CollectorError as exc:  # the store went away with its footing
+            unchecked = {"balanced": False, "problems": (f"not checked: {exc}",)}
+            summary = (await run.summarize(**how)).with_(**unchecked)
+        await _publish(summary.with_(source_path=source_path))
+    except Exception as exc:
+        _log.warning("%s: what the run settled was not published: %s", run.source.name, exc)
 
 
 @contextlib.asynccontextmanager
-async def _batch_slots(run: Collection, lease: Lease, run_id: str) -> AsyncIterator[Any]:
+async def _batch_slots(run: Run, lease: Lease, run_id: str) -> AsyncIterator[Any]:
     """The batch's shared ``domain:<host>`` slots when enabled, else no cap (None)."""
     if not run.source.limits.shared_domain_concurrency:
         yield None
@@ -454,14 +489,14 @@ class _ProgressArtifact:
     CPU shared with the fetch loop), so it is throttled by time, not sent per batch.
     """
 
-    def __init__(self, run: Collection, to_fetch: int, artifact_id: Any) -> None:
+    def __init__(self, run: Run, to_fetch: int, artifact_id: Any) -> None:
         self.run = run
         self.to_fetch = to_fetch
         self.artifact_id = artifact_id
         self.sent_at = time.monotonic()
 
     @classmethod
-    async def create(cls, run: Collection, to_fetch: int) -> _ProgressArtifact:
+    async def create(cls, run: Run, to_fetch: int) -> _ProgressArtifact:
         artifact_id = await acreate_progress_artifact(
             0.0, key=_artifact_key(run.source.name, "progress"), description="Items settled"
         )
@@ -487,7 +522,8 @@ def ledger_artifact_rows(summary: RunSummary) -> list[dict[str, Any]]:
     term of the balance (intake, then terminal states), the reported details, then requests,
     throughput, the verdict and how the run ended."""
     terms = (*INTAKE_TERMS, *END_TERMS, *REPORTED_TERMS)
-    ending = summary.ending + (f" ({summary.interrupted})" if summary.interrupted else "")
+    why = summary.interrupted or summary.lost
+    ending = summary.ending + (f" ({why})" if why else "")
     return [
         *({"count": t.name, "value": getattr(summary, t.name)} for t in terms),
         {"count": "requests", "value": summary.requests},

@@ -389,9 +389,8 @@ async def fleet(
                 if stop_when_idle_s is not None and idle_for >= stop_when_idle_s > 0:
                     break
                 await asyncio.sleep(max(0.0, sample_s - (time.monotonic() - now)))
-    finally:
-        for d in deployed.values():
-            d.frontier.close()
+    finally:  # closed off the loop (a Redis or SQLite close may wait)
+        await asyncio.gather(*(asyncio.to_thread(d.frontier.close) for d in deployed.values()))
     logger.info("fleet: %s", tally)
     return tally
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from prefect.client.schemas.objects import State
 
 from collector._redis import script_text
 from collector.config import load_source
@@ -28,7 +30,7 @@ from collector.run.drain import DrainPolicy, drain
 from collector.run.heartbeat import Heartbeat, dead_holders
 from collector.run.stop import LostFooting, process_footing
 from collector.run.summary import RunSummary
-from tests.helpers import duplicate_keys, sink_lines, write_source
+from tests.helpers import duplicate_keys, sink_lines, summary_of, write_source
 from tests.redis_proxy import ReplyLoser
 from tests.servers import RedisServer
 
@@ -254,3 +256,47 @@ async def test_a_flow_that_lost_its_footing_ends_failed_and_raises_it(prefect_ap
     with pytest.raises(LostFooting) as raised:
         await state.result()  # type: ignore[misc]
     assert raised.value.lost.startswith("its source lock 'source:x'")
+
+
+async def test_a_flow_that_lost_its_footing_publishes_what_it_settled(
+    tmp_path: Path, prefect_api: str
+) -> None:
+    """The source lock is said lost (as flows/_locks.py says it) once the first batch settled:
+    the flow stops claiming, publishes the account of what it settled (the ledger artifact, its
+    books closed), then ends Failed with LostFooting; a rerun finishes the rest exactly."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.collect import collect, listening
+
+    def lose_the_lock(event: str, data: dict[str, object]) -> None:
+        if event == "batch":
+            process_footing.request("its source lock 'source:footing': test")
+
+    with FaultSite() as site:
+        path = _source(tmp_path, site)
+        try:
+            with listening(lose_the_lock):
+                state = await collect(str(path), batch_size=6, return_state=True)
+        finally:
+            process_footing.reset()
+        assert isinstance(state, State) and state.is_failed(), state
+        assert isinstance(await state.aresult(raise_on_failure=False), LostFooting)
+        async with get_client() as client:
+            found = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(
+                    key=ArtifactFilterKey(any_=["collector-footing-summary"])
+                )
+            )
+        table = max(found, key=lambda a: a.created or 0).data
+        rows = {row["count"]: row["value"] for row in json.loads(str(table))}
+        print(f"published: {rows}")
+        assert rows["ended"] == "lost (its source lock 'source:footing': test)"
+        assert rows["balanced"] is True
+        assert 0 < rows["stored"] < ITEMS and rows["queued"] == ITEMS - rows["stored"]
+        settled = rows["stored"]
+
+        rerun = summary_of(await collect(str(path), batch_size=6))
+    assert rerun["balanced"] and rerun["stored"] == ITEMS - settled
+    rows_in_sink = sink_lines(tmp_path / "out")
+    assert len({row["id"] for row in rows_in_sink}) == ITEMS and duplicate_keys(rows_in_sink) == []

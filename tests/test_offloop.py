@@ -4,13 +4,16 @@ Real parts: a redis-server holds the frontier and the dead letters, a Postgres t
 reached through a :class:`~tests.redis_proxy.SlowRelay` that holds every request for a while;
 the pages come from the local fault site, with a steady share of pages that fail for good (404,
 malformed JSON: dead letters, so the dead-letter store is written during the run too). The run
-is the run loop itself (``Collection`` + ``drain``, the flow's loop without Prefect).
+is the run as the flow makes it, without Prefect: ``Run.open`` (its stores opened and closed
+off the loop), the plan on the frontier's lane, ``drain``, then ``Run.end`` (the books closed
+and the summary's counts read on the stores' lanes).
 
 * **asyncio's debug mode** (``slow_callback_duration`` 20 ms) with the stores 30 ms away: a store
   call made on the loop would be a slow callback by construction. A sampler thread reads the
-  loop thread's stack every 2 ms; the run must have no sample inside a store backend, hence no
-  slow callback from one. A control at the end makes one store call on the loop on purpose and
-  checks that both the sampler and asyncio see it.
+  loop thread's stack every 2 ms from the moment the stores are opened until they are closed
+  (the summary read between); the run must have no sample inside a store backend, hence no
+  slow callback from one (the fast lane). A control at the end makes one store call on the
+  loop on purpose and checks that both the sampler and asyncio see it.
 * **deadlines**: the stores 500 ms away, pages answering in 50 ms under a 1.5 s request deadline
   (slack for a loaded box; a settle made on the loop takes 1.5 s), with a GX suite (its worker
   answers while the next batch is fetched, so settles run beside fetches, as in a real run):
@@ -42,11 +45,12 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from collector.backends import open_frontier
 from collector.config import load_source
 from collector.demo.scenario import SUITE
 from collector.demo.site import FaultSite
 from collector.offloop import Lane
-from collector.run.collection import Collection
+from collector.run.collection import Run
 from collector.run.drain import DrainPolicy, drain
 from collector.run.ledger import Ledger
 from tests.helpers import write_source
@@ -137,11 +141,17 @@ class SlowCallbacks(logging.Handler):
 
 
 def _source(
-    folder: Path, site: FaultSite, redis_url: str, dsn: str, *, suite: bool = False
+    folder: Path,
+    site: FaultSite,
+    redis_url: str,
+    dsn: str,
+    *,
+    suite: bool = False,
+    pages: int = PAGES,
 ) -> Path:
     """The pages (5 % not found, 5 % malformed, 5 % breaking the suite when there is one)."""
     urls = []
-    for i in range(PAGES):
+    for i in range(pages):
         if i % 20 == 7:  # not found, for good
             urls.append(site.url(f"/items/{i}.json?status=404&times=-1&delay=0.05"))
         elif i % 20 == 13:  # a page that does not parse
@@ -171,26 +181,32 @@ def _source(
 
 
 async def _run(source_path: Path, sampler: list[StoreSampler]) -> tuple[Ledger, list[str]]:
-    """Plan, drain (sampled) and account; returns the ledger and the control's store hits."""
+    """The run as the flow makes it, sampled from opening its stores to closing them: open,
+    plan, drain, close the books, read the summary, close; returns the ledger and the
+    control's store hits."""
     asyncio.get_running_loop().slow_callback_duration = SLOW_CALLBACK_S
     loop_thread = threading.get_ident()
-    with Collection(load_source(source_path), run_id=str(uuid.uuid4())) as run:
-        await run.stores.frontier.lane.run(run.plan)
-        async with run.engine() as engine:
-            with StoreSampler(loop_thread) as watching:
-                sampler.append(watching)
-                await drain(
-                    run,
-                    lambda lease: run.fetch(engine, lease),
-                    DrainPolicy(batch_size=BATCH, drain_wait_s=5.0),
-                )
-            await run.aclose()
-        # control: one store call on the loop on purpose, seen by a sampler and by asyncio
-        with StoreSampler(loop_thread) as control:
-            await asyncio.sleep(0)  # the call below is one callback of its own
-            run.frontier.counts(run.source.name)
-            await asyncio.sleep(0)
-        return run.finish(), [where for _, where in control.hits]
+    with StoreSampler(loop_thread) as watching:
+        sampler.append(watching)
+        async with Run.open(load_source(source_path), run_id=str(uuid.uuid4())) as run:
+            await run.stores.frontier.lane.run(run.plan)
+            async with run.engine() as engine:
+                try:
+                    await drain(
+                        run,
+                        lambda lease: run.fetch(engine, lease),
+                        DrainPolicy(batch_size=BATCH, drain_wait_s=5.0),
+                    )
+                finally:
+                    await run.aclose()
+            summary = await run.end()
+    assert summary.records_in_sink > 0 and summary.deadletter_reasons  # read, off the loop
+    # control: one store call on the loop on purpose, seen by a sampler and by asyncio
+    with open_frontier(run.source) as frontier, StoreSampler(loop_thread) as control:
+        await asyncio.sleep(0)  # the call below is one callback of its own
+        frontier.counts(run.source.name)
+        await asyncio.sleep(0)
+    return run.ledger, [where for _, where in control.hits]
 
 
 def _servers(
@@ -333,8 +349,10 @@ def test_a_failing_call_raises_in_its_awaiter_and_the_lane_goes_on() -> None:
     lane.close()
 
 
-# --- on real stores (slow) ---------------------------------------------------------------------
-@pytest.mark.slow
+# --- on real stores ----------------------------------------------------------------------------
+DEBUG_PAGES = 80  # the fast lane's run: four batches, every store written, each 30 ms away
+
+
 def test_a_run_on_redis_and_postgres_has_no_slow_callback_from_a_store(
     tmp_path: Path,
     site: FaultSite,
@@ -350,14 +368,13 @@ def test_a_run_on_redis_and_postgres_has_no_slow_callback_from_a_store(
     try:
         with redis_relay, pg_relay:
             url = f"redis://127.0.0.1:{redis_relay.port}/0"
-            ledger, control = asyncio.run(
-                _run(_source(tmp_path, site, url, dsn), sampled), debug=True
-            )
+            source = _source(tmp_path, site, url, dsn, pages=DEBUG_PAGES)
+            ledger, control = asyncio.run(_run(source, sampled), debug=True)
     finally:
         logging.getLogger("asyncio").removeHandler(slow)
 
     assert ledger.balanced, ledger.problems
-    assert ledger.stored == PAGES * 18 // 20 and ledger.dead_lettered == PAGES // 10
+    assert ledger.stored == DEBUG_PAGES * 18 // 20 and ledger.dead_lettered == DEBUG_PAGES // 10
     (run,) = sampled
     assert run.samples > 100  # the sampler was reading the loop's stack all along
     hits = Counter(where for _, where in run.hits)

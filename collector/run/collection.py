@@ -1,9 +1,16 @@
 """One collect run of one source, step by step, without Prefect.
 
-:class:`Collection` owns the run's backends (frontier, sink, dead letters, validator) and its
+:class:`Run` owns the run's backends (frontier, sink, dead letters, validator) and its
 ledger, and exposes the pipeline as steps the Prefect flow calls in order::
 
-    plan() -> claim() -> fetch() -> settle() -> ... -> finish()
+    async with Run.open(source, run_id=...) as run:
+        plan (on the frontier's lane) -> claim() -> fetch() -> settle() -> ... -> await run.end()
+
+``Run.open`` opens the stores, and closes them (the JSONL sink's compaction included), on
+threads, never on the event loop; while the run is open, its store calls go through
+``run.stores`` (:mod:`collector.offloop`: each store on a thread of its own), and
+:meth:`Run.end` reads the end counts on those lanes too. Opening a run with ``Run(...)`` in a
+``with`` block is the synchronous way tools and tests use.
 
 Keeping the steps here, in plain Python, lets the engine be tested without a Prefect server and
 keeps ``flows/collect.py`` down to orchestration (tasks, timeouts, retries, artifacts).
@@ -21,11 +28,12 @@ idempotent sink writes nothing twice); failures are put in the dead letters
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -56,7 +64,7 @@ if TYPE_CHECKING:
     from collector.fetch.circuit import CircuitListener
     from collector.settle.validation_worker import ValidationWorker
 
-__all__ = ["BatchReport", "Collection"]
+__all__ = ["BatchReport", "Collection", "Run"]
 
 _T = TypeVar("_T")
 _log = logging.getLogger(__name__)
@@ -67,8 +75,8 @@ _ANSWERED = frozenset({"ok", "not_modified"})  # fetch statuses a page counts in
 RENEW_RETRY_S = 2.0  # a lease renewal the store refused is tried again this often
 
 
-class Collection:
-    """The state of one run. Open with ``with Collection(source, run_id=...) as run``."""
+class Run:
+    """The state of one run. Open with ``async with Run.open(source, run_id=...) as run``."""
 
     def __init__(
         self,
@@ -131,7 +139,48 @@ class Collection:
         self.key_collision: tuple[str, str, str] | None = None  # (key, first URL, later URL)
         self.keys_forgotten = False  # more distinct keys than KEYS_REMEMBERED: counted among those
 
-    def __enter__(self) -> Collection:
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(
+        cls, source: Source, *, run_id: str, clock: Callable[[], float] = time.time
+    ) -> AsyncIterator[Run]:
+        """The run, its stores opened off the event loop (the three at once, each on a thread:
+        a Redis, a Postgres or a SQLite file may take seconds), and on the way out its
+        validation worker stopped and its stores closed off the loop too (waiting for every
+        call made, the JSONL sink's compaction included).
+
+        A store that cannot be opened closes those that did and raises its one-line error.
+        """
+        observability.register_secrets(source.secret_values())  # before anything can fail
+        opened = await asyncio.gather(
+            asyncio.to_thread(open_frontier, source),
+            asyncio.to_thread(open_sink, source),
+            asyncio.to_thread(open_deadletters, source),
+            return_exceptions=True,
+        )
+        failed = [o for o in opened if isinstance(o, BaseException)]
+        if failed:
+            await asyncio.to_thread(_close_all, [o for o in opened if hasattr(o, "close")])
+            raise failed[0]
+        frontier, sink, deadletters = opened
+        run = cls(
+            source, run_id=run_id, clock=clock,
+            frontier=frontier, sink=sink, deadletters=deadletters,  # type: ignore[arg-type]
+        )  # fmt: skip
+        try:
+            yield run
+        except BaseException as exc:
+            try:
+                await run.aclose()
+            finally:  # the run's own error goes on, a closing error noted beside it
+                await asyncio.to_thread(run.__exit__, type(exc), exc, exc.__traceback__)
+            raise
+        try:
+            await run.aclose()
+        finally:
+            await asyncio.to_thread(run.close)
+
+    def __enter__(self) -> Run:
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
@@ -550,8 +599,37 @@ class Collection:
             "us_per_record": _per(self.validation_seconds, self.records_validated, 1e6),
         }
 
-    def summary(self, *, role: Role = "run", **how: Any) -> RunSummary:
-        """The run's :class:`RunSummary`; ``how`` adds how it ended (ending, interrupted...)."""
+    async def end(self, *, planned: bool = True, role: Role = "run", **how: Any) -> RunSummary:
+        """Close the books (:meth:`finish`) and read what the summary says of the stores, each
+        on its store's lane, then the :class:`RunSummary` (``how``: how the run ended)."""
+        await self.stores.frontier.lane.run(self.finish, planned=planned)
+        return await self.summarize(role=role, **how)
+
+    async def summarize(self, *, role: Role = "run", **how: Any) -> RunSummary:
+        """The :class:`RunSummary` of the run as it stands, the stores read on their lanes
+        (a run that lost its footing says what it settled without closing the books)."""
+        in_sink, reasons = await asyncio.gather(
+            self.stores.sink.lane.run(self.sink.count),
+            self.stores.deadletters.lane.run(self.deadletters.reasons, self.source.name),
+        )
+        return self.summary(role=role, records_in_sink=in_sink, deadletter_reasons=reasons, **how)
+
+    def summary(
+        self,
+        *,
+        role: Role = "run",
+        records_in_sink: int | None = None,
+        deadletter_reasons: dict[str, int] | None = None,
+        **how: Any,
+    ) -> RunSummary:
+        """The run's :class:`RunSummary`; ``how`` adds how it ended (ending, interrupted...).
+
+        The sink's count and the open dead letters are read here unless given (the
+        synchronous way; :meth:`end` reads them off the loop)."""
+        if records_in_sink is None:
+            records_in_sink = self.sink.count()
+        if deadletter_reasons is None:
+            deadletter_reasons = self.deadletters.reasons(self.source.name)
         elapsed = max(self.clock() - self.started_at, 1e-9)
         ledger = self.ledger
         return RunSummary(
@@ -578,11 +656,11 @@ class Collection:
             },
             validation=self._validation_summary(),
             sink=self.sink.location(),
-            records_in_sink=self.sink.count(),
+            records_in_sink=records_in_sink,
             frontier=self.frontier.location(),
             deadletters=self.deadletters.location(),
             deadletter_archive=str(self.source.deadletter_archive_path),
-            deadletter_reasons=self.deadletters.reasons(self.source.name),
+            deadletter_reasons=deadletter_reasons,
             deadletter_reasons_this_run=dict(self.new_reasons),
             key_collision=self._key_collision_example(),
             **how,
@@ -597,3 +675,14 @@ class Collection:
 
 def _per(total: float, count: int, scale: float) -> float | None:
     return round(total * scale / count, 3) if count else None
+
+
+def _close_all(stores: list[Any]) -> None:
+    """Close the stores that opened when another could not (their errors beside the first)."""
+    for store in stores:
+        with contextlib.suppress(Exception):
+            store.close()
+
+
+Collection = Run
+"""The run's former name, kept for the tools and tests that open a run synchronously."""

@@ -1,7 +1,7 @@
 """The run loop: claim, fetch and settle until the source is done, or the run is told to stop.
 
 This is the heart of a run, in plain Python: the Prefect flow passes its ``fetch-batch`` task as
-the fetch step, tests and benchmarks pass :meth:`Collection.fetch` directly. How the loop ends:
+the fetch step, tests and benchmarks pass :meth:`Run.fetch` directly. How the loop ends:
 
 * **drained**: nothing is queued, leased or due any more;
 * **waiting ran out**: what remains is retry-later items not due within ``drain_wait_s``, or
@@ -45,14 +45,14 @@ from typing import Any, Literal
 from collector import defaults
 from collector.fetch.engine import FetchResult
 from collector.frontier import Lease
-from collector.run.collection import BatchReport, Collection
+from collector.run.collection import BatchReport, Run
 from collector.run.heartbeat import Heartbeat, judge_holders
 from collector.run.stop import LostFooting, StopRequest, process_footing
 
 __all__ = ["DrainEnd", "DrainPolicy", "FetchStep", "Listener", "drain"]
 
 FetchStep = Callable[[Lease], Awaitable[list[FetchResult]]]
-"""Fetch one leased batch: the flow's Prefect task, or ``Collection.fetch`` on an engine."""
+"""Fetch one leased batch: the flow's Prefect task, or ``Run.fetch`` on an engine."""
 
 Listener = Callable[[str, dict[str, Any]], Awaitable[None] | None]
 """``(event, data)`` for progress displays: planned, batch, waiting, reclaimed, stopping."""
@@ -83,7 +83,7 @@ class DrainEnd:
 
 
 async def drain(
-    run: Collection,
+    run: Run,
     fetch: FetchStep,
     policy: DrainPolicy,
     *,
@@ -137,7 +137,7 @@ async def drain(
 class _Loop:
     def __init__(
         self,
-        run: Collection,
+        run: Run,
         fetch: FetchStep,
         policy: DrainPolicy,
         stop: StopRequest,

@@ -116,8 +116,9 @@ class RunSummary(Account):
     hosts: dict[str, Any] = field(default_factory=dict)  # adaptive windows, breaker openings
     source_path: str = ""  # what a triggered triage is given (a file path or block:<name>)
     # how the run ended
-    ending: str = "drained"  # drained | waited | max_items | stopped | skipped
+    ending: str = "drained"  # drained | waited | max_items | stopped | skipped | lost
     interrupted: str | None = None  # the signal or cancellation that stopped it, if any
+    lost: str | None = None  # what the run lost (a lease, its heartbeat, its source lock)
     skipped: str | None = None  # "busy": another run held the source lock (nothing was done)
     wall_seconds: float | None = None
 
