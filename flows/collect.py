@@ -108,7 +108,7 @@ class _RunContext:
     """The live objects of one run a ``fetch-batch`` task needs (clients, files): they travel
     in the task's :class:`Batch`, which Prefect neither walks nor stores."""
 
-    collection: Run
+    run: Run
     engine: FetchEngine
 
 
@@ -178,7 +178,7 @@ async def fetch_batch(run_key: str, batch: Batch) -> Batch:
     """Fetch one leased batch and return it with a result per URL (``run_key`` names the run
     in the task's parameters; the run itself travels in the batch)."""
     context = batch.context
-    batch.results = await context.collection.fetch(context.engine, batch.lease, batch.host_slots)
+    batch.results = await context.run.fetch(context.engine, batch.lease, batch.host_slots)
     return batch
 
 
