@@ -31,12 +31,12 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Literal, TypeVar
 from uuid import UUID
 
 import httpx
-from prefect.client.orchestration import PrefectClient, get_client
+from prefect.client.orchestration import PrefectClient, SyncPrefectClient, get_client
 from prefect.client.schemas.actions import (
     GlobalConcurrencyLimitCreate,
     VariableCreate,
@@ -53,7 +53,7 @@ from collector.config import Source
 from collector.errors import ConfigError
 from collector.run.liveness import LockBeat, judge_beat, machine, this_process
 from collector.run.locks import SourceBusy, domain_lock_name, source_lock_name
-from collector.run.stop import StoppedWaiting, process_footing, process_stop
+from collector.run.stop import LostFooting, StoppedWaiting, process_footing, process_stop
 from flows._dead_runs import crash_message, declare_dead_in_frontier, mark_crashed
 from flows._variables import variable_name
 
@@ -159,8 +159,8 @@ def call_under_source_lock(source: Source, work: Callable[[], T]) -> T:
 
 
 class _SaidByTheCommandFilter(logging.Filter):
-    """Drop, from the console only, the flow engine's records of a flow that ended SourceBusy
-    or ConfigError (a suite GX rejects, found as the run starts).
+    """Drop, from the console only, the flow engine's records of a flow that ended SourceBusy,
+    ConfigError (a suite GX rejects, found as the run starts) or LostFooting.
 
     Prefect logs a failed flow's exception with its traceback and then its final state; for
     these the command already says what happened in one line. The API handler is left alone,
@@ -169,7 +169,7 @@ class _SaidByTheCommandFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, SourceBusy | ConfigError):
+        if isinstance(exc, SourceBusy | ConfigError | LostFooting):
             return False
         if not record.name.startswith("prefect.flow_runs"):
             return True
@@ -179,10 +179,11 @@ class _SaidByTheCommandFilter(logging.Filter):
 
 # What the flow logs (for the UI) that `collector run` then says itself in one line: an
 # interrupted run's summary (the flow's warning, and the engine's "Finished in state
-# Cancelled(...)" with the same text), a skipped run, and the two errors above.
+# Cancelled(...)" with the same text), a skipped run, and the three errors above.
 _SAID_BY_THE_COMMAND = (
     "SourceBusy",
     "ConfigError",
+    "LostFooting",
     "interrupted by ",
     "skipped: another run of",
 )
@@ -322,6 +323,21 @@ async def read_beat(source: Source) -> tuple[object, LockBeat | None]:
     return raw, LockBeat.from_json(raw)
 
 
+@contextlib.contextmanager
+def _prompt_client() -> Iterator[SyncPrefectClient]:
+    """A client whose calls fail within two beats (10 s at least), unretried: the beater counts
+    its margins in beats, and Prefect's own retries (5, backing off 2 to 32 s, each waiting up to
+    its 60 s timeout) would hide an outage well past them."""
+    from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+
+    timeout = max(2 * defaults.HEARTBEAT_S, 10.0)
+    with (
+        temporary_settings(updates={PREFECT_CLIENT_MAX_RETRIES: 0}),  # this thread's context
+        get_client({"timeout": timeout}, sync_client=True) as client,
+    ):
+        yield client
+
+
 class _LockBeater:
     """The holder's beat (a Variable every ``HEARTBEAT_S``) and its lease's renewal, on a
     thread of its own, so a loop busy with a long settle does not look dead; released on stop.
@@ -354,7 +370,7 @@ class _LockBeater:
         """Publish one beat; False when it did not go through (retried next beat)."""
         beat = dataclasses.replace(self.beat, at=time.time())
         try:
-            with get_client(sync_client=True) as client:
+            with _prompt_client() as client:
                 if client.read_variable_by_name(self.variable) is None:
                     client.create_variable(VariableCreate(name=self.variable, value=beat.as_json()))
                 else:
@@ -380,7 +396,7 @@ class _LockBeater:
             if time.monotonic() - renewed < self.lease_s / 4:
                 continue
             try:
-                with get_client(sync_client=True) as client:
+                with _prompt_client() as client:
                     client.renew_concurrency_lease(self.lease_id, self.lease_s)
                 renewed = time.monotonic()
             except Exception as exc:

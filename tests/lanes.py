@@ -16,8 +16,8 @@ import pytest
 END_TO_END_FILES = frozenset({
     "test_cli.py", "test_cli_terminal.py", "test_deploy_e2e.py", "test_init.py",
     "test_lifecycle.py", "test_local_cluster.py", "test_local_server.py",
-    "test_local_server_ui.py", "test_metrics.py", "test_metrics_end_to_end.py",
-    "test_recovery_locks.py", "test_workers.py",
+    "test_local_server_ui.py", "test_lost_footing_cli.py", "test_metrics.py",
+    "test_metrics_end_to_end.py", "test_recovery_locks.py", "test_workers.py",
 })  # fmt: skip
 
 # Single tests that start a fresh Python that imports the project (an import-hygiene check, a
