@@ -90,62 +90,62 @@ class AsyncFrontier:
     """The frontier's calls the run makes while it fetches, each run on the frontier's lane."""
 
     def __init__(self, frontier: Frontier, lane: Lane) -> None:
-        self.sync = frontier
+        self._sync = frontier
         self.lane = lane
 
     async def claim(
         self, source: str, limit: int, *, now: float, lease_s: float, holder: str = ""
     ) -> Lease:
         return await self.lane.run(
-            self.sync.claim, source, limit, now=now, lease_s=lease_s, holder=holder
+            self._sync.claim, source, limit, now=now, lease_s=lease_s, holder=holder
         )
 
     async def renew(self, lease: Lease, *, now: float, lease_s: float) -> int:
-        return await self.lane.run(self.sync.renew, lease, now=now, lease_s=lease_s)
+        return await self.lane.run(self._sync.renew, lease, now=now, lease_s=lease_s)
 
     async def ack(self, lease: Lease, outcomes: Sequence[Outcome], *, now: float) -> AckResult:
-        return await self.lane.run(self.sync.ack, lease, outcomes, now=now)
+        return await self.lane.run(self._sync.ack, lease, outcomes, now=now)
 
     async def release(self, lease: Lease, *, now: float) -> int:
-        return await self.lane.run(self.sync.release, lease, now=now)
+        return await self.lane.run(self._sync.release, lease, now=now)
 
     async def holders(self, source: str) -> list[Holder]:
-        return await self.lane.run(self.sync.holders, source)
+        return await self.lane.run(self._sync.holders, source)
 
     async def revoke(self, source: str, holder: str, *, now: float) -> int:
-        return await self.lane.run(self.sync.revoke, source, holder, now=now)
+        return await self.lane.run(self._sync.revoke, source, holder, now=now)
 
     async def counts(self, source: str) -> StateCounts:
-        return await self.lane.run(self.sync.counts, source)
+        return await self.lane.run(self._sync.counts, source)
 
     async def next_event_at(self, source: str, *, now: float) -> float | None:
-        return await self.lane.run(self.sync.next_event_at, source, now=now)
+        return await self.lane.run(self._sync.next_event_at, source, now=now)
 
 
 class AsyncSink:
     """The sink's calls the run makes while it fetches, each run on the sink's lane."""
 
     def __init__(self, sink: Sink, lane: Lane) -> None:
-        self.sync = sink
+        self._sync = sink
         self.lane = lane
 
     async def write(
         self, records: Sequence[SinkRecord], *, token: int, batch_id: str
     ) -> WriteResult:
-        return await self.lane.run(self.sync.write, records, token=token, batch_id=batch_id)
+        return await self.lane.run(self._sync.write, records, token=token, batch_id=batch_id)
 
 
 class AsyncDeadLetters:
     """The dead-letter store's calls the run makes while it fetches, on its own lane."""
 
     def __init__(self, store: DeadLetterStore, lane: Lane) -> None:
-        self.sync = store
+        self._sync = store
         self.lane = lane
 
     async def put(self, entries: Sequence[DeadLetter]) -> int:
         if not entries:  # nothing to store: no hop to the lane
             return 0
-        return await self.lane.run(self.sync.put, entries)
+        return await self.lane.run(self._sync.put, entries)
 
 
 class AsyncStores:

@@ -83,3 +83,23 @@ def test_a_close_that_fails_is_said_and_loses_nothing(tmp_path: Path) -> None:
     blocker.rmdir()  # nothing was lost: the next open compacts, one line per key
     JsonlSink(source.sink_path, source=source.name).close()
     assert [row["n"] for row in sink_lines(source.sink_path)] == [2]
+
+
+def test_a_run_opened_with_open_reaches_its_stores_only_off_the_loop(tmp_path: Path) -> None:
+    """The stores themselves stay for the tools that open a run synchronously; a run opened
+    with ``Run.open`` has only ``run.stores``, and its summary is read by ``Run.end``."""
+    source = load_source(write_source(tmp_path, seeds={"urls": ["https://example.test/1"]}))
+
+    async def go() -> None:
+        async with Run.open(source, run_id="r1") as run:
+            for reach in (lambda: run.frontier, lambda: run.sink, lambda: run.deadletters):
+                with pytest.raises(RuntimeError, match=r"through run\.stores"):
+                    reach()
+            with pytest.raises(RuntimeError, match=r"Run\.end reads them"):
+                run.summary()
+            assert (await run.stores.frontier.counts(source.name)).total == 0
+            assert (await run.end(planned=False, role="work")).records_in_sink == 0
+
+    asyncio.run(go())
+    with Run(source, run_id="r2") as run:  # the synchronous way keeps the stores in reach
+        assert run.frontier.counts(source.name).total == 0

@@ -49,6 +49,7 @@ from collector.ops import metrics, observability, tracing
 from collector.ops.scrub import Scrubber
 from collector.policy.retry import RetryBudget
 from collector.policy.revisit_budget import RevisitSchedule
+from collector.run.heartbeat import Heartbeat
 from collector.run.ledger import Ledger
 from collector.run.offer import SeedOffer
 from collector.run.plan import Plan
@@ -98,11 +99,12 @@ class Run:
         secrets = source.secret_values()
         self.scrub = Scrubber(secrets)
         observability.register_secrets(secrets)  # before anything can fail and be reported
-        self.frontier = frontier or open_frontier(source)
-        self.sink = sink or open_sink(source)
-        self.deadletters = deadletters or open_deadletters(source)
+        self._frontier = frontier or open_frontier(source)
+        self._sink = sink or open_sink(source)
+        self._deadletters = deadletters or open_deadletters(source)
         # what the run loop awaits instead: each store on its own thread (collector.offloop)
-        self.stores = AsyncStores(self.frontier, self.sink, self.deadletters)
+        self.stores = AsyncStores(self._frontier, self._sink, self._deadletters)
+        self._async_only = False  # opened by Run.open: the stores only through self.stores
         self.ledger = Ledger()
         self.errors = observability.DeadLetterReporter(source.name, run_id)
         self.letters = Letters(source.name, run_id, self.scrub, clock)
@@ -139,6 +141,42 @@ class Run:
         self.key_collision: tuple[str, str, str] | None = None  # (key, first URL, later URL)
         self.keys_forgotten = False  # more distinct keys than KEYS_REMEMBERED: counted among those
 
+    def _sync(self, what: str, store: _T) -> _T:
+        if self._async_only:
+            self._refuse(what)
+        return store
+
+    def _refuse(self, what: str) -> None:
+        raise RuntimeError(
+            f"{self.source.name}: a run opened with Run.open reaches its {what} through "
+            "run.stores (off the event loop), not directly"
+        )
+
+    @property
+    def frontier(self) -> Frontier:
+        """The frontier itself, for a run opened synchronously (``with Run(...)``: tools and
+        tests); a run opened with :meth:`open` has only ``run.stores``."""
+        return self._sync("frontier", self._frontier)
+
+    @property
+    def sink(self) -> Sink:
+        """The sink itself (see :attr:`frontier`)."""
+        return self._sync("sink", self._sink)
+
+    @property
+    def deadletters(self) -> DeadLetterStore:
+        """The dead-letter store itself (see :attr:`frontier`)."""
+        return self._sync("dead letters", self._deadletters)
+
+    def heartbeat(
+        self, *, every_s: float, dead_after_s: float, on_lost: Callable[[str], None]
+    ) -> Heartbeat:
+        """The run's heartbeat: it beats into the frontier from a thread of its own."""
+        return Heartbeat(
+            self._frontier, self.source.name, self.run_id, every_s=every_s,
+            dead_after_s=dead_after_s, on_lost=on_lost,
+        )  # fmt: skip
+
     @classmethod
     @contextlib.asynccontextmanager
     async def open(
@@ -167,6 +205,7 @@ class Run:
             source, run_id=run_id, clock=clock,
             frontier=frontier, sink=sink, deadletters=deadletters,  # type: ignore[arg-type]
         )  # fmt: skip
+        run._async_only = True
         try:
             yield run
         except BaseException as exc:
@@ -208,9 +247,9 @@ class Run:
         self.stores.close()  # every call the loop made is done before its store closes
         failed: list[tuple[str, Exception]] = []
         stores = (
-            ("sink", self.sink),
-            ("frontier", self.frontier),
-            ("dead letters", self.deadletters),
+            ("sink", self._sink),
+            ("frontier", self._frontier),
+            ("dead letters", self._deadletters),
         )
         for what, backend in stores:
             try:
@@ -282,16 +321,16 @@ class Run:
         if self.validator is not None:
             self.validator.start()  # GX imports in the worker while we plan
         seeds = SeedOffer(
-            self.source, self.frontier, self.deadletters,
+            self.source, self._frontier, self._deadletters,
             tag=self.frontier_tag, letters=self.letters, file_letters=self.file_letters,
         )  # fmt: skip
         now = self.clock()
         # pages robots.txt refused long enough ago are queued to be asked about again (before
         # the plan, which then adopts them as due)
         self.robots_requeued = reexamine_robots(
-            self.deadletters, self.frontier, self.source, now=now
+            self._deadletters, self._frontier, self.source, now=now
         )
-        plan = Plan(self.source, self.frontier, seeds, tag=self.frontier_tag, now=now)
+        plan = Plan(self.source, self._frontier, seeds, tag=self.frontier_tag, now=now)
         self.ledger.planned(**plan.take().for_ledger())
         self._load_revisit()
         return self.ledger
@@ -300,13 +339,13 @@ class Run:
         """A learned schedule counts the source's pages by class, from their kept histories
         (once a run: at its plan, or a helper's first settle; on the frontier's lane)."""
         if self.revisit.adaptive and not self._revisit_loaded:
-            self.revisit.load(self.frontier.histories(self.source.name))
+            self.revisit.load(self._frontier.histories(self.source.name))
         self._revisit_loaded = True
 
     def file_letters(self, letters: list[DeadLetter]) -> None:
         """Put dead letters in the store, then count and report them (the plan: it runs on
         the frontier's lane, off the loop, before anything is fetched)."""
-        self.deadletters.put(letters)
+        self._deadletters.put(letters)
         self._count_letters(letters)
 
     async def put_letters(self, letters: list[DeadLetter]) -> None:
@@ -565,7 +604,7 @@ class Run:
     def sample_frontier(self, *, force: bool = False) -> None:
         """Frontier depth and backlog gauges, at most every METRICS_SAMPLE_S (metrics on)."""
         metrics.sample_frontier(
-            self.source.name, self.frontier, self.source.backlog, now=self.clock(), force=force
+            self.source.name, self._frontier, self.source.backlog, now=self.clock(), force=force
         )
 
     async def seconds_until_claimable(self) -> float | None:
@@ -581,7 +620,7 @@ class Run:
         """
         self.sample_frontier(force=True)
         if planned:
-            self.ledger.close(self.frontier.run_counts(self.source.name, self.frontier_tag))
+            self.ledger.close(self._frontier.run_counts(self.source.name, self.frontier_tag))
         else:
             self.ledger.close_claims()
         self.errors.finish()
@@ -609,8 +648,8 @@ class Run:
         """The :class:`RunSummary` of the run as it stands, the stores read on their lanes
         (a run that lost its footing says what it settled without closing the books)."""
         in_sink, reasons = await asyncio.gather(
-            self.stores.sink.lane.run(self.sink.count),
-            self.stores.deadletters.lane.run(self.deadletters.reasons, self.source.name),
+            self.stores.sink.lane.run(self._sink.count),
+            self.stores.deadletters.lane.run(self._deadletters.reasons, self.source.name),
         )
         return self.summary(role=role, records_in_sink=in_sink, deadletter_reasons=reasons, **how)
 
@@ -626,10 +665,12 @@ class Run:
 
         The sink's count and the open dead letters are read here unless given (the
         synchronous way; :meth:`end` reads them off the loop)."""
+        if self._async_only and (records_in_sink is None or deadletter_reasons is None):
+            self._refuse("sink and dead letters (Run.end reads them)")
         if records_in_sink is None:
-            records_in_sink = self.sink.count()
+            records_in_sink = self._sink.count()
         if deadletter_reasons is None:
-            deadletter_reasons = self.deadletters.reasons(self.source.name)
+            deadletter_reasons = self._deadletters.reasons(self.source.name)
         elapsed = max(self.clock() - self.started_at, 1e-9)
         ledger = self.ledger
         return RunSummary(
@@ -655,10 +696,10 @@ class Run:
                 "drain_cpu": round(self.drain_cpu_seconds, 3),
             },
             validation=self._validation_summary(),
-            sink=self.sink.location(),
+            sink=self._sink.location(),
             records_in_sink=records_in_sink,
-            frontier=self.frontier.location(),
-            deadletters=self.deadletters.location(),
+            frontier=self._frontier.location(),
+            deadletters=self._deadletters.location(),
             deadletter_archive=str(self.source.deadletter_archive_path),
             deadletter_reasons=deadletter_reasons,
             deadletter_reasons_this_run=dict(self.new_reasons),

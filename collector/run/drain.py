@@ -46,7 +46,7 @@ from collector import defaults
 from collector.fetch.engine import FetchResult
 from collector.frontier import Lease
 from collector.run.collection import BatchReport, Run
-from collector.run.heartbeat import Heartbeat, judge_holders
+from collector.run.heartbeat import judge_holders
 from collector.run.stop import LostFooting, StopRequest, process_footing
 
 __all__ = ["DrainEnd", "DrainPolicy", "FetchStep", "Listener", "drain"]
@@ -97,9 +97,9 @@ async def drain(
     """
     loop = _Loop(run, fetch, policy, stop or StopRequest(), listener)
     began, cpu = time.monotonic(), time.process_time()
-    heartbeat = Heartbeat(
-        run.frontier, run.source.name, run.run_id, every_s=policy.heartbeat_s,
-        dead_after_s=policy.holder_dead_after_s, on_lost=loop.lost.request,
+    heartbeat = run.heartbeat(
+        every_s=policy.heartbeat_s, dead_after_s=policy.holder_dead_after_s,
+        on_lost=loop.lost.request,
     )  # fmt: skip
     try:
         async with heartbeat:
