@@ -14,6 +14,7 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -52,23 +53,46 @@ def _source(folder: Path, site: FaultSite, **sections: object) -> Path:
     )
 
 
+class _Clock:
+    """A run's wall clock that can jump ahead (an NTP step, a VM resumed after an hour)."""
+
+    def __init__(self) -> None:
+        self.ahead_s = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.ahead_s
+
+
 async def _drain(
-    path: Path, run_id: str, *, revoke_first: bool = False, slow_first: bool = False
+    path: Path,
+    run_id: str,
+    *,
+    revoke_first: bool = False,
+    slow_first: bool = False,
+    jump_first: bool = False,
+    beat_raises: bool = False,
 ) -> tuple[RunSummary | None, object]:
     """Plan and drain; with ``revoke_first`` the first batch's leases are revoked before it is
     fetched by a holder whose clock jumped an hour ahead (this run looks dead to it); with
-    either, the first fetch lasts past two renewals."""
-    with Collection(load_source(path), run_id=run_id) as run:
+    ``jump_first`` this run's own clock jumps an hour ahead then; with ``beat_raises`` its
+    heartbeat thread raises at its first beat. With any, the first fetch lasts past two
+    renewals."""
+    clock = _Clock()
+    with Collection(load_source(path), run_id=run_id, clock=clock) as run:
         run.plan()
+        if beat_raises:
+            run.heartbeat = _raising_heartbeat(run)  # type: ignore[method-assign]
         revoked = False
         async with run.engine() as engine:
 
             async def fetch(lease: Lease) -> list[FetchResult]:
                 nonlocal revoked
-                if (revoke_first or slow_first) and not revoked:
+                if (revoke_first or slow_first or jump_first or beat_raises) and not revoked:
                     revoked = True
                     if revoke_first:
                         await run.stores.frontier.lane.run(_revoke_as_jumped_clock, run)
+                    if jump_first:
+                        clock.ahead_s = 3600.0  # past every lease this run holds
                     renewals_before = run.source.ttl.renew_every_s * 2
                     await asyncio.sleep(renewals_before)  # a slow fetch: a renewal comes first
                 return await run.fetch(engine, lease)
@@ -89,6 +113,22 @@ def _counts(path: Path) -> StateCounts:
     """The source's frontier as it is now, read by a process of its own."""
     with Collection(load_source(path), run_id="reader") as reader:
         return reader.frontier.counts(reader.source.name)
+
+
+def _raising_heartbeat(run: Collection) -> Callable[..., Heartbeat]:
+    """The run's heartbeat, its thread's clock failing at its first beat after the one on entry
+    (anything the thread raises: a store driver's bug, a clock gone wrong)."""
+
+    def heartbeat(
+        *, every_s: float, dead_after_s: float, on_lost: Callable[[str], None]
+    ) -> Heartbeat:
+        ticks = iter([time.time()])
+        return Heartbeat(
+            run.frontier, run.source.name, run.run_id, every_s=0.2, dead_after_s=dead_after_s,
+            on_lost=on_lost, clock=lambda: next(ticks),
+        )  # fmt: skip
+
+    return heartbeat
 
 
 def _revoke_as_jumped_clock(run: Collection) -> None:
@@ -138,6 +178,37 @@ def test_redis_away_longer_than_the_lease_stops_the_run_and_a_rerun_is_exact(
         print(f"collector: {outcome}")
         assert "the lease of batch" in str(outcome) and "not renewed for 3s" in str(outcome)
         path = _source(tmp_path, site, frontier={"type": "redis", "url": server.url})
+        summary, ended = asyncio.run(_drain(path, "run-2"))
+        counts = _counts(path)
+    assert summary is not None, ended
+    assert summary.balanced, summary.problems
+    assert counts.leased == counts.queued == 0
+    rows = sink_lines(tmp_path / "out")
+    assert len({row["id"] for row in rows}) == ITEMS and duplicate_keys(rows) == []
+
+
+@pytest.mark.parametrize("fault", ["jump_first", "beat_raises"])
+def test_a_clock_jump_or_a_raising_beat_thread_ends_exact_after_a_rerun(
+    tmp_path: Path, fault: str
+) -> None:
+    """The run's own wall clock jumps an hour ahead mid-batch (past every lease it holds), or
+    its heartbeat thread raises: whatever the run says, it leaves nothing leased, and a rerun
+    ends exact with nothing stored twice."""
+    with FaultSite() as site:
+        path = _source(tmp_path, site)
+        first, outcome = asyncio.run(_drain(path, "run-1", **{fault: True}))
+        counts = _counts(path)
+        said = f"collector: {outcome}" if isinstance(outcome, LostFooting) else "completed"
+        print(f"{fault}: {said}; {counts}")
+        assert counts.leased == 0  # settled or given back: nothing left held
+        if fault == "beat_raises":
+            assert isinstance(outcome, LostFooting), outcome
+            said_as = "stopped: lost its heartbeat: the beat thread raised StopIteration;"
+            assert str(outcome).startswith(said_as), outcome
+        else:
+            assert first is not None or isinstance(outcome, LostFooting), outcome
+            assert first is None or first.balanced, first.problems
+
         summary, ended = asyncio.run(_drain(path, "run-2"))
         counts = _counts(path)
     assert summary is not None, ended

@@ -98,7 +98,8 @@ class Heartbeat:
             except Exception as exc:
                 if self._stopped.is_set():  # the frontier was closed under us: the run is ending
                     return
-                self._lose(f"its heartbeat: the beat thread raised {type(exc).__name__}: {exc}")
+                said = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                self._lose(f"its heartbeat: the beat thread raised {said}")
                 return
 
     def _lose(self, what: str) -> None:
