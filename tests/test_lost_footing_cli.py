@@ -192,12 +192,24 @@ def test_a_run_whose_lock_is_taken_back_exits_4_says_so_and_a_rerun_is_exact(
 ) -> None:
     """A waiter that judged the run dead released its lease: at its next renewal (every 15 s)
     the run finds it gone, stops claiming, settles or gives back what it held, exits 4 with one
-    line naming the lock and why; the rerun stores the rest, nothing twice."""
+    line naming the lock and why, and publishes the ledger of what it settled; the rerun stores
+    the rest, nothing twice."""
     from prefect.client.orchestration import get_client
 
     async def release(lease_id: str) -> None:
         async with get_client() as client:
             await client.release_concurrency_slots_with_lease(UUID(lease_id))
+
+    async def published() -> dict[str, object]:
+        """The ledger the run published before it ended (the Prefect UI's summary table)."""
+        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+        key = ArtifactFilterKey(any_=["collector-footing-cli-summary"])
+        async with get_client() as client:
+            found = await client.read_artifacts(artifact_filter=ArtifactFilter(key=key))
+        assert found, "the run published no ledger"
+        table = max(found, key=lambda a: a.created or 0).data
+        return {row["count"]: row["value"] for row in json.loads(str(table))}
 
     with FaultSite() as site:
         path = _source(tmp_path, site, "footing-cli")
@@ -212,6 +224,11 @@ def test_a_run_whose_lock_is_taken_back_exits_4_says_so_and_a_rerun_is_exact(
         assert "Traceback" not in err, err[-4000:]
         stored = len(sink_lines(tmp_path / "out"))
         assert stored < ITEMS, "the run went on to the end after it lost its lock"
+        ledger = asyncio.run(published())
+        print(f"published: {ledger}")
+        assert str(ledger["ended"]).startswith("lost (its source lock 'source:footing-cli'")
+        assert ledger["balanced"] is True and ledger["stored"] == stored
+        assert ledger["queued"] == ITEMS - stored  # given back: nothing left leased
         summary = _rerun_is_exact(path, prefect_api, tmp_path)
     print(f"first run stored {stored}; the rerun: {summary}")
 
