@@ -422,7 +422,8 @@ class Frontier(Protocol):
         ...
 
     def counts(self, source: str) -> StateCounts:
-        """How many of the source's items are in each state."""
+        """How many of the source's items are in each state: counts the backend keeps as items
+        move, so no item is read (a plan that adopts asks for them every time)."""
         ...
 
     def run_counts(self, source: str, run_id: str) -> StateCounts:

@@ -6,7 +6,7 @@ step (a plan is one transaction per chunk of 2,000 URLs: each URL's decision sta
 mode lets readers (``collector status``) run beside a worker. The fencing token is a row in
 ``meta`` incremented inside the claim transaction, so it only ever grows.
 
-Layout (schema version 5, ``PRAGMA user_version``): one rowid table ``items`` whose indexes
+Layout (schema version 6, ``PRAGMA user_version``): one rowid table ``items`` whose indexes
 point at the 8-byte rowid, not at the URL. A URL is found through ``items_url`` on ``(src, h)``,
 ``h`` its 64-bit :func:`~collector.frontier.url_key.url_key` (a shared ``h`` is told apart by
 comparing the URL itself), which keeps the URLs of a template range in order in that index, so a
@@ -18,11 +18,17 @@ Redis orders them) and the queue TTL over queued items, the due index over done 
 There is no index by run: ``run_counts`` (once, when a run closes its ledger) reads the source's
 rows, which costs less than keeping a fifth index on every write of every item. ~185 bytes a
 queued URL against ~390 for version 1 (URL, text state and run id repeated in four indexes).
+``counts`` holds how many items of each source are in each state, moved by every method that
+moves items in the same transaction (one upsert of a few rows per call, not a trigger per row:
+a trigger doubled the CPU of an offer), so :meth:`~SqliteFrontier.counts` reads a few rows, not
+the source's; :meth:`~SqliteFrontier.scan_counts` is the plain count it is tested against.
 Older files are migrated when opened, in one transaction: version 1 rewritten, version 2 (the
 same layout, ``h`` the first 64 bits of the URL's SHA-1) re-keyed, version 3 given the two
 validator columns (``etag``, ``last_modified``: NULL, none known, so the next fetch of each page
 is a plain one), version 4 the ``history`` column (:class:`~collector.frontier.base.PageHistory`
-as its text; NULL: none yet). Schema version 5.
+as its text; NULL: none yet), version 5 the ``counts`` table. Every migration counts the items
+again, so a file that older code (which keeps no counts, and sets the version back) wrote is
+counted afresh when it is next opened here.
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ __all__ = ["SqliteFrontier", "url_key"]
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # state numbers (the position in STATES, from 1); written into the SQL as literals so that the
 # partial indexes apply (SQLite matches an index's WHERE only against literal terms)
 Q, L, D, X, E, R = 1, 2, 3, 4, 5, 6
@@ -117,7 +123,23 @@ CREATE TABLE IF NOT EXISTS holders (
     beat_at REAL NOT NULL,
     PRIMARY KEY (source, holder)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS counts (
+    src INTEGER NOT NULL,
+    state INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY (src, state)
+) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta (key, value) VALUES ('fencing_token', 0);
+"""
+
+# the kept counts, moved by a delta per state; and counted afresh from the rows (a migration)
+_MOVE_COUNT = (
+    "INSERT INTO counts (src, state, n) VALUES (?, ?, ?)"
+    " ON CONFLICT (src, state) DO UPDATE SET n = n + excluded.n"
+)
+_RECOUNT = """
+DELETE FROM counts;
+INSERT INTO counts (src, state, n) SELECT src, state, COUNT(*) FROM items GROUP BY src, state
 """
 
 # version 1: one WITHOUT ROWID table keyed by (source, url), text states and run ids
@@ -219,10 +241,8 @@ class SqliteFrontier(Closing):
             if "source" in columns:
                 script = _MIGRATE_V1
             elif version == 2:
-                script = _REKEY_V2
-            elif version in (3, 4):
-                script = ""
-            else:
+                script = _REKEY_V2 + ";" + _SCHEMA
+            else:  # a new file, or versions 3 to 5: the tables (and indexes) they lack
                 script = _SCHEMA
             for statement in _statements(script):
                 db.execute(statement)
@@ -230,6 +250,8 @@ class SqliteFrontier(Closing):
             for column in _ADDED_COLUMNS:
                 if column not in have:
                     db.execute(f"ALTER TABLE items ADD COLUMN {column} TEXT")
+            for statement in _statements(_RECOUNT):
+                db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def __repr__(self) -> str:
@@ -269,6 +291,18 @@ class SqliteFrontier(Closing):
             self._runs[run_id] = number
         return number
 
+    @staticmethod
+    def _move(db: sqlite3.Connection, src: int, *moves: tuple[int, int, int]) -> None:
+        """Keep ``counts`` in step: each move is ``(n, from_state, to_state)``, 0 for a new item
+        (inside the write transaction that moved the items)."""
+        delta: dict[int, int] = {}
+        for n, old, new in moves:
+            if n:
+                if old:
+                    delta[old] = delta.get(old, 0) - n
+                delta[new] = delta.get(new, 0) + n
+        db.executemany(_MOVE_COUNT, [(src, state, n) for state, n in delta.items() if n])
+
     # --- planning --------------------------------------------------------------------------
     def offer(
         self,
@@ -301,6 +335,7 @@ class SqliteFrontier(Closing):
                 }
                 planned = set() if once_per_run else seen
                 inserts, requeues, tags = [], [], []
+                requeued: dict[int, int] = {}  # requeues by the state they leave
                 if not rows:  # all new (a new seed list): plan_decision(None) is "enqueue"
                     for o, h in zip(chunk, hashes, strict=True):
                         if o.url in planned:
@@ -339,6 +374,7 @@ class SqliteFrontier(Closing):
                             age = None if fetched is None else now - fetched
                             rank = rank_for(o.url, age, o.fresh_s)
                             requeues.append((rank, now, expires_at, run, found[0]))
+                            requeued[found[2]] = requeued.get(found[2], 0) + 1
                         else:
                             assert found is not None
                             if action == "fresh":
@@ -361,6 +397,8 @@ class SqliteFrontier(Closing):
                     requeues,
                 )
                 db.executemany("UPDATE items SET run = ?, gone = NULL WHERE id = ?", tags)
+                moves = [(n, old, Q) for old, n in requeued.items()]
+                self._move(db, src, (len(inserts), 0, Q), *moves)
         return result
 
     def sweep(self, source: str, run_id: str, *, retire: bool) -> SweepResult:
@@ -382,6 +420,7 @@ class SqliteFrontier(Closing):
             ).rowcount
             if retire:
                 result.retired = moved
+                self._move(db, src, (moved, Q, R))
             else:
                 result.carried += moved
             # done and expired items the list no longer names are not this run's business,
@@ -425,11 +464,12 @@ class SqliteFrontier(Closing):
                     elif state in (D, E) and gone is None:
                         mark.append((rowid,))
                 db.executemany("UPDATE items SET run = ?, gone = 1 WHERE id = ?", carry)
-                db.executemany(
+                retired = db.executemany(
                     f"UPDATE items SET state = {R}, run = ?, gone = 1, lease_token = NULL"
                     " WHERE id = ?",
                     drop,
-                )
+                ).rowcount
+                self._move(db, src, (retired, Q, R))
                 db.executemany("UPDATE items SET gone = 1 WHERE id = ?", mark)
             result.carried += len(carry)
             result.retired += len(drop)
@@ -458,11 +498,11 @@ class SqliteFrontier(Closing):
         head = "SELECT id, url, last_fetched_at FROM items WHERE src = ? AND state = "
         tail = " AND gone IS NULL AND run IS NOT ? LIMIT ?"
         due = (
-            (f"{head}{E}{tail}", ()),
-            (f"{head}{D} AND fresh_until IS NULL{tail}", ()),
-            (f"{head}{D} AND fresh_until <= ?{tail}", (now,)),
+            (E, f"{head}{E}{tail}", ()),
+            (D, f"{head}{D} AND fresh_until IS NULL{tail}", ()),
+            (D, f"{head}{D} AND fresh_until <= ?{tail}", (now,)),
         )
-        for query, bounds in due:
+        for state, query, bounds in due:
             while True:
                 with self._transaction() as db:
                     src = self._src(db, source)
@@ -473,13 +513,14 @@ class SqliteFrontier(Closing):
                         age = None if fetched is None else now - fetched
                         rank = rank_for(url, age, fresh_for(url))
                         requeues.append((rank, now, now + queue_ttl_s, run, rowid))
-                    db.executemany(
+                    moved = db.executemany(
                         f"UPDATE items SET state = {Q}, rank = ?, enqueued_at = ?,"
                         " not_before = 0, expires_at = ?, attempts = 0, first_attempt_at = NULL,"
                         " lease_token = NULL, lease_expires = NULL, last_error = NULL, run = ?"
                         " WHERE id = ?",
                         requeues,
-                    )
+                    ).rowcount
+                    self._move(db, src, (moved, state, Q))
                 result.enqueued += len(rows)
                 if len(rows) < _CHUNK:
                     break
@@ -535,6 +576,7 @@ class SqliteFrontier(Closing):
                     "INSERT INTO leases (token, source, holder, claimed_at) VALUES (?, ?, ?, ?)",
                     (token, source, holder, now),
                 )
+            self._move(db, src, (reclaimed, L, Q), (expired, Q, E), (len(rows), Q, L))
         rows.sort(key=lambda r: (-r[4], r[0]))
         items = tuple(
             ClaimedItem(url, att, first, enq, etag, modified, PageHistory.decode(history))
@@ -573,12 +615,14 @@ class SqliteFrontier(Closing):
 
     def revoke(self, source: str, holder: str, *, now: float) -> int:
         with self._transaction() as db:
+            src = self._src(db, source)
             revoked = db.execute(
                 f"UPDATE items SET state = {Q}, lease_token = NULL, lease_expires = NULL"
                 f" WHERE src = ? AND state = {L} AND lease_token IN ("
                 "   SELECT token FROM leases WHERE source = ? AND holder = ?)",
-                (self._src(db, source), source, holder),
+                (src, source, holder),
             ).rowcount
+            self._move(db, src, (revoked, L, Q))
             db.execute("DELETE FROM leases WHERE source = ? AND holder = ?", (source, holder))
             db.execute("DELETE FROM holders WHERE source = ? AND holder = ?", (source, holder))
         return revoked
@@ -593,6 +637,7 @@ class SqliteFrontier(Closing):
 
     def ack(self, lease: Lease, outcomes: Sequence[Outcome], *, now: float) -> AckResult:
         result = AckResult()
+        settled = {D: 0, Q: 0, X: 0}  # accepted outcomes by the state they move to
         # Found through the URL hash: left to itself SQLite picks items_lease (src, lease_token)
         # and scans the batch's leased rows for every item, O(batch^2) per ack (~25 us a page
         # at batch 500). The unary + keeps state and token out of the index choice.
@@ -602,6 +647,7 @@ class SqliteFrontier(Closing):
             for outcome in outcomes:
                 where = (src, url_key(outcome.url), outcome.url, lease.token)
                 if isinstance(outcome, Completed):
+                    state = D
                     changed = db.execute(
                         f"UPDATE items SET state = {D}, fresh_until = ?, last_fetched_at = ?,"
                         " cost = ?, attempts = 0, first_attempt_at = NULL, lease_token = NULL,"
@@ -618,6 +664,7 @@ class SqliteFrontier(Closing):
                         ),
                     ).rowcount
                 elif isinstance(outcome, RetryLater):
+                    state = Q
                     changed = db.execute(
                         f"UPDATE items SET state = {Q}, not_before = ?, rank = ?,"
                         " attempts = ?, first_attempt_at = ?, last_error = ?,"
@@ -634,6 +681,7 @@ class SqliteFrontier(Closing):
                         ),
                     ).rowcount
                 elif isinstance(outcome, DeadLettered):
+                    state = X
                     changed = db.execute(
                         f"UPDATE items SET state = {X}, attempts = ?, last_error = ?,"
                         f" lease_token = NULL, lease_expires = NULL WHERE {held}",
@@ -643,30 +691,42 @@ class SqliteFrontier(Closing):
                     raise TypeError(f"unknown outcome {outcome!r}")
                 if changed:
                     result.accepted += 1
+                    settled[state] += 1
                 else:
                     result.stale.append(outcome.url)
+            self._move(db, src, *((n, L, state) for state, n in settled.items()))
         return result
 
     def release(self, lease: Lease, *, now: float) -> int:
         with self._transaction() as db:
-            return db.execute(
-                f"UPDATE items SET state = {Q}, lease_token = NULL, lease_expires = NULL"
-                f" WHERE src = ? AND state = {L} AND lease_token = ?",
-                (self._src(db, lease.source), lease.token),
-            ).rowcount
+            src = self._src(db, lease.source)
+            released = int(
+                db.execute(
+                    f"UPDATE items SET state = {Q}, lease_token = NULL, lease_expires = NULL"
+                    f" WHERE src = ? AND state = {L} AND lease_token = ?",
+                    (src, lease.token),
+                ).rowcount
+            )
+            self._move(db, src, (released, L, Q))
+        return released
 
     def requeue(self, source: str, urls: Sequence[str], *, now: float, queue_ttl_s: float) -> int:
         with self._transaction() as db:
             src = self._src(db, source)
-            return sum(
-                db.execute(
-                    f"UPDATE items SET state = {Q}, not_before = 0, attempts = 0,"
-                    " first_attempt_at = NULL, enqueued_at = ?, expires_at = ?, last_error = NULL"
-                    f" WHERE src = ? AND h = ? AND url = ? AND state IN ({X}, {E})",
-                    (now, now + queue_ttl_s, src, url_key(url), url),
-                ).rowcount
-                for url in urls
-            )
+            requeued = {X: 0, E: 0}
+            for url in urls:
+                for state in requeued:  # one state per item: the count knows which it left
+                    moved = db.execute(
+                        f"UPDATE items SET state = {Q}, not_before = 0, attempts = 0,"
+                        " first_attempt_at = NULL, enqueued_at = ?, expires_at = ?,"
+                        " last_error = NULL WHERE src = ? AND h = ? AND url = ? AND state = ?",
+                        (now, now + queue_ttl_s, src, url_key(url), url, state),
+                    ).rowcount
+                    requeued[state] += moved
+                    if moved:
+                        break
+            self._move(db, src, *((n, state, Q) for state, n in requeued.items()))
+        return sum(requeued.values())
 
     def revive(self, source: str, pages: Sequence[Completed]) -> int:
         with self._transaction() as db:
@@ -681,7 +741,8 @@ class SqliteFrontier(Closing):
                     f" WHERE src = ? AND h = ? AND url = ? AND state = {X}",
                     (page.fresh_until, page.fetched_at, page.cost, *where),
                 ).rowcount
-            return revived
+            self._move(db, src, (revived, X, D))
+        return revived
 
     def make_stale(self, source: str, urls: Sequence[str]) -> int:
         with self._transaction() as db:
@@ -710,6 +771,7 @@ class SqliteFrontier(Closing):
                 yield url, history
 
     def _count(self, source: str, run_id: str | None) -> StateCounts:
+        """Count the source's rows (all, or the run's) by state: a read of every one."""
         counts = StateCounts()
         with self._lock:
             src = self._known_src(source)
@@ -730,7 +792,25 @@ class SqliteFrontier(Closing):
         return counts
 
     def counts(self, source: str) -> StateCounts:
+        counts = StateCounts()
+        with self._lock:
+            src = self._known_src(source)
+            if src is None:
+                return counts
+            for state, n in self._db.execute("SELECT state, n FROM counts WHERE src = ?", (src,)):
+                setattr(counts, STATES[state - 1], n)
+        return counts
+
+    def scan_counts(self, source: str) -> StateCounts:
+        """:meth:`counts` the plain way, from every row of the source (the reference the kept
+        counts are tested against)."""
         return self._count(source, None)
+
+    def recount(self) -> None:
+        """Count every source's items afresh, for a file whose rows were changed by hand."""
+        with self._transaction() as db:
+            for statement in _statements(_RECOUNT):
+                db.execute(statement)
 
     def run_counts(self, source: str, run_id: str) -> StateCounts:
         return self._count(source, run_id)

@@ -165,6 +165,7 @@ def test_two_frontiers_in_two_threads_never_share_a_url(tmp_path: Path) -> None:
         total = f.counts(SRC)
         assert total.total == URL_COUNT
         assert total.queued == 0
+        assert total == f.scan_counts(SRC)  # the kept counts moved with every claim and ack
     finally:
         f.close()
 
@@ -194,6 +195,7 @@ def test_two_frontiers_in_two_processes_never_share_a_url(tmp_path: Path) -> Non
     f = SqliteFrontier(path)
     try:
         assert f.counts(SRC).total == URL_COUNT
+        assert f.counts(SRC) == f.scan_counts(SRC)  # two writers kept one count
         # a claim after both processes: the token is above every token they were given
         top = max(token for claims in got.values() for token, _ in claims)
         assert claim(f, now=_claim_worker.NOW).token > top
