@@ -93,6 +93,7 @@ __all__ = [
     "Scripts",
     "backend_error",
     "backoff",
+    "client_for",
     "connect",
     "describe_client",
     "describe_url",
@@ -334,6 +335,16 @@ def connect(url: str, *, what: str, reconnect: float | None = None) -> redis.Red
     return client
 
 
+def client_for(url_or_client: str | redis.Redis, *, what: str) -> tuple[redis.Redis, str, bool]:
+    """A backend's client, where it points (password masked) and whether the backend owns it:
+    one :func:`connect` made from a URL (the backend closes it), or a ready client (used as it
+    is, never closed by the backend). ``what`` names the backend in messages."""
+    if isinstance(url_or_client, str):
+        url = describe_url(url_or_client)
+        return connect(url_or_client, what=f"{what} {url}"), url, True
+    return url_or_client, describe_client(url_or_client), False
+
+
 def _retries_within(wait_s: float) -> int:
     """Tries of the backoff whose waits add up to about ``wait_s`` (each at most the cap)."""
     return 0 if wait_s <= 0 else max(1, int(wait_s / (_BACKOFF_CAP_S / 2)))
@@ -360,8 +371,9 @@ def script_text(package: str, prelude: str, name: str) -> str:
 class Scripts:
     """A backend's Lua scripts, registered on one client; call them by name.
 
-    Construction sends each script once (SCRIPT LOAD), so the first call is one EVALSHA; a server
-    that restarted and forgot them gets them again transparently (redis-py's NOSCRIPT fallback).
+    Construction PINGs the server (a wrong URL fails there) and sends each script once (SCRIPT
+    LOAD), so the first call is one EVALSHA; a server that restarted and forgot them gets them
+    again transparently (redis-py's NOSCRIPT fallback).
     Each script is sent after :data:`REPLAY_LUA`. ``replayed`` names the scripts that record
     their reply under a request id, ``resent`` the ones that are safe to send again as they are;
     both are sent again when their reply was lost (see the module docstring), the others never.
@@ -381,6 +393,7 @@ class Scripts:
         self._scripts: dict[str, Script] = {}
         self._replayed = frozenset(replayed)
         self._resent = frozenset(resent)
+        client.ping()
         for name in names:
             source = script_text(package, prelude, name)
             script = client.register_script(source)

@@ -58,7 +58,7 @@ import redis
 
 from collector import _json, defaults
 from collector._closing import Closing
-from collector._redis import Scripts, backend_error, connect, describe_client, describe_url
+from collector._redis import Scripts, backend_error, client_for
 from collector.deadletter.archive import JsonlArchive
 from collector.deadletter.base import (
     Census,
@@ -199,13 +199,7 @@ class RedisDeadLetterStore(Closing):
             raise ValueError("events_maxlen must be at least 1")
         self.prefix = prefix
         self.events_maxlen = events_maxlen
-        self._owns_client = isinstance(url_or_client, str)
-        if isinstance(url_or_client, str):
-            self.url = describe_url(url_or_client)
-            self._client = connect(url_or_client, what=f"dead letters {self.url}")
-        else:
-            self._client = url_or_client
-            self.url = describe_client(url_or_client)
+        self._client, self.url, self._owns_client = client_for(url_or_client, what="dead letters")
         self._base = f"{prefix}:dl:"
         self.events_key = self._base + "events"
         self._old_review_key = self._base + "review"  # layout 1: one stream for all sources
@@ -216,7 +210,6 @@ class RedisDeadLetterStore(Closing):
         self._epoch = ""
         try:
             with self._errors("cannot connect"):
-                self._client.ping()
                 self._scripts = Scripts(
                     self._client,
                     __package__,

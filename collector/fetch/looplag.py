@@ -4,9 +4,8 @@ The adaptive window (collector.fetch.adaptive) cuts a host's window when its lat
 well above its floor, because a server with a fixed pool of workers shows overload as
 queueing. But a latency measured here is the server's time *plus* the time the answer waited
 for this event loop: while the loop parses, validates and writes other pages (or another
-process takes the CPU on a busy box), every host's answers wait, and a fast host looked
-"7.8x its floor" and had its window cut for our own load (issue 25's fast-host and mix
-profiles measured 0.86x and 0.37x their best).
+process takes the CPU on a busy box), every host's answers wait, and a fast host would look
+several times its floor and have its window cut for our own load.
 
 A sampler sleeps ``interval_s`` again and again and notes how much later than asked it woke
 up. The discount is the *largest* such lateness of the last ``window_s``, not an average: an

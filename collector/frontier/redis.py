@@ -24,14 +24,7 @@ import redis
 from redis.exceptions import RedisError
 
 from collector._closing import Closing
-from collector._redis import (
-    Scripts,
-    backend_error,
-    connect,
-    describe_client,
-    describe_url,
-    resending,
-)
+from collector._redis import Scripts, backend_error, client_for, resending
 from collector.errors import BackendError
 from collector.frontier.base import (
     STATES,
@@ -127,20 +120,12 @@ class RedisFrontier(Closing):
         self.prefix = prefix
         self.page = page  # members of the queue indexes one adopt or sweep script reads
         self._token_key = f"{prefix}:fencing_token"
-        if isinstance(url_or_client, str):
-            self.url = describe_url(url_or_client)
-            self._client = connect(url_or_client, what=f"frontier {self.url}")
-            self._owns_client = True
-        else:
-            self._client = url_or_client
-            self.url = describe_client(url_or_client)
-            self._owns_client = False
+        self._client, self.url, self._owns_client = client_for(url_or_client, what="frontier")
         # The highest token this object has been given. A claim that starts after it was handed
         # out must get a higher one; a lower one means the counter was lost (see claim()).
         self._max_token = 0
         self._token_lock = threading.Lock()
         try:
-            self._client.ping()
             self._scripts = Scripts(
                 self._client,
                 __package__,
