@@ -36,6 +36,7 @@ from typing import Literal, TypeVar
 from uuid import UUID
 
 import httpx
+from cachetools import LRUCache
 from prefect.client.orchestration import PrefectClient, SyncPrefectClient, get_client
 from prefect.client.schemas.actions import (
     GlobalConcurrencyLimitCreate,
@@ -67,13 +68,20 @@ __all__ = [
 
 T = TypeVar("T")
 
-_limits_seen: dict[str, int] = {}  # limit name -> its size, read once per process
+# Process-wide: a limit lives on the server, beyond any run, so its size is read once per process
+# (limit name -> size); one a source and one a host, so bounded: the least recently used name
+# is forgotten past LIMITS_KEPT, and read again when next needed.
+LIMITS_KEPT = 1_024
+_limits_seen: LRUCache[str, int] = LRUCache(maxsize=LIMITS_KEPT)
+_limits_lock = threading.Lock()  # the flows of one process may run on loops in several threads
 
 
 async def ensure_limit(name: str, limit: int) -> int:
     """Create the global concurrency limit ``name`` with ``limit`` slots if missing; its size."""
-    if name in _limits_seen:
-        return _limits_seen[name]
+    with _limits_lock:
+        known = _limits_seen.get(name)
+    if known is not None:
+        return known
     async with get_client() as client:
         try:
             found = await client.read_global_concurrency_limit_by_name(name)
@@ -83,7 +91,8 @@ async def ensure_limit(name: str, limit: int) -> int:
                     GlobalConcurrencyLimitCreate(name=name, limit=limit)
                 )
             found = await client.read_global_concurrency_limit_by_name(name)
-    _limits_seen[name] = found.limit
+    with _limits_lock:
+        _limits_seen[name] = found.limit
     return found.limit
 
 

@@ -560,7 +560,12 @@ class TimedLock:
         return await self.lock.__aexit__(*exc_info)
 
 
-_runs: dict[str, tuple[str, str]] = {}  # run id -> (source, role) of runs not ended yet
+# Process-wide with the series it counts into; bounded: past RUNS_KEPT runs not ended, the oldest
+# is forgotten (a run whose end no hook saw; its end, should it come, is then not counted).
+RUNS_KEPT = 1_024
+_runs: dict[
+    str, tuple[str, str]
+] = {}  # run id -> (source, role) of runs not ended yet, oldest first
 
 
 def run_started(run_id: str, source: str, role: str) -> None:
@@ -569,6 +574,8 @@ def run_started(run_id: str, source: str, role: str) -> None:
     Its ``collector_runs_total`` series start at 0 now, so ``increase()`` sees the first end.
     """
     _runs[run_id] = (source, role)
+    while len(_runs) > RUNS_KEPT:
+        del _runs[next(iter(_runs))]
     if enabled():
         for result in ("ok", "failed", "cancelled", "skipped"):
             RUNS.labels(source, role, result)

@@ -119,8 +119,12 @@ class Scrubber:
 
 # --- secrets known to this process ---------------------------------------------------------
 
+# Process-wide: log handlers are the process's, so a secret is hidden from every later line
+# whichever run logs it. Bounded: past SECRETS_KEPT values the one learnt or given least recently
+# is forgotten (a process that learns that many is rotating them: the old values are out of use).
+SECRETS_KEPT = 1_024
 _known_lock = threading.Lock()
-_known: set[str] = set()
+_known: dict[str, None] = {}  # the values, least recently learnt or given first
 _process_scrubber = Scrubber()
 
 
@@ -136,10 +140,15 @@ def remember_secrets(values: Iterable[str]) -> None:
     set up after an earlier call (Prefect configures its own lazily) are covered as well.
     """
     global _process_scrubber
-    new = {v for v in values if v} - _known
-    if new:
-        with _known_lock:
-            _known.update(new)
+    given = [v for v in values if v]
+    with _known_lock:
+        new = [v for v in given if v not in _known]
+        for value in given:  # learnt or given again last: forgotten last
+            _known.pop(value, None)
+            _known[value] = None
+        if new:
+            while len(_known) > SECRETS_KEPT:
+                del _known[next(iter(_known))]
             _process_scrubber = Scrubber(_known)
     install_log_scrubbing()
 

@@ -148,6 +148,8 @@ def _exit_now(signum: int) -> None:
     os._exit(128 + signum)
 
 
+# Process-wide, as signals are; each holds a reason and the watchers of the runs now running
+# (a watcher leaves when its run does), and is reset when a run starts: bounded.
 process_stop = StopRequest()
 """The process's stop request, shared by the CLI (which installs the handlers) and the flow."""
 
