@@ -385,7 +385,7 @@ class Scripts:
         package: str,
         names: Iterable[str],
         *,
-        prelude: str,
+        prelude: str = "prelude",
         replayed: Collection[str] = (),
         resent: Collection[str] = (),
     ) -> None:

@@ -211,12 +211,7 @@ class RedisDeadLetterStore(Closing):
         try:
             with self._errors("cannot connect"):
                 self._scripts = Scripts(
-                    self._client,
-                    __package__,
-                    _SCRIPTS,
-                    prelude="prelude",
-                    replayed=_REPLAYED,
-                    resent=_RESENT,
+                    self._client, __package__, _SCRIPTS, replayed=_REPLAYED, resent=_RESENT
                 )
                 self._adopt_epoch()
             self._migrate()

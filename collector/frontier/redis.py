@@ -127,12 +127,7 @@ class RedisFrontier(Closing):
         self._token_lock = threading.Lock()
         try:
             self._scripts = Scripts(
-                self._client,
-                __package__,
-                _SCRIPTS,
-                prelude="prelude",
-                replayed=_REPLAYED,
-                resent=_RESENT,
+                self._client, __package__, _SCRIPTS, replayed=_REPLAYED, resent=_RESENT
             )
         except RedisError as exc:
             self._close_owned()
