@@ -25,7 +25,7 @@ if typing.TYPE_CHECKING:
     )
     from collector.fetch.engine import FetchEngine, FetchResult
     from collector.frontier import Frontier, Lease, SqliteFrontier
-    from collector.run.collection import BatchReport, Collection
+    from collector.run.collection import BatchReport, Collection, Run
     from collector.run.ledger import Ledger
     from collector.run.locks import SourceBusy
     from collector.sinks import JsonlSink, Sink, SinkRecord
@@ -48,6 +48,7 @@ _HOMES = {
     "Ledger": "collector.run.ledger",
     "PermanentFetchError": "collector.errors",
     "RecoverableFetchError": "collector.errors",
+    "Run": "collector.run.collection",
     "Sink": "collector.sinks",
     "SinkRecord": "collector.sinks",
     "Source": "collector.config",
@@ -78,6 +79,7 @@ __all__ = [
     "Ledger",
     "PermanentFetchError",
     "RecoverableFetchError",
+    "Run",
     "Sink",
     "SinkRecord",
     "Source",

@@ -251,7 +251,7 @@ class ValidationWorker:
                 return await asyncio.to_thread(self._round_trip, batches)
             except (OSError, EOFError, ValueError, pickle.PickleError):
                 self._failed = True
-                self._stop()
+                await asyncio.to_thread(self._stop)  # waits up to 5 s for the process: off the loop
         if self._local is None:
             self._local = SuiteValidator(self.suite_path)
         return list(await asyncio.to_thread(self._local.validate_many, batches))
