@@ -330,6 +330,7 @@ async def test_a_host_answering_429_gets_the_degrade_share_and_loses_nothing(
     assert len(sent) + len(back) == len(urls)
     assert all(r.decision is not None and r.decision.action == "later" for r in sent)
     assert all(r.attempts == 0 and r.not_before > 0 for r in back)  # not an attempt
+    assert {r.deferred_why for r in back} == {"rate_degraded"}  # not said to be the breaker
     assert site.request_count("/items/") == len(sent)  # what was sent, nothing more
     # the first 429 starts the degrade; 199 requests after it, 30 % +- 5 sigma sent
     assert abs((len(sent) - 1) - 199 * 0.3) <= 5 * math.sqrt(199 * 0.21)

@@ -95,8 +95,9 @@ class _Deferred(Exception):
     """The host's circuit breaker is open, or its 429 degrade hands the request back: come back
     at ``not_before`` (wall clock)."""
 
-    def __init__(self, not_before: float) -> None:
+    def __init__(self, not_before: float, why: str = "circuit_open") -> None:
         self.not_before = not_before
+        self.why = why
 
 
 class HostSlot:
@@ -152,7 +153,8 @@ class FetchResult:
     ``failed``: ``error`` and ``decision`` say why
     and what next (retry later or dead); ``skipped``: the batch ran out of time before this URL
     was tried, so it goes back to the queue unchanged; ``deferred``: the host's circuit breaker
-    is open, so it goes back to the queue not before ``not_before`` (not an attempt).
+    is open (``deferred_why`` ``circuit_open``) or its 429 degrade did not sample the request
+    (``rate_degraded``), so it goes back to the queue not before ``not_before`` (not an attempt).
     """
 
     url: str
@@ -167,6 +169,7 @@ class FetchResult:
     error: FetchError | None = None
     decision: RetryDecision | None = None
     not_before: float = 0.0  # deferred: wall-clock time the host may be tried again
+    deferred_why: str = "circuit_open"  # deferred: the item's reason in the queue
     # ok / not_modified: the validators to keep with the item (collector.fetch.conditional)
     etag: str | None = None
     last_modified: str | None = None
@@ -601,7 +604,7 @@ class FetchEngine:
             except _Deferred as deferred:
                 return FetchResult(
                     item.url, "deferred", progress.attempts, progress.first_attempt_at,
-                    not_before=deferred.not_before,
+                    not_before=deferred.not_before, deferred_why=deferred.why,
                 )  # fmt: skip
             except _TooLate:
                 return self._not_started(progress)
@@ -922,7 +925,7 @@ class _Admitted:
         """Past the breaker, the rate and the Crawl-delay: a lent client, in time."""
         host, breaker = slot.host, slot.breaker
         if slot.degrade is not None and (back := slot.degrade.admit(time.time(), engine.rng)):
-            raise _Deferred(back)  # the host answers 429: not sampled, handed back unsent
+            raise _Deferred(back, "rate_degraded")  # answers 429: not sampled, handed back
         if breaker is not None:
             self.ticket = await breaker.admit()
             if not self.ticket.go:

@@ -37,6 +37,10 @@ __all__ = [
 
 Parsed = list[tuple[FetchResult, list[dict[str, Any]]]]
 
+# handed back unsent, not an attempt (the ledger's ``deferred_by_circuit``): the host's breaker
+# was open, or its 429 degrade did not sample the request (collector.fetch.pacing)
+_DEFERRED = frozenset({"circuit_open", "rate_degraded"})
+
 
 @dataclass(slots=True)
 class Decided:
@@ -80,10 +84,10 @@ def decide(
             else:
                 later = now + result.decision.delay_s
                 outcomes[url] = retry_later(source, result, enqueued[url], later)
-        elif result.status == "deferred":  # the host's breaker is open: not an attempt
+        elif result.status == "deferred":  # breaker open, or 429 degrade: not an attempt
             outcomes[url] = retry_later(
                 source, result, enqueued[url], result.not_before,
-                count_attempt=False, reason="circuit_open",
+                count_attempt=False, reason=result.deferred_why,
             )  # fmt: skip
         else:  # skipped: the batch ran out of time before trying it
             outcomes[url] = retry_later(source, result, enqueued[url], now, count_attempt=False)
@@ -184,7 +188,7 @@ def count_acks(
         elif isinstance(outcome, DeadLettered):
             dead += 1
             reasons[outcome.error] = reasons.get(outcome.error, 0) + 1
-        elif outcome.error == "circuit_open":
+        elif outcome.error in _DEFERRED:
             deferred += 1
         else:
             returned += 1
