@@ -1,4 +1,5 @@
-"""Relays in front of real servers: a Redis that dies on cue, and a store that answers slowly.
+"""Relays in front of real servers: a Redis that dies on cue, a store that answers slowly, and
+a server that can be taken away and brought back (:class:`CutRelay`).
 
 :class:`SlowRelay` passes every byte between clients and a real server (Redis, Postgres: any
 TCP protocol), holding each request chunk ``delay_s`` before it goes on: every round trip takes
@@ -228,6 +229,87 @@ class SlowRelay:
                 target.sendall(chunk)
         except OSError:
             pass
+        with self._lock:
+            for sock in (source, target):
+                self._open.discard(sock)
+                _close(sock)
+
+
+class CutRelay:
+    """A TCP relay to ``127.0.0.1:upstream_port`` that can be taken down (every connection cut,
+    new ones refused at once) and brought back on the same port; ``url()`` is a Prefect API's
+    behind it (tests/test_lost_footing_cli.py)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._down = False
+        self._closed = False
+        self.refused = 0  # connections refused while down
+
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    def __enter__(self) -> CutRelay:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._closed = True
+        self._listener.close()
+        self._cut()
+
+    def down(self) -> None:
+        with self._lock:
+            self._down = True
+        self._cut()
+
+    def up(self) -> None:
+        with self._lock:
+            self._down = False
+
+    def _cut(self) -> None:
+        with self._lock:
+            for sock in list(self._open):
+                _close(sock)
+            self._open.clear()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                down = self._down
+                self.refused += down
+            if down:  # away: the connection is reset at once, as by a host with nothing there
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=5)
+            except OSError:
+                _close(client)
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._open |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, target: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := source.recv(65536):
+                target.sendall(chunk)
         with self._lock:
             for sock in (source, target):
                 self._open.discard(sock)

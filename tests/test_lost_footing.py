@@ -151,13 +151,7 @@ def test_a_lease_taken_back_stops_the_run_which_says_so_and_a_rerun_is_exact(
         assert counts.leased == 0  # settled or given back: nothing left held
         assert counts.queued > 0  # it stopped claiming at once: the rest waits for a rerun
 
-        summary, ended = asyncio.run(_drain(path, "run-2"))
-        counts = _counts(path)
-    assert summary is not None, ended
-    assert summary.balanced, summary.problems
-    assert counts.leased == counts.queued == 0
-    rows = sink_lines(tmp_path / "out")
-    assert len({row["id"] for row in rows}) == ITEMS and duplicate_keys(rows) == []
+        _rerun_is_exact(path, tmp_path / "out")
 
 
 def test_redis_away_longer_than_the_lease_stops_the_run_and_a_rerun_is_exact(
@@ -178,13 +172,7 @@ def test_redis_away_longer_than_the_lease_stops_the_run_and_a_rerun_is_exact(
         print(f"collector: {outcome}")
         assert "the lease of batch" in str(outcome) and "not renewed for 3s" in str(outcome)
         path = _source(tmp_path, site, frontier={"type": "redis", "url": server.url})
-        summary, ended = asyncio.run(_drain(path, "run-2"))
-        counts = _counts(path)
-    assert summary is not None, ended
-    assert summary.balanced, summary.problems
-    assert counts.leased == counts.queued == 0
-    rows = sink_lines(tmp_path / "out")
-    assert len({row["id"] for row in rows}) == ITEMS and duplicate_keys(rows) == []
+        _rerun_is_exact(path, tmp_path / "out")
 
 
 @pytest.mark.parametrize("fault", ["jump_first", "beat_raises"])
@@ -209,12 +197,17 @@ def test_a_clock_jump_or_a_raising_beat_thread_ends_exact_after_a_rerun(
             assert first is not None or isinstance(outcome, LostFooting), outcome
             assert first is None or first.balanced, first.problems
 
-        summary, ended = asyncio.run(_drain(path, "run-2"))
-        counts = _counts(path)
+        _rerun_is_exact(path, tmp_path / "out")
+
+
+def _rerun_is_exact(path: Path, out: Path) -> None:
+    """A rerun ends balanced with nothing held or queued, every item stored once."""
+    summary, ended = asyncio.run(_drain(path, "run-2"))
+    counts = _counts(path)
     assert summary is not None, ended
     assert summary.balanced, summary.problems
     assert counts.leased == counts.queued == 0
-    rows = sink_lines(tmp_path / "out")
+    rows = sink_lines(out)
     assert len({row["id"] for row in rows}) == ITEMS and duplicate_keys(rows) == []
 
 

@@ -13,16 +13,12 @@ The lock's margin is the shorter of its lease (60 s, Prefect's minimum) and the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from types import TracebackType
 from uuid import UUID
 
 from collector import defaults
@@ -30,97 +26,12 @@ from collector.config import load_source
 from collector.demo.site import FaultSite
 from collector.run.stop import EXIT_LOST_FOOTING
 from tests.helpers import duplicate_keys, sink_lines, write_source
+from tests.redis_proxy import CutRelay
 
 COLLECTOR = [sys.executable, "-m", "flows.cli"]
 ROOT = Path(__file__).resolve().parents[1]
 ITEMS = 30
 MARGIN_S = defaults.HOLDER_DEAD_AFTER_S - defaults.HEARTBEAT_S  # < LOCK_LEASE_S - HEARTBEAT_S
-
-
-class ApiRelay:
-    """A TCP relay to ``127.0.0.1:upstream_port`` that can be taken down (every connection cut,
-    new ones refused at once) and brought back on the same port."""
-
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self._listener.getsockname()[1])
-        self._lock = threading.Lock()
-        self._open: set[socket.socket] = set()
-        self._down = False
-        self._closed = False
-        self.refused = 0  # connections refused while down
-
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/api"
-
-    def __enter__(self) -> ApiRelay:
-        threading.Thread(target=self._accept, daemon=True).start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._closed = True
-        self._listener.close()
-        self._cut()
-
-    def down(self) -> None:
-        with self._lock:
-            self._down = True
-        self._cut()
-
-    def up(self) -> None:
-        with self._lock:
-            self._down = False
-
-    def _cut(self) -> None:
-        with self._lock:
-            for sock in list(self._open):
-                _close(sock)
-            self._open.clear()
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            with self._lock:
-                down = self._down
-                self.refused += down
-            if down:  # away: the connection is reset at once, as by a host with nothing there
-                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
-                client.close()
-                continue
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=5)
-            except OSError:
-                _close(client)
-                continue
-            upstream.settimeout(None)
-            with self._lock:
-                self._open |= {client, upstream}
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    def _pipe(self, source: socket.socket, target: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while chunk := source.recv(65536):
-                target.sendall(chunk)
-        with self._lock:
-            for sock in (source, target):
-                self._open.discard(sock)
-                _close(sock)
-
-
-def _close(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-    sock.close()
 
 
 def _source(folder: Path, site: FaultSite, name: str) -> Path:
@@ -240,7 +151,7 @@ def test_the_prefect_api_away_shorter_than_the_margin_is_ridden_out(
     (15 s in), for less than the margin: the renewal and the beats are retried, the run goes on
     and ends Completed and exact."""
     port = int(prefect_api.split(":")[-1].split("/")[0])
-    with FaultSite() as site, ApiRelay(port) as relay:
+    with FaultSite() as site, CutRelay(port) as relay:
         path = _source(tmp_path, site, "footing-api-short")
         run = _start(path, relay.url())
         _lease_taken(path, run)
@@ -266,7 +177,7 @@ def test_the_prefect_api_away_past_the_margin_exits_4_and_a_rerun_is_exact(
     """The API stays away past the margin: the run may no longer count on its lock (a waiter may
     take it), so it stops, exits 4 and says which lock and why; the rerun ends exact."""
     port = int(prefect_api.split(":")[-1].split("/")[0])
-    with FaultSite() as site, ApiRelay(port) as relay:
+    with FaultSite() as site, CutRelay(port) as relay:
         path = _source(tmp_path, site, "footing-api-long")
         run = _start(path, relay.url())
         _lease_taken(path, run)
