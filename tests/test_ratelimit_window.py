@@ -45,7 +45,7 @@ def _reference(amount: int, window: float, requests: list[tuple[str, float]]) ->
     for key, gap in requests:
         clock += gap
         sent = grants.setdefault(key, [])
-        if len(sent) < amount or sent[-amount] + window <= clock:
+        if len(sent) < amount or sent[-amount] + window <= clock + 1e-9:  # the edge, in floats
             granted = clock
         else:  # a wait, never shorter than the limiter's 1 ms floor
             granted = clock + max(0.001, sent[-amount] + window - clock)
