@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Literal, TypeVar
+from typing import Literal, TypeGuard, TypeVar
 from uuid import UUID
 
 import httpx
@@ -409,13 +409,9 @@ class _LockBeater:
                     client.renew_concurrency_lease(self.lease_id, self.lease_s)
                 renewed = time.monotonic()
             except Exception as exc:
-                gone = isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code in (
-                    404,
-                    410,
-                )
                 silent = time.monotonic() - renewed
-                if gone:
-                    self._lose(f"the server no longer has its lease ({one_line(exc)})")
+                if _gone(exc):
+                    self._lose(f"the server no longer has its lease ({_answer(exc)})")
                     return
                 if silent >= self.lease_s - defaults.HEARTBEAT_S:
                     self._lose(f"its lease was not renewed for {silent:.0f}s ({one_line(exc)})")
@@ -471,3 +467,20 @@ async def domain_slots(
             )
             granted[host] = slots
         yield granted
+
+
+def _gone(exc: BaseException) -> TypeGuard[httpx.HTTPStatusError]:
+    """The server says the lease does not exist (any more): 404 or 410."""
+    return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code in {404, 410}
+
+
+def _answer(exc: httpx.HTTPStatusError) -> str:
+    """The server's answer in a few words: ``410 Gone: Lease not found.`` (httpx's own text
+    adds the URL and a link to MDN, which the operator's one line has no room for)."""
+    response = exc.response
+    detail = ""
+    with contextlib.suppress(Exception):
+        body = response.json()
+        detail = str(body.get("detail", "")) if isinstance(body, dict) else ""
+    said = f"{response.status_code} {response.reason_phrase}".strip()
+    return one_line(f"{said}: {detail}" if detail else said)

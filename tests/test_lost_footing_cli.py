@@ -132,6 +132,7 @@ def test_a_run_whose_lock_is_taken_back_exits_4_says_so_and_a_rerun_is_exact(
         print(f"stdout: {out.strip()[-1000:]!r}")
         assert code == EXIT_LOST_FOOTING, err[-4000:]
         assert "its source lock 'source:footing-cli': the server no longer has its lease" in said
+        assert "(410 Gone: " in said and "mozilla" not in said and "http" not in said, said
         assert "Traceback" not in err, err[-4000:]
         stored = len(sink_lines(tmp_path / "out"))
         assert stored < ITEMS, "the run went on to the end after it lost its lock"
