@@ -154,3 +154,8 @@ FLEET_IDLE_BELOW = 0.3  # helpers busy less than this share of their time are id
 FLEET_IDLE_HELD_S = 30.0  # ...for this long: one step down (helpers -> floor(helpers / 1.2))
 FLEET_MEMORY_HIGH = 0.85  # helpers' memory share (cgroup or machine) above this...
 FLEET_MEMORY_HELD_S = 10.0  # ...for this long: one step down; above it at all: no step up
+# a helper's start (its creation to its first claim), measured by the fleet: before any is
+# measured it is taken as this (3.6 s on a quiet 2-core box, 17-29 s with 8 runs loading it)
+FLEET_START_PRIOR_S = 15.0
+FLEET_START_KEEP = 5  # the expected start is the median of the last this many measured
+FLEET_COMING_FOR = 3.0  # a process not claiming yet is capacity on its way until this x start

@@ -15,6 +15,12 @@ which helpers hold leases), and every ``decide_every_s`` decides with
   Helpers not running yet are not stopped (a worker submitting one could still start it);
   they are stopped once they run.
 
+A helper is a process start, so the fleet measures it (creation to the first sample in which
+the helper's run id holds leases; the median of the last few: collector.fleet.model
+``HelperStarts``) and asks only for helpers that arrive before their source's work is gone;
+a source's processes live but not claiming yet (helpers starting, its own run starting or
+planning, read with the helpers in one API call) are capacity on its way.
+
 Every round that changes a source emits ``collector.fleet.scaled`` on ``collector.source.<name>``
 with the figures that caused it, and the table artifact ``collector-fleet`` (source, class,
 backlog, wait, helpers, weight) is updated when it changed. Helpers count against the budget
@@ -33,6 +39,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -45,9 +52,9 @@ from prefect.client.schemas.filters import (
     FlowFilterName,
     FlowRunFilter,
     FlowRunFilterDeploymentId,
+    FlowRunFilterExpectedStartTime,
     FlowRunFilterState,
     FlowRunFilterStateType,
-    FlowRunFilterTags,
     WorkPoolFilter,
     WorkPoolFilterName,
 )
@@ -67,12 +74,13 @@ from collector.fleet.model import (
     Actions,
     Decision,
     FleetSettings,
+    HelperStarts,
     decide,
     plan_actions,
     politeness_cap,
 )
 from collector.fleet.report import helpers_cpu, helpers_memory
-from collector.fleet.tracker import SourceTracker
+from collector.fleet.tracker import Arrivals, SourceTracker
 from collector.frontier.base import Frontier
 from collector.ops import metrics
 from flows.sources import resolve_source
@@ -111,6 +119,7 @@ async def _discover(
     settings: FleetSettings,
     known: dict[str, _Deployed],
     logger: Any,
+    starts: HelperStarts | None = None,
 ) -> None:
     """Add the deployed sources not known yet (one that cannot be loaded is said once)."""
     deployments = await client.read_deployments(
@@ -148,6 +157,7 @@ async def _discover(
                 max_helpers=most,
                 settings=settings,
                 rules=source.schedule.scaling,
+                starts=starts,
             ),
             why,
         )
@@ -160,35 +170,66 @@ async def _discover(
         )
 
 
-async def _helpers(
+async def _runs(
     client: PrefectClient, deployed: dict[str, _Deployed]
-) -> dict[str, list[FlowRun]]:
-    """The live helper runs of each source (created, pending, running, stopping)."""
+) -> tuple[dict[str, list[FlowRun]], dict[str, list[FlowRun]]]:
+    """The live runs of each source's deployment, in one read: its helpers (created, pending,
+    running, stopping) and its own runs (the same states; a scheduled one only once it is
+    due: a schedule's future runs are not capacity on the way)."""
     by_id = {d.deployment_id: name for name, d in deployed.items()}
-    found: dict[str, list[FlowRun]] = {name: [] for name in deployed}
+    helpers: dict[str, list[FlowRun]] = {name: [] for name in deployed}
+    own: dict[str, list[FlowRun]] = {name: [] for name in deployed}
     if not by_id:
-        return found
+        return helpers, own
     runs = await client.read_flow_runs(
         flow_run_filter=FlowRunFilter(
             deployment_id=FlowRunFilterDeploymentId(any_=list(by_id)),
-            tags=FlowRunFilterTags(all_=[HELPER_TAG]),
             state=FlowRunFilterState(type=FlowRunFilterStateType(any_=_LIVE)),
+            expected_start_time=FlowRunFilterExpectedStartTime(
+                before_=datetime.now(UTC) + timedelta(seconds=1)
+            ),
         ),
         limit=200,
     )
     for run in runs:
         if run.deployment_id in by_id:
+            found = helpers if HELPER_TAG in (run.tags or []) else own
             found[by_id[run.deployment_id]].append(run)
-    return found
+    return helpers, own
 
 
-async def _sample(deployed: dict[str, _Deployed], helpers: dict[str, list[FlowRun]]) -> None:
+def _age_s(run: FlowRun) -> float:
+    """Seconds since the run was created (or, scheduled for later, since it was due)."""
+    at = [t.timestamp() for t in (run.created, run.expected_start_time) if t is not None]
+    return time.time() - max(at) if at else 0.0
+
+
+def _coming(arrivals: Arrivals, helpers: Sequence[FlowRun], own: Sequence[FlowRun]) -> int:
+    """A source's processes live but not claiming yet: capacity on its way (stopping helpers
+    are not)."""
+    processes = [r for r in helpers if r.state_type != StateType.CANCELLING] + list(own)
+    return arrivals.coming((str(r.id), _age_s(r)) for r in processes)
+
+
+async def _sample(
+    deployed: dict[str, _Deployed],
+    helpers: dict[str, list[FlowRun]],
+    arrivals: Arrivals,
+    logger: Any,
+) -> None:
     now = time.monotonic()
     for name, d in deployed.items():
         counts = await asyncio.to_thread(d.frontier.counts, name)
         holders = await asyncio.to_thread(d.frontier.holders, name)
         running = {str(r.id) for r in helpers.get(name, []) if r.state_type == StateType.RUNNING}
         d.tracker.sample(now, counts, holders, running)  # busy: of the helpers that run
+        for seconds in arrivals.observe(now, holders):  # first claims: helper starts measured
+            logger.info(
+                "fleet: %s: a helper claimed %.1f s after its creation (expected start now %.1f s)",
+                name,
+                seconds,
+                arrivals.starts.expected_s,
+            )
 
 
 async def _start(
@@ -247,6 +288,8 @@ def _figures(decision: Decision, settings: FleetSettings, used: int) -> dict[str
         "busy_high_for_s": round(load.busy_high_for_s, 2),
         "idle_for_s": round(load.idle_for_s, 2),
         "throughput": None if load.throughput is None else round(load.throughput, 3),
+        "helper_start_s": round(load.start_s, 2),
+        "coming": load.coming,
         "helpers": load.helpers,
         "max_helpers": load.max_helpers,
         "load_factor": round(decision.load_factor, 3),
@@ -289,6 +332,8 @@ def _table(decisions: Sequence[Decision]) -> list[dict[str, Any]]:
             if d.load.backlog == 0
             else ("no claims" if math.isinf(d.load.wait_s) else f"{d.load.wait_s:.3f} s"),
             "helpers": d.load.helpers,
+            "coming": d.load.coming,
+            "helper start": f"{d.load.start_s:.1f} s",
             "cpu": "-" if d.load.cpu is None else f"{d.load.cpu:.0%}",
             "share": d.share,
             "weight": round(d.weight, 2),
@@ -346,12 +391,15 @@ async def fleet(
         budget=budget, wait_high_s=wait_high_s, wait_held_s=wait_held_s, preempt=preempt
     )
     deployed: dict[str, _Deployed] = {}
-    tally = {"rounds": 0, "started": 0, "stopped": 0, "preempted": 0, "most_helpers": 0,
-             "cpu_reports": 0, "api_errors": 0}  # fmt: skip
+    tally: dict[str, Any] = {"rounds": 0, "started": 0, "stopped": 0, "preempted": 0,
+                             "most_helpers": 0, "cpu_reports": 0, "api_errors": 0}  # fmt: skip
+    starts = HelperStarts()  # a helper's start, measured by this run (the prior before any)
+    arrivals = Arrivals(starts)
     last_table: list[dict[str, Any]] | None = None
     deadline = time.monotonic() + duration_s
     next_decision = next_discovery = time.monotonic()
     helpers: dict[str, list[FlowRun]] = {}
+    own: dict[str, list[FlowRun]] = {}
     idle_since: float | None = None
     seen_work = False  # stop_when_idle_s counts only after some work was seen
     try:
@@ -360,17 +408,21 @@ async def fleet(
                 now = time.monotonic()
                 try:
                     if now >= next_discovery:
-                        await _discover(client, pool, settings, deployed, logger)
+                        await _discover(client, pool, settings, deployed, logger, starts)
                         next_discovery = now + _DISCOVER_EVERY_S
                     if now >= next_decision:
-                        helpers = await _helpers(client, deployed)
-                    await _sample(deployed, helpers)
+                        helpers, own = await _runs(client, deployed)
+                        arrivals.keep({str(r.id) for runs in (*helpers.values(), *own.values())
+                                       for r in runs})  # fmt: skip
+                    await _sample(deployed, helpers, arrivals, logger)
                     if now >= next_decision:
                         next_decision = now + decide_every_s
                         last_table = await _round(
                             client,
                             deployed,
                             helpers,
+                            own,
+                            arrivals,
                             settings,
                             tally,
                             last_table,
@@ -391,6 +443,8 @@ async def fleet(
                 await asyncio.sleep(max(0.0, sample_s - (time.monotonic() - now)))
     finally:  # closed off the loop (a Redis or SQLite close may wait)
         await asyncio.gather(*(asyncio.to_thread(d.frontier.close) for d in deployed.values()))
+    tally["helper_start_s"] = round(starts.expected_s, 2)  # the last estimate
+    tally["starts_measured"] = starts.measured
     logger.info("fleet: %s", tally)
     return tally
 
@@ -399,8 +453,10 @@ async def _round(
     client: PrefectClient,
     deployed: dict[str, _Deployed],
     helpers: dict[str, list[FlowRun]],
+    own: dict[str, list[FlowRun]],
+    arrivals: Arrivals,
     settings: FleetSettings,
-    tally: dict[str, int],
+    tally: dict[str, Any],
     last_table: list[dict[str, Any]] | None,
     batch_size: int,
     idle_s: float,
@@ -416,6 +472,7 @@ async def _round(
             # their own reports: the labels each running helper keeps on its flow run
             helpers_cpu(_running_labels(helpers.get(name, []))),
             helpers_memory(_running_labels(helpers.get(name, []))),
+            _coming(arrivals, helpers.get(name, []), own.get(name, [])),
         )
         for name, d in deployed.items()
     ]
@@ -446,6 +503,8 @@ async def _round(
             started = await _start(
                 client, d, actions.start[name], batch_size=batch_size, idle_s=idle_s
             )
+            for run_id in started:  # its start: from this decision to its first claim
+                arrivals.created(str(run_id), now)
             tally["started"] += len(started)
             logger.info(
                 "fleet: %s: started %d helper(s) (%s; weight %.2f, share %d)",

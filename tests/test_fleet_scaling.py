@@ -1,7 +1,11 @@
 """The seeds' scaling rules in the autoscaler's model (collector/fleet/model.py), against a plain
 model of the rules: pool size ``max(minSize, ceil(depth x 0.8 / throughput))``, busy held ->
 up 20 % rounded up, idle or memory held -> down, each only after its window, never above the
-cap, never below ``min_helpers``; and the windows the tracker keeps, in virtual time."""
+cap, never below ``min_helpers``; and the windows the tracker keeps, in virtual time.
+
+With a helper's start (its creation to its first claim, measured): a step up only when the
+backlog outlasts a new helper's start at the rate it drains now, the pool size on the backlog
+left when it arrives, and no helper for "nothing claims" while a process is on its way."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from pydantic import ValidationError
 from collector.fleet.model import (
     FleetSettings,
     Held,
+    HelperStarts,
     ScalingRules,
     SourceLoad,
     decide,
@@ -27,7 +32,7 @@ from collector.fleet.model import (
 )
 from collector.fleet.report import MEMORY_LABEL, helpers_memory, memory_share_of
 from collector.fleet.schedule import ScheduleSettings
-from collector.fleet.tracker import SourceTracker
+from collector.fleet.tracker import Arrivals, SourceTracker
 from collector.frontier.base import Holder, StateCounts
 
 FACTORS = [1.1, 1.2, 1.25, 1.5, 2.0, 3.0]
@@ -51,16 +56,25 @@ def _plain_want(load: SourceLoad, fleet: FleetSettings) -> tuple[int, bool]:
     if memory_high or idle:
         return min(cap, max(low, have)), False
     target = max(low, have)
-    if load.throughput:
+    # a helper asked for now claims start seconds from now: only if work is left by then
+    start, infinite = Fraction(str(load.start_s)), math.isinf(load.wait_s)
+    wait = None if infinite else Fraction(str(load.wait_s))
+    arrives_in_time = start <= 0 or infinite or (wait is not None and wait > start)
+    if load.throughput and arrives_in_time:
+        left = Fraction(load.backlog)  # claimed at backlog / wait a second until it arrives
+        if start > 0 and wait is not None:
+            left = left - left / wait * start
         per_process = Fraction(str(load.throughput)) * Fraction(str(r.size_horizon_s))
-        processes = math.ceil(load.backlog * Fraction(str(r.depth_share)) / per_process)
+        processes = math.ceil(left * Fraction(str(r.depth_share)) / per_process)
         target = max(target, r.min_helpers, processes - 1)
-    if load.wait_high_for_s >= fleet.wait_held_s and load.wait_s > fleet.wait_high_s:
+    above = infinite or (wait is not None and wait > max(Fraction(str(fleet.wait_high_s)), start))
+    on_the_way = infinite and load.coming > 0  # it claims before a new one would
+    if load.wait_high_for_s >= fleet.wait_held_s and above and not on_the_way:
         target = max(target, have + 1)
     busy = load.busy is not None and load.busy > fleet.busy_high
-    if busy and have > 0 and load.busy_high_for_s >= r.busy_held_s:
+    if arrives_in_time and busy and have > 0 and load.busy_high_for_s >= r.busy_held_s:
         target = max(target, have + 1, math.ceil(have * factor))
-    if load.cpu is not None and load.cpu > fleet.cpu_high and have > 0:
+    if arrives_in_time and load.cpu is not None and load.cpu > fleet.cpu_high and have > 0:
         target = max(target, have + 1)
     return min(cap, target), False
 
@@ -82,7 +96,7 @@ load_st = st.builds(
     source=st.just("s"),
     run_class=st.sampled_from(["critical", "high", "normal", "low"]),
     backlog=st.one_of(st.just(0), st.integers(0, 100_000)),
-    wait_s=st.one_of(st.just(math.inf), st.sampled_from([0.0, 0.01, 0.2, 5.0])),
+    wait_s=st.one_of(st.just(math.inf), st.sampled_from([0.0, 0.01, 0.2, 5.0, 9.0, 30.0, 120.0])),
     wait_high_for_s=st.sampled_from([0.0, 0.5, 1.0, 3.0]),
     busy=st.one_of(st.none(), st.sampled_from([0.0, 0.2, 0.5, 0.9, 0.95, 1.0])),
     cpu=st.one_of(st.none(), st.sampled_from([0.1, 0.75, 0.9])),
@@ -94,6 +108,8 @@ load_st = st.builds(
     memory_high_for_s=st.sampled_from([0.0, 9.0, 10.0]),
     throughput=st.one_of(st.none(), st.sampled_from([0.5, 2.0, 4.0, 40.0])),
     rules=rules_st,
+    start_s=st.sampled_from([0.0, 0.03, 3.6, 9.0, 15.0, 20.0]),
+    coming=st.integers(0, 3),
 )
 
 
@@ -112,6 +128,113 @@ def test_want_equals_the_plain_rules_and_keeps_within_min_and_cap(load: SourceLo
         assert not (load.busy is not None and load.busy < load.rules.idle_below)
     if down:
         assert count < load.helpers
+    if count > max(load.helpers, min(cap, load.rules.min_helpers)):  # a step up: it arrives in time
+        assert load.start_s <= 0 or load.wait_s > load.start_s, why
+        assert not (math.isinf(load.wait_s) and load.coming > 0 and load.throughput is None
+                    and not load.busy and not load.cpu), why  # fmt: skip
+
+
+def test_no_helper_for_a_source_that_drains_before_a_helper_could_start() -> None:
+    """The play at 18:57: 30-item sources, drained by their own run in ~10 s, got helpers on
+    a claim wait of 8 s while a helper took 15-20 s to arrive: all of them came too late."""
+    fleet = FleetSettings(budget=4)
+    small = SourceLoad("crit-a", "critical", backlog=27, wait_s=9.0, wait_high_for_s=3.0,
+                       busy=1.0, busy_high_for_s=10.0, cpu=0.9, helpers=0, max_helpers=1,
+                       throughput=0.05, start_s=20.0)  # fmt: skip
+    count, why, _ = want(small, fleet)
+    assert count == 0 and why.startswith("drains in 9.0 s, before a helper's start"), why
+    assert decide([small], fleet)[0].share == 0
+    quick = SourceLoad("crit-a", "critical", backlog=27, wait_s=9.0, wait_high_for_s=3.0,
+                       helpers=0, max_helpers=1, start_s=3.6)  # fmt: skip
+    assert want(quick, fleet)[:2] == (1, "claim wait 9.0 s > 3.6 s for 3.0 s")  # starts fast
+    instant = SourceLoad("crit-a", "critical", backlog=27, wait_s=9.0, wait_high_for_s=3.0,
+                         helpers=0, max_helpers=1)  # fmt: skip
+    assert want(instant, fleet)[0] == 1  # start 0: the 50 ms rule as before
+
+
+def test_nothing_claims_asks_for_none_while_a_process_is_on_its_way() -> None:
+    fleet = FleetSettings(budget=4)
+    waiting = SourceLoad("urgent", "critical", backlog=200, wait_s=math.inf, wait_high_for_s=9.0,
+                         helpers=0, max_helpers=2, start_s=20.0, coming=1)  # fmt: skip
+    count, why, _ = want(waiting, fleet)
+    assert count == 0 and why == "nothing claims yet: 1 process(es) on the way", why
+    alone = SourceLoad("urgent", "critical", backlog=200, wait_s=math.inf, wait_high_for_s=9.0,
+                       helpers=0, max_helpers=2, start_s=20.0)  # fmt: skip
+    assert want(alone, fleet)[0] == 1  # nothing coming: one, as before
+
+
+def test_a_critical_source_whose_backlog_outlasts_a_start_still_preempts() -> None:
+    """The budget full with low and normal helpers; the critical source's own run claims 4/s
+    of 200 due (a 50 s wait) and a helper takes 20 s: it asks, and a low helper is stopped."""
+    fleet = FleetSettings(budget=4)
+    loads = [
+        SourceLoad("bulk-low", "low", backlog=500, wait_s=40.0, wait_high_for_s=30.0,
+                   helpers=2, max_helpers=2, throughput=4.0, start_s=20.0),
+        SourceLoad("burst", "normal", backlog=200, wait_s=20.0, wait_high_for_s=30.0,
+                   helpers=2, max_helpers=2, throughput=4.0, start_s=20.0),
+        SourceLoad("urgent", "critical", backlog=200, wait_s=50.0, wait_high_for_s=1.0,
+                   helpers=0, max_helpers=2, throughput=4.0, start_s=20.0),
+    ]  # fmt: skip
+    decisions = {d.load.source: d for d in decide(loads, fleet)}
+    assert decisions["urgent"].want == 1 and decisions["urgent"].share >= 1
+    assert plan_actions(list(decisions.values()), fleet).preempted == {"bulk-low": "urgent"}
+    late = [*loads[:2], SourceLoad("urgent", "critical", backlog=60, wait_s=15.0,
+                                   wait_high_for_s=1.0, helpers=0, max_helpers=2,
+                                   throughput=4.0, start_s=20.0)]  # fmt: skip
+    assert plan_actions(decide(late, fleet), fleet).preempted == {}  # drains before: none
+
+
+def test_the_pool_size_counts_the_backlog_left_when_a_helper_arrives() -> None:
+    fleet = FleetSettings(budget=8)
+    rules = ScalingRules()  # 0.8 of the depth over 60 s of one process's 4/s = 240 items
+    deep = SourceLoad("p", "low", backlog=600, wait_s=150.0, helpers=0, max_helpers=4,
+                      throughput=4.0, start_s=0.0)  # fmt: skip
+    assert want(deep, fleet)[0] == 1  # ceil(480 / 240) = 2 processes
+    later = SourceLoad("p", "low", backlog=600, wait_s=150.0, helpers=0, max_helpers=4,
+                       throughput=4.0, start_s=75.0)  # fmt: skip
+    count, why, _ = want(later, fleet)  # 300 left at arrival: ceil(240 / 240) = 1: the run
+    assert count == 0 and pool_size(300, 4.0, rules) == 0, why
+
+
+def test_a_helpers_start_is_measured_from_its_creation_to_its_first_claim() -> None:
+    starts = HelperStarts(prior_s=15.0, keep=3)
+    assert starts.expected_s == 15.0 and starts.measured == 0  # the prior before any
+    arrivals = Arrivals(starts, coming_for=3.0)
+    arrivals.created("h1", 10.0)
+    arrivals.created("h2", 11.0)
+    assert arrivals.coming([("h1", 1.0), ("h2", 0.0), ("run", 2.0)]) == 3
+    assert arrivals.observe(12.0, [Holder("run", 3, 12.0), Holder("h1", 0, None)]) == []
+    assert arrivals.coming([("h1", 2.0), ("h2", 1.0), ("run", 2.0)]) == 2  # the run arrived
+    assert arrivals.observe(30.0, [Holder("h1", 2, 30.0)]) == [20.0]
+    assert arrivals.observe(31.0, [Holder("h1", 2, 31.0)]) == []  # once
+    assert starts.expected_s == 20.0
+    assert arrivals.observe(40.0, [Holder("h2", 1, 40.0)]) == [29.0]
+    assert starts.expected_s == 24.5  # the median of 20 and 29
+    for seconds in (4.0, 5.0, 6.0):
+        starts.add(seconds)
+    assert starts.expected_s == 5.0 and starts.measured == 5  # the last three
+    arrivals.keep(["h9"])
+    assert not arrivals.arrived("h1")
+    assert arrivals.coming([("h9", 14.0), ("h8", 16.0)]) == 1  # 3 x 5 s: h8 not counted on
+
+
+def test_a_first_batch_after_nothing_claimed_is_not_a_long_wait() -> None:
+    """A run arrives after 10 s of nothing claiming and drains 30 items at 3/s: over the old
+    window its first claims look like a 20 s wait; counted from its first claim, 10 s and
+    falling, not held above a 15 s start."""
+    fleet = FleetSettings()
+    tracker = SourceTracker("s", "critical", max_helpers=1, settings=fleet,
+                            starts=HelperStarts(prior_s=15.0))  # fmt: skip
+    queued, claimed, highest = 30, 0, 0.0
+    for step in range(200):
+        now = step * 0.1
+        if now >= 10.0 and step % 3 == 0 and queued:  # 3 items/s from 10 s on (one a 1/3 s)
+            queued, claimed = queued - 1, claimed + 1
+        tracker.sample(now, StateCounts(queued=queued, leased=0, done=claimed), [], set())
+        load = tracker.load(now, 0, coming=0 if claimed else 1)  # the run is on its way
+        highest = max(highest, load.wait_high_for_s if load.wait_s < math.inf else 0.0)
+        assert want(load, fleet)[0] == 0, (now, load)
+    assert highest == 0.0 and queued == 0
 
 
 @settings(max_examples=500, deadline=None)

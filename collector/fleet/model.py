@@ -19,6 +19,13 @@ The model (docs/fleet.md):
   elsewhere, a host's slots or rate). Never below ``min_helpers`` while items are due, never
   above its cap: ``schedule.max_helpers``, and 0 when more helpers would break per-host
   politeness (:func:`politeness_cap`).
+- **arrival** (a helper is a process start: :class:`HelperStarts` measures it): a step up is
+  granted only when the backlog outlasts a new helper's start at the rate it is drained now
+  (claim wait > expected start: the helper arrives before the work is gone); the claim-wait
+  rule's threshold is ``max(wait_high_s, expected start)`` (the 50 ms rule when starts are
+  instant), the pool size counts the backlog left when a new helper arrives
+  (:func:`left_at_arrival`), and "nothing claims" asks for none while a process of the source
+  is on its way (created, pending or starting: it arrives sooner than a new one would).
 - **shares** of the global ``budget``: first one helper each to the sources that want one
   (those starved longest first, then by weight), then the rest one at a time to the source with
   the highest ``weight / (helpers given + 1)``, never above its want.
@@ -50,9 +57,11 @@ __all__ = [
     "Decision",
     "FleetSettings",
     "Held",
+    "HelperStarts",
     "ScalingRules",
     "SourceLoad",
     "decide",
+    "left_at_arrival",
     "load_factor",
     "plan_actions",
     "politeness_cap",
@@ -120,6 +129,8 @@ class SourceLoad:
     memory_high_for_s: float = 0.0  # how long memory has stayed above rules.memory_high
     throughput: float | None = None  # items/s one process claims (None: not measured yet)
     rules: ScalingRules = ScalingRules()
+    start_s: float = 0.0  # a new helper's expected start, creation to first claim (0: instant)
+    coming: int = 0  # its processes live but not claiming yet (helpers starting, its own run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +198,7 @@ def step_down(helpers: int, factor: float) -> int:
     return max(0, min(helpers - 1, math.floor(round(helpers / factor, 9))))
 
 
-def pool_size(backlog: int, throughput: float | None, rules: ScalingRules) -> int | None:
+def pool_size(backlog: float, throughput: float | None, rules: ScalingRules) -> int | None:
     """Helpers by the seeds' ``targetSize = max(minSize, ceil(depth x 0.8 / throughput))``:
     throughput is what one process claims in ``size_horizon_s``, and the source's own run is
     one process of the pool, so helpers = targetSize - 1 (None: no throughput measured yet)."""
@@ -198,8 +209,26 @@ def pool_size(backlog: int, throughput: float | None, rules: ScalingRules) -> in
     return max(rules.min_helpers, processes - 1)
 
 
+def left_at_arrival(backlog: float, wait_s: float, start_s: float) -> float:
+    """The backlog left when a helper asked for now arrives: the claim rate now is
+    ``backlog / wait_s`` (Little's law), so ``start_s`` later ``backlog x (1 - start / wait)``
+    is left (all of it when nothing claims or starts are instant; none when it drains first)."""
+    if backlog <= 0:
+        return 0.0
+    if start_s <= 0 or math.isinf(wait_s):
+        return float(backlog)
+    if wait_s <= start_s:
+        return 0.0
+    return backlog * (wait_s - start_s) / wait_s
+
+
 def want(load: SourceLoad, settings: FleetSettings) -> tuple[int, str, bool]:
-    """How many helpers the source asks for now, why, and whether it is a scale-down."""
+    """How many helpers the source asks for now, why, and whether it is a scale-down.
+
+    Every step up waits for a helper's arrival: it is granted only when the backlog outlasts a
+    new helper's start (``load.start_s``) at the rate it is drained now, because a helper
+    that arrives after the work is gone spends budget (and a process start's CPU) for nothing.
+    """
     cap = max(0, load.max_helpers)
     rules = load.rules
     have = load.helpers
@@ -232,26 +261,38 @@ def want(load: SourceLoad, settings: FleetSettings) -> tuple[int, str, bool]:
         return min(cap, max(floor, have)), f"helpers' memory {load.memory:.0%}: no step up", False
     if idle:  # helpers that hold no work while items are due: the limit is elsewhere
         return min(cap, max(floor, have)), f"helpers idle (busy {load.busy:.0%}): no step up", False
-    asks: list[tuple[int, str]] = [(have, "steady")]
+    # the helper asked for now arrives start_s from now: worth it only if work is left then
+    outlasts = load.start_s <= 0 or load.wait_s > load.start_s
+    steady = "steady"
+    if not outlasts:
+        steady = (f"drains in {_seconds(load.wait_s)}, before a helper's start "
+                  f"({_seconds(load.start_s)})")  # fmt: skip
+    asks: list[tuple[int, str]] = [(have, steady)]
     if have < floor:
         asks.append((floor, f"min_helpers {rules.min_helpers}"))
-    size = pool_size(load.backlog, load.throughput, rules)
+    left = left_at_arrival(load.backlog, load.wait_s, load.start_s)
+    size = pool_size(left, load.throughput, rules) if outlasts else None
     if size is not None:
-        asks.append((size, f"pool size: {load.backlog} due x {rules.depth_share:g} / "
+        asks.append((size, f"pool size: {left:.0f} due at arrival x {rules.depth_share:g} / "
                            f"({load.throughput:.1f}/s x {rules.size_horizon_s:g} s)"))  # fmt: skip
-    if load.wait_high_for_s >= settings.wait_held_s and load.wait_s > settings.wait_high_s:
-        asks.append((have + 1, f"claim wait {_seconds(load.wait_s)} > "
-                               f"{_seconds(settings.wait_high_s)} for "
-                               f"{load.wait_high_for_s:.1f} s"))  # fmt: skip
+    threshold = max(settings.wait_high_s, load.start_s)
+    if load.wait_high_for_s >= settings.wait_held_s and load.wait_s > threshold:
+        if math.isinf(load.wait_s) and load.coming > 0:  # one on its way arrives first
+            asks[0] = (have, f"nothing claims yet: {load.coming} process(es) on the way")
+        else:
+            asks.append((have + 1, f"claim wait {_seconds(load.wait_s)} > "
+                                   f"{_seconds(threshold)} for "
+                                   f"{load.wait_high_for_s:.1f} s"))  # fmt: skip
     if (
-        load.busy is not None
+        outlasts
+        and load.busy is not None
         and load.busy > settings.busy_high
         and have > 0
         and load.busy_high_for_s >= rules.busy_held_s
     ):
         asks.append((step_up(have, rules.scale_factor),
                      f"helpers busy {load.busy:.0%} for {load.busy_high_for_s:.0f} s"))  # fmt: skip
-    if load.cpu is not None and load.cpu > settings.cpu_high and have > 0:
+    if outlasts and load.cpu is not None and load.cpu > settings.cpu_high and have > 0:
         asks.append((have + 1, f"helpers' CPU {load.cpu:.0%} > {settings.cpu_high:.0%} of a core"))
     count, why = max(asks, key=lambda a: a[0])  # the first of the largest: steady before a rule
     return min(cap, count), why, False
@@ -364,6 +405,13 @@ class ClaimWait:
     rate``, the claim rate being the growth of ``leased + done + dead`` over the last
     ``window_s`` of samples (taken every ``FLEET_SAMPLE_S``, 100 ms). Nothing queued: 0. Items
     queued and none claimed over the window: infinite (no one is working the source).
+
+    When claims begin after none (a run or helper arrived), the rate counts from the last
+    sample without claims, not over the idle time before it: over that, a process's first
+    batches would look like a long wait, and a source that its own run drains in seconds
+    would ask for a helper that arrives after it drained.
+    ``threshold_s`` may be changed between samples (the fleet sets it to the larger of its
+    ``wait_high_s`` and a helper's expected start).
     """
 
     def __init__(self, window_s: float = 2.0, threshold_s: float = defaults.FLEET_WAIT_HIGH_S):
@@ -376,6 +424,9 @@ class ClaimWait:
 
     def observe(self, now: float, *, queued: int, claimed_total: int) -> float:
         """Add a sample; returns the new estimate (seconds)."""
+        if math.isinf(self.estimate) and self._samples and claimed_total > self._samples[-1][1]:
+            last = self._samples[-1]  # claims resumed: the rate counts from here
+            self._samples = deque([last])
         self._samples.append((now, claimed_total))
         while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
             self._samples.popleft()
@@ -398,6 +449,38 @@ class ClaimWait:
     def high_for(self, now: float) -> float:
         """How long the estimate has stayed above the threshold (0 when it is not above)."""
         return 0.0 if self._high_since is None else now - self._high_since
+
+
+class HelperStarts:
+    """A helper's start, fleet-wide: seconds from its creation (the fleet's decision) to the
+    first sample in which its run id held leases (process start, Prefect, stores: 3.6 s on a
+    quiet box, 17-29 s on a loaded one, so it is measured, not assumed). The expected start is
+    the median of the last ``keep`` measured (one slow start does not swing it), ``prior_s``
+    before any was measured. A helper that never claimed (its source drained first) is not
+    counted: what it would have taken is unknown."""
+
+    def __init__(
+        self, prior_s: float = defaults.FLEET_START_PRIOR_S, keep: int = defaults.FLEET_START_KEEP
+    ) -> None:
+        self.prior_s = prior_s
+        self._seen: deque[float] = deque(maxlen=max(1, keep))
+        self.measured = 0  # how many were measured in all
+
+    def add(self, seconds: float) -> None:
+        """One helper's start, measured."""
+        self._seen.append(max(0.0, seconds))
+        self.measured += 1
+
+    @property
+    def expected_s(self) -> float:
+        """What a helper asked for now is expected to take to its first claim."""
+        if not self._seen:
+            return self.prior_s
+        ordered = sorted(self._seen)
+        middle = len(ordered) // 2
+        if len(ordered) % 2:
+            return ordered[middle]
+        return (ordered[middle - 1] + ordered[middle]) / 2
 
 
 class Held:

@@ -10,6 +10,11 @@ The sustained-load windows (busy above ``busy_high``, busy below ``rules.idle_be
 above ``rules.memory_high``) restart whenever the source's helper count changes: a scaling
 step acts only on what held with the helpers it has now. The throughput (items/s one process
 claims) is the claim rate over the processes that held leases, both over the window.
+
+A helper's start is measured here too (:class:`Arrivals`): from the fleet's creating it to the
+first sample in which its run id holds leases, into the fleet-wide :class:`HelperStarts`; and a
+source's processes that are live but have not claimed yet (its helpers starting, its own run
+still starting or planning) are its capacity on the way.
 """
 
 from __future__ import annotations
@@ -17,10 +22,68 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Collection, Iterable
 
-from collector.fleet.model import ClaimWait, FleetSettings, Held, ScalingRules, SourceLoad
+from collector import defaults
+from collector.fleet.model import (
+    ClaimWait,
+    FleetSettings,
+    Held,
+    HelperStarts,
+    ScalingRules,
+    SourceLoad,
+)
 from collector.frontier.base import Holder, StateCounts
 
-__all__ = ["SourceTracker"]
+__all__ = ["Arrivals", "SourceTracker"]
+
+
+class Arrivals:
+    """Which processes (flow run ids: a run claims under its own id) have claimed yet, and
+    each start of a helper this fleet created, from its creation to its first claim.
+
+    A process that has never held leases is on its way: it will claim sooner than a helper
+    asked for now (which would start behind it), so a source with one coming asks for none on
+    "nothing claims". One that has taken more than ``coming_for`` x the expected start is not
+    counted on any more (a run stuck in its lock wait, a worker that is gone).
+    """
+
+    def __init__(self, starts: HelperStarts, coming_for: float = defaults.FLEET_COMING_FOR) -> None:
+        self.starts = starts
+        self.coming_for = coming_for
+        self._created: dict[str, float] = {}  # helper run id -> when the fleet created it
+        self._arrived: set[str] = set()
+
+    def created(self, run_id: str, now: float) -> None:
+        """The fleet created helper ``run_id`` at ``now`` (its decision's time)."""
+        self._created[run_id] = now
+
+    def observe(self, now: float, holders: Iterable[Holder]) -> list[float]:
+        """One frontier sample's holders: those holding leases have arrived; returns the starts
+        measured in it (and adds them to ``starts``)."""
+        measured = []
+        for held in holders:
+            if held.leased <= 0 or held.holder in self._arrived:
+                continue
+            self._arrived.add(held.holder)
+            created = self._created.pop(held.holder, None)
+            if created is not None:
+                measured.append(now - created)
+                self.starts.add(now - created)
+        return measured
+
+    def arrived(self, run_id: str) -> bool:
+        """Whether ``run_id`` has held leases at least once."""
+        return run_id in self._arrived
+
+    def coming(self, processes: Iterable[tuple[str, float]]) -> int:
+        """How many of ``processes`` (run id, seconds since it was created or due) have not
+        claimed yet and are still expected to."""
+        limit = self.coming_for * self.starts.expected_s
+        return sum(1 for run_id, age in processes if run_id not in self._arrived and age <= limit)
+
+    def keep(self, live: Collection[str]) -> None:
+        """Forget the runs that ended (``live``: the run ids live now)."""
+        self._arrived &= set(live)
+        self._created = {k: v for k, v in self._created.items() if k in live}
 
 
 class SourceTracker:
@@ -35,6 +98,7 @@ class SourceTracker:
         settings: FleetSettings,
         rules: ScalingRules | None = None,
         window_s: float = 2.0,
+        starts: HelperStarts | None = None,
     ) -> None:
         self.source = source
         self.run_class = run_class
@@ -51,6 +115,7 @@ class SourceTracker:
         self._memory_high = Held()
         self._working: deque[tuple[float, int]] = deque()  # (at, processes holding leases)
         self._helper_count: int | None = None
+        self.starts = starts  # the fleet's helper starts (None: instant, the 50 ms rule alone)
 
     def sample(
         self, now: float, counts: StateCounts, holders: Iterable[Holder], helpers: Collection[str]
@@ -58,6 +123,7 @@ class SourceTracker:
         """One frontier sample: counts, and who holds leases (``helpers``: the run ids of the
         helpers running: one still starting is neither busy nor idle)."""
         self.backlog = counts.queued
+        self.wait.threshold_s = max(self.settings.wait_high_s, self.start_s())
         claimed = counts.leased + counts.done + counts.dead
         self.wait.observe(now, queued=counts.queued, claimed_total=claimed)
         holding = [h for h in holders if h.leased > 0]
@@ -75,6 +141,10 @@ class SourceTracker:
         share = self.busy_share()
         self._busy_high.observe(now, share is not None and share > self.settings.busy_high)
         self._idle.observe(now, share is not None and share < self.rules.idle_below)
+
+    def start_s(self) -> float:
+        """A new helper's expected start (0 without a start measure: instant)."""
+        return 0.0 if self.starts is None else self.starts.expected_s
 
     def throughput(self) -> float | None:
         """Items/s one process claims: the claim rate over the mean count of processes holding
@@ -98,10 +168,11 @@ class SourceTracker:
         stopping: int = 0,
         cpu: float | None = None,
         memory: float | None = None,
+        coming: int = 0,
     ) -> SourceLoad:
         """The source as :func:`collector.fleet.model.decide` takes it (``cpu``: the helpers'
         mean CPU share, ``memory`` their highest memory share, from their own reports:
-        collector.fleet.report)."""
+        collector.fleet.report; ``coming``: its processes live but not claiming yet)."""
         self._memory_high.observe(now, memory is not None and memory > self.rules.memory_high)
         return SourceLoad(
             source=self.source,
@@ -121,6 +192,8 @@ class SourceTracker:
             memory_high_for_s=self._memory_high.held_for(now),
             throughput=self.throughput(),
             rules=self.rules,
+            start_s=self.start_s(),
+            coming=coming,
         )
 
     def decided(self, now: float, *, want: int, helpers: int) -> None:
