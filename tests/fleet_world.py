@@ -145,7 +145,10 @@ class Spec:
 
 # four classes, two sources each: six small ones that drain in their own run, a burst (normal)
 # and a bulk (low) source that hold the budget, and a critical source that arrives when the
-# budget is full. The large ones outlast a process start (5-30 s on a loaded box).
+# budget is full. The large ones outlast a process start (5-30 s on a loaded box): `urgent`
+# too (200 items, ~50 s for its own run alone; it was 40, ~10 s, which drained before any
+# helper could arrive, so a fleet that asks only for helpers that arrive in time rightly gave
+# it none: preemption is for a critical backlog that outlasts a helper's start).
 EIGHT = (
     Spec("crit-a", "critical", 30, 0.0, 1),
     Spec("high-a", "high", 30, 0.0, 1),
@@ -154,7 +157,7 @@ EIGHT = (
     Spec("low-b", "low", 30, 0.0, 1),
     Spec("burst", "normal", 360, 0.5, 2),
     Spec("bulk-low", "low", 600, 0.5, 2),
-    Spec("urgent", "critical", 40, 0.5, 2),
+    Spec("urgent", "critical", 200, 0.5, 2),
 )
 LATE = "urgent"  # requested once the budget is full
 

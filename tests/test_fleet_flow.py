@@ -5,7 +5,9 @@ are deployed by `collector deploy` and requested at once; with a budget of 4 hel
 - none is cancelled (each source's run is its own deployment's, Completed, with its ledger);
 - the burst source's helpers go up to its cap and back to none once it drained, while the bulk
   source still has helpers;
-- the critical source, requested once the budget is full, preempts a low source's helper;
+- the critical source, requested once the budget is full with a backlog that outlasts a
+  helper's start, preempts a low source's helper;
+- the fleet measured helper starts (creation to first claim) and shows them in its events;
 - every source ends exact: each record once, every ledger balanced, and per source the run's
   and its helpers' stored items add up to the seeds (each item stored by exactly one of them).
 
@@ -98,6 +100,7 @@ def test_eight_sources_share_a_budget_of_four_by_priority_and_load(
     assert result["started"] == len(helpers), (result, timeline)
     assert {r.state.type.value for r in helpers} <= {"COMPLETED", "CANCELLED"}, timeline
     assert result["cpu_reports"] > 0, result  # the helpers reported their CPU share
+    assert result["starts_measured"] >= 1, result  # creation to first claim, by the fleet
 
     # the burst: up to its cap, then none once it drained while the bulk source still had some
     assert outcome.peak("burst") == 2, (outcome.live, timeline)
@@ -119,8 +122,8 @@ def test_eight_sources_share_a_budget_of_four_by_priority_and_load(
     events = asyncio.run(_events("collector.fleet.scaled", list(ITEMS)))
     payloads = [e["payload"] for e in events]
     assert any(p.get("preempted_for") == LATE for p in payloads), payloads
-    assert all({"backlog", "claim_wait_s", "weight", "share", "budget_used", "cpu"} <= p.keys()
-               for p in payloads)  # fmt: skip
+    assert all({"backlog", "claim_wait_s", "weight", "share", "budget_used", "cpu",
+                "helper_start_s", "coming"} <= p.keys() for p in payloads)  # fmt: skip
 
     # every source exact: each record once, every ledger balanced, helpers' terms counted
     rows = _rows(postgres_dsn)
