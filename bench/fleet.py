@@ -52,7 +52,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collector.fleet.model import FleetSettings, ScalingRules, decide, plan_actions
+from collector.fleet.model import FleetSettings, HelperStarts, ScalingRules, decide, plan_actions
 from collector.fleet.tracker import SourceTracker
 from collector.frontier.base import Holder, StateCounts
 
@@ -76,6 +76,7 @@ class _Source:
     drained_at: float | None = None
     first_helper_at: float | None = None
     arrives_at: float = 0.0
+    run_at: float = 0.0  # its own run's first claim (a process start after its request)
     started: int = 0  # helpers started, and stopped by a scaling rule or preemption
     stopped: int = 0
     helper_s: float = 0.0  # helper-seconds spent (from each start decision to its end)
@@ -88,16 +89,25 @@ def simulate(
     arrive: dict[str, float] | None = None, preempt: bool = True, horizon_s: float = 3600.0,
     rules: ScalingRules | None = None, max_helpers: int = 4,
     host_cap: dict[str, float] | None = None, memory_per_helper: float = 0.0,
+    run_start_s: float = 0.0,
 ) -> dict[str, _Source]:  # fmt: skip
     """Run the sources to the end; ``mode`` autoscaler | fixed | none. ``host_cap``: items/s a
     source's hosts allow in all (its helpers beyond that idle); ``memory_per_helper``: the
-    share of the box's memory each running helper adds to a 0.5 base (reported by all)."""
+    share of the box's memory each running helper adds to a 0.5 base (reported by all).
+
+    A helper claims ``start_s`` after the decision that created it, a source's own run
+    ``run_start_s`` after its request; the fleet measures each helper's start at its first
+    claim (the flow's HelperStarts, its prior before any) and counts the helpers and the run
+    not claiming yet as capacity on the way, as flows/fleet.py does."""
     arrive = arrive or {}
     host_cap = host_cap or {}
-    state = {n: _Source(n, c, float(q), arrives_at=arrive.get(n, 0.0)) for n, c, q in sources}
+    state = {n: _Source(n, c, float(q), arrives_at=arrive.get(n, 0.0),
+                        run_at=arrive.get(n, 0.0) + run_start_s)
+             for n, c, q in sources}  # fmt: skip
     fleet = FleetSettings(budget=budget, preempt=preempt)
+    starts = HelperStarts()
     trackers = {n: SourceTracker(n, s.run_class, max_helpers=max_helpers, settings=fleet,
-                                 rules=rules)
+                                 rules=rules, starts=starts)
                 for n, s in state.items()}  # fmt: skip
     memory = 0.5
     if mode == "fixed":
@@ -108,21 +118,25 @@ def simulate(
         holding: dict[str, int] = {}
         for s in state.values():
             s.helper_s += (len(s.helpers) + len(s.stopping)) * STEP_S
+            s.stopping = [t for t in s.stopping if t > now]  # drained or not, a stop ends
             if now < s.arrives_at or s.drained_at is not None:
                 continue
             running = sum(1 for t in s.helpers if t <= now)
-            working = 1 + running
+            if mode == "autoscaler":  # a helper arriving now: its start measured at its claim
+                starts_now = sum(1 for t in s.helpers if now - STEP_S < t <= now)
+                for _ in range(starts_now if s.queued > 0 else 0):
+                    starts.add(start_s)
+            working = (1 if now >= s.run_at else 0) + running
             can = min(working * rate, host_cap.get(s.name, math.inf)) * STEP_S
             claimed = min(s.queued, can)
             holding[s.name] = min(working, math.ceil(claimed / (rate * STEP_S) - 1e-9))
             s.idle_helper_s += max(0, working - holding[s.name]) * STEP_S if running else 0.0
             s.queued -= claimed
             s.done += claimed
-            if claimed and s.first_helper_at is None and working > 1:
+            if claimed and s.first_helper_at is None and running > 0:
                 s.first_helper_at = now
             if s.queued <= 0:
                 s.drained_at = now
-            s.stopping = [t for t in s.stopping if t > now]
         memory = 0.5 + memory_per_helper * sum(len(s.helpers) for s in state.values())
         for s in state.values():
             s.peak_memory = max(s.peak_memory, memory)
@@ -131,7 +145,8 @@ def simulate(
                 if now >= s.arrives_at:
                     counts = StateCounts(queued=math.ceil(s.queued), done=int(s.done))
                     ids = [f"h{i}" for i, t in enumerate(s.helpers) if t <= now]
-                    holders = [Holder(h, 1, now) for h in ["run", *ids][: holding.get(name, 0)]]
+                    own = ["run"] if now >= s.run_at else []
+                    holders = [Holder(h, 1, now) for h in [*own, *ids][: holding.get(name, 0)]]
                     trackers[name].sample(now, counts, holders, set(ids))
             step = round(now / STEP_S)
             if step % 10 == 0:
@@ -150,7 +165,8 @@ def _decide(
             s.helpers = []
     present = [n for n, s in state.items() if now >= s.arrives_at]
     loads = [trackers[n].load(now, len(state[n].helpers) + len(state[n].stopping),
-                              len(state[n].stopping), memory=memory)
+                              len(state[n].stopping), memory=memory,
+                              coming=_coming(state[n], now))
              for n in present]  # fmt: skip
     decisions = decide(loads, fleet)
     actions = plan_actions(decisions, fleet)
@@ -167,6 +183,11 @@ def _decide(
         state[name].started += count
 
 
+def _coming(s: _Source, now: float) -> int:
+    """Its processes not claiming yet: helpers starting, and its own run before its start."""
+    return sum(1 for t in s.helpers if t > now) + (1 if now < s.run_at else 0)
+
+
 def _drain_all(state: dict[str, _Source]) -> float:
     return max(s.drained_at or math.inf for s in state.values())
 
@@ -175,9 +196,10 @@ def model(budget: int, rate: float, start_s: float) -> None:
     """The decision model in virtual time (the old simulation): clearly not a measurement."""
     total = sum(q for *_, q in SOURCES)
     print(f"\nMODEL (virtual time, not measured): 8 sources, {total} items; "
-          f"{rate:g} items/s per process, helpers start {start_s:g} s after decisions")  # fmt: skip
+          f"{rate:g} items/s per process, helpers start {start_s:g} s after decisions, "
+          f"each source's own run {start_s:g} s after its request")  # fmt: skip
     times = {mode: _drain_all(simulate(SOURCES, mode=mode, budget=budget, rate=rate,
-                                       start_s=start_s))
+                                       start_s=start_s, run_start_s=start_s))
              for mode in ("autoscaler", "fixed", "none")}  # fmt: skip
     for mode, seconds in times.items():
         ratio = seconds / times["autoscaler"]
@@ -185,7 +207,8 @@ def model(budget: int, rate: float, start_s: float) -> None:
     late = [*SOURCES[1:], ("crit-a", "critical", 2_000)]
     for preempt in (True, False):
         state = simulate(late, mode="autoscaler", arrive={"crit-a": 20.0}, preempt=preempt,
-                         budget=budget, rate=rate, start_s=start_s)  # fmt: skip
+                         budget=budget, rate=rate, start_s=start_s,
+                         run_start_s=start_s)  # fmt: skip
         crit = state["crit-a"]
         first = "never" if crit.first_helper_at is None else f"{crit.first_helper_at - 20:.1f} s"
         drained = (crit.drained_at or math.inf) - 20.0
