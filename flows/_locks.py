@@ -375,15 +375,17 @@ class _LockBeater:
         )
         self._thread.start()
 
-    def _beat_once(self) -> bool:
-        """Publish one beat; False when it did not go through (retried next beat)."""
+    def _beat_once(self, client: SyncPrefectClient | None = None) -> bool:
+        """Publish one beat; False when it did not go through (retried next beat). ``client``:
+        the beat thread's own (one per thread: a client costs a settings copy and an SSL
+        context, ~0.1 s of CPU, which a beat every few seconds would pay each time)."""
         beat = dataclasses.replace(self.beat, at=time.time())
         try:
-            with _prompt_client() as client:
-                if client.read_variable_by_name(self.variable) is None:
-                    client.create_variable(VariableCreate(name=self.variable, value=beat.as_json()))
+            with contextlib.nullcontext(client) if client else _prompt_client() as api:
+                if api.read_variable_by_name(self.variable) is None:
+                    api.create_variable(VariableCreate(name=self.variable, value=beat.as_json()))
                 else:
-                    client.update_variable(VariableUpdate(name=self.variable, value=beat.as_json()))
+                    api.update_variable(VariableUpdate(name=self.variable, value=beat.as_json()))
         except Exception as exc:
             get_logger(__name__).warning("the source lock's beat was missed: %s", exc)
             return False
@@ -395,9 +397,16 @@ class _LockBeater:
         for all but one beat of its lease, or no beat went through for all but one beat of
         ``HOLDER_DEAD_AFTER_S`` (a waiter may take the lock any moment). A loss is said once,
         to the run (``process_footing``), and ends the beat: this run no longer holds it."""
+        try:
+            with _prompt_client() as client:  # this thread's, for its whole life
+                self._beat_and_renew(client)
+        except Exception as exc:  # a beat that died silently would let a waiter take the lock
+            self._lose(f"its beat thread raised {type(exc).__name__}: {one_line(exc)}")
+
+    def _beat_and_renew(self, client: SyncPrefectClient) -> None:
         renewed = beaten = time.monotonic()  # monotonic: a wall-clock jump changes neither
         while not self._stopped.wait(defaults.HEARTBEAT_S):
-            if self._beat_once():
+            if self._beat_once(client):
                 beaten = time.monotonic()
             elif time.monotonic() - beaten >= defaults.HOLDER_DEAD_AFTER_S - defaults.HEARTBEAT_S:
                 self._lose(f"no beat went through for {time.monotonic() - beaten:.0f}s")
@@ -405,8 +414,7 @@ class _LockBeater:
             if time.monotonic() - renewed < self.lease_s / 4:
                 continue
             try:
-                with _prompt_client() as client:
-                    client.renew_concurrency_lease(self.lease_id, self.lease_s)
+                client.renew_concurrency_lease(self.lease_id, self.lease_s)
                 renewed = time.monotonic()
             except Exception as exc:
                 silent = time.monotonic() - renewed

@@ -279,6 +279,31 @@ async def test_a_lost_source_lock_is_said_to_the_run(
     assert process_footing.reason is None  # forgotten once the lock is released
 
 
+async def test_a_source_lock_beat_thread_that_raises_tells_the_run(
+    tmp_path: Path, prefect_api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock's beat thread dying of anything unforeseen is a lost lock, said to the run: a
+    beat that stopped silently would let a waiter judge the run dead and take the lock."""
+    from flows import _locks
+
+    def broken(self: object, client: object) -> None:
+        raise RuntimeError("the beat broke")
+
+    monkeypatch.setattr(_locks._LockBeater, "_beat_and_renew", broken)
+    source = load_source(
+        write_source(tmp_path, name="footing-beat", seeds={"urls": ["http://h.example/0"]})
+    )
+    async with _locks.source_lock(source, holder="footing", on_busy="wait", wait_s=0) as held:
+        assert held
+        deadline = time.monotonic() + 30
+        while process_footing.reason is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        said = process_footing.reason
+    assert said == (
+        "its source lock 'source:footing-beat': its beat thread raised RuntimeError: the beat broke"
+    ), said
+
+
 async def test_a_dead_runs_unended_task_runs_are_crashed_with_it(prefect_api: str) -> None:
     """A run found dead had a ``fetch-batch`` task run in flight: it is marked Crashed with the
     flow run (it stayed RUNNING for good when only the flow run was marked)."""
