@@ -435,7 +435,9 @@ async def _collect(
         await progress.update(final=True)
         if lost is not None:
             metrics.run_ended(run_id, "failed")
-            await _publish_lost(run, lost, role=role, planned=planned, source_path=source_path)
+            lost.summary = await _publish_lost(
+                run, lost, role=role, planned=planned, source_path=source_path
+            )
             raise lost
         if end.held_by_others and end.ending != "drained":
             logger.warning(
@@ -450,21 +452,24 @@ async def _collect(
 
 async def _publish_lost(
     run: Run, lost: LostFooting, *, role: Role, planned: bool, source_path: str
-) -> None:
+) -> RunSummary | None:
     """What a run that lost its footing settled, published before it ends Failed (the ledger
     and dead-letter artifacts, the quarantine event): its books closed when the stores still
-    answer, else its account as settled, marked unchecked. Never raises: the loss is what the
-    run ends with."""
+    answer, else its account as settled, marked unchecked. Returns it (None: it could not be
+    made). Never raises: the loss is what the run ends with."""
     how: dict[str, Any] = {"role": role, "ending": "lost", "lost": lost.lost}
+    summary: RunSummary | None = None
     try:
         try:
             summary = await run.end(planned=planned, **how)
         except CollectorError as exc:  # the store went away with its footing
             unchecked = {"balanced": False, "problems": (f"not checked: {exc}",)}
             summary = (await run.summarize(**how)).with_(**unchecked)
-        await _publish(summary.with_(source_path=source_path))
+        summary = summary.with_(source_path=source_path)
+        await _publish(summary)
     except Exception as exc:
         _log.warning("%s: what the run settled was not published: %s", run.source.name, exc)
+    return summary
 
 
 @contextlib.asynccontextmanager

@@ -136,6 +136,10 @@ def test_a_run_whose_lock_is_taken_back_exits_4_says_so_and_a_rerun_is_exact(
         assert "Traceback" not in err, err[-4000:]
         stored = len(sink_lines(tmp_path / "out"))
         assert stored < ITEMS, "the run went on to the end after it lost its lock"
+        # its account on stdout, as after any ending: what it stored, what it gave back
+        printed = json.loads(out.strip().splitlines()[-1])
+        assert printed["ending"] == "lost" and printed["balanced"] is True, printed
+        assert printed["stored"] == stored and printed["queued"] == ITEMS - stored, printed
         ledger = asyncio.run(published())
         print(f"published: {ledger}")
         assert str(ledger["ended"]).startswith("lost (its source lock 'source:footing-cli'")

@@ -22,8 +22,12 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from collector.errors import CollectorError
+
+if TYPE_CHECKING:
+    from collector.run.summary import RunSummary
 
 __all__ = [
     "EXIT_CODES",
@@ -63,6 +67,9 @@ class LostFooting(CollectorError):
     def __init__(self, lost: str) -> None:
         super().__init__(f"stopped: lost {lost}; run again to continue")
         self.lost = lost
+        # what it settled before it stopped (the flow sets it once published), so `collector
+        # run` shows the account beside the loss, as after any other ending
+        self.summary: RunSummary | None = None
 
     def __reduce__(self) -> tuple[type[LostFooting], tuple[str]]:
         return LostFooting, (self.lost,)  # pickled (a Prefect result) as it was raised

@@ -192,9 +192,9 @@ def _run_stoppable(
             print(f"collector: {exc}; nothing was claimed", file=sys.stderr)
             return EXIT_CODES.get(exc.reason, EXIT_FAILED), None, None
         except LostFooting as exc:  # a lease, the heartbeat or the lock lost: exit 4
-            progress.finish(None)
+            progress.finish(exc.summary)
             print(f"collector: {exc}", file=sys.stderr)
-            return EXIT_LOST_FOOTING, None, None
+            return EXIT_LOST_FOOTING, exc.summary, None  # its account, as after any ending
         except ConfigError as exc:
             progress.finish(None)
             print(f"{source}: {exc}", file=sys.stderr)
