@@ -9,8 +9,8 @@ the same as tests/test_fleet_flow.py: six small sources, a normal burst of 360 i
 bulk source of 600, pages answered after 0.5 s by a local site, 2 requests at once per process)
 on real parts: one Prefect server (on Postgres), one process worker of a pool of its own,
 Redis frontiers, a Postgres sink. All but the critical `urgent` source are requested at once;
-`urgent` (40 items) is requested once the budget is full. Three plays, each on a fresh Redis
-database and a fresh sink database:
+`urgent` (200 items; 40 until 2026-12-05, docs/fleet.md) is requested once the budget is
+full. Three plays, each on a fresh Redis database and a fresh sink database:
 
 1. autoscaler: the ``fleet`` flow with a budget of ``--budget`` helpers, preemption on;
 2. autoscaler without preemption (``preempt=False``);
