@@ -19,7 +19,7 @@ A helper is a process start, so the fleet measures it (creation to the first sam
 the helper's run id holds leases; the median of the last few: collector.fleet.model
 ``HelperStarts``) and asks only for helpers that arrive before their source's work is gone;
 a source's processes live but not claiming yet (helpers starting, its own run starting or
-planning, read with the helpers in one API call) are capacity on its way.
+planning, read with the helpers each round) are capacity on its way.
 
 Every round that changes a source emits ``collector.fleet.scaled`` on ``collector.source.<name>``
 with the figures that caused it, and the table artifact ``collector-fleet`` (source, class,
@@ -55,6 +55,7 @@ from prefect.client.schemas.filters import (
     FlowRunFilterExpectedStartTime,
     FlowRunFilterState,
     FlowRunFilterStateType,
+    FlowRunFilterTags,
     WorkPoolFilter,
     WorkPoolFilterName,
 )
@@ -173,28 +174,35 @@ async def _discover(
 async def _runs(
     client: PrefectClient, deployed: dict[str, _Deployed]
 ) -> tuple[dict[str, list[FlowRun]], dict[str, list[FlowRun]]]:
-    """The live runs of each source's deployment, in one read: its helpers (created, pending,
-    running, stopping) and its own runs (the same states; a scheduled one only once it is
-    due: a schedule's future runs are not capacity on the way)."""
+    """The live runs of each source's deployment: its helpers (created, pending, running,
+    stopping: every one, so the budget counts them all) and its own runs (the same states; a
+    scheduled one only once due: a schedule's future runs, up to a hundred per deployment, are
+    not capacity on the way and must not crowd the helpers out of one read's limit). Two reads
+    a decision round."""
     by_id = {d.deployment_id: name for name, d in deployed.items()}
     helpers: dict[str, list[FlowRun]] = {name: [] for name in deployed}
     own: dict[str, list[FlowRun]] = {name: [] for name in deployed}
     if not by_id:
         return helpers, own
-    runs = await client.read_flow_runs(
+    live = FlowRunFilterState(type=FlowRunFilterStateType(any_=_LIVE))
+    deployments = FlowRunFilterDeploymentId(any_=list(by_id))
+    for run in await client.read_flow_runs(
         flow_run_filter=FlowRunFilter(
-            deployment_id=FlowRunFilterDeploymentId(any_=list(by_id)),
-            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=_LIVE)),
-            expected_start_time=FlowRunFilterExpectedStartTime(
-                before_=datetime.now(UTC) + timedelta(seconds=1)
-            ),
+            deployment_id=deployments, tags=FlowRunFilterTags(all_=[HELPER_TAG]), state=live
         ),
         limit=200,
-    )
-    for run in runs:
+    ):
         if run.deployment_id in by_id:
-            found = helpers if HELPER_TAG in (run.tags or []) else own
-            found[by_id[run.deployment_id]].append(run)
+            helpers[by_id[run.deployment_id]].append(run)
+    due = FlowRunFilterExpectedStartTime(before_=datetime.now(UTC) + timedelta(seconds=1))
+    for run in await client.read_flow_runs(
+        flow_run_filter=FlowRunFilter(
+            deployment_id=deployments, state=live, expected_start_time=due
+        ),
+        limit=200,
+    ):
+        if run.deployment_id in by_id and HELPER_TAG not in (run.tags or []):
+            own[by_id[run.deployment_id]].append(run)
     return helpers, own
 
 

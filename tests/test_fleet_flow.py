@@ -152,3 +152,47 @@ def test_eight_sources_share_a_budget_of_four_by_priority_and_load(
 
     table = asyncio.run(artifact())
     assert table and table[0].type == "table"
+
+
+def test_the_fleet_reads_every_helper_and_only_the_due_own_runs(prefect_api: str) -> None:
+    """The budget counts every live helper (one scheduled later included); capacity on the
+    way counts the source's own runs only once due (a schedule's future runs are not coming)
+    and not the helpers being stopped."""
+    from datetime import UTC, datetime, timedelta
+    from typing import cast
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Cancelling, Running, Scheduled
+
+    from collector.fleet.model import HelperStarts
+    from collector.fleet.tracker import Arrivals
+    from flows.fleet import HELPER_TAG, _coming, _Deployed, _runs
+
+    later: Any = Scheduled(scheduled_time=datetime.now(UTC) + timedelta(hours=1))
+
+    async def play() -> tuple[dict[str, list[Any]], dict[str, list[Any]], set[Any]]:
+        async with get_client() as client:
+            flow_id = await client.create_flow_from_name("collect")
+            deployment_id = await client.create_deployment(flow_id, "source-readme")
+            made = set()
+            for tags, state in (([HELPER_TAG], None), ([HELPER_TAG], later), ([], None),
+                                ([], later), ([HELPER_TAG], None)):  # fmt: skip
+                run = await client.create_flow_run_from_deployment(
+                    deployment_id, tags=tags, state=state
+                )
+                made.add((tuple(tags), state is later, run.id))
+            stopping = max(r for t, lat, r in made if t and not lat)
+            await client.set_flow_run_state(stopping, Running(), force=True)
+            await client.set_flow_run_state(stopping, Cancelling(), force=True)
+            target = _Deployed(cast(Any, None), "", deployment_id, cast(Any, None),
+                               cast(Any, None), "")  # fmt: skip
+            helpers, own = await _runs(client, {"readme": target})
+            assert (await client.read_flow_run(stopping)).state_type == StateType.CANCELLING
+            return helpers, own, {r for t, lat, r in made if not t and not lat}
+
+    helpers, own, due_own = asyncio.run(play())
+    assert len(helpers["readme"]) == 3  # the due one, the later one, the stopping one
+    assert {r.id for r in own["readme"]} == due_own  # not the one scheduled an hour later
+    arrivals = Arrivals(HelperStarts(prior_s=15.0))
+    assert _coming(arrivals, helpers["readme"], own["readme"]) == 3  # 2 helpers + the run
