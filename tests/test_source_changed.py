@@ -16,7 +16,7 @@ from prefect.variables import Variable
 
 from collector.config import SourceError, load_source
 from collector.errors import ConfigError
-from collector.ops.fingerprint import fingerprint
+from collector.ops.fingerprint import fingerprint, fingerprinted
 from flows.collect import collect
 from flows.source_changed import fingerprint_variable, source_changed
 from tests.helpers import write_source
@@ -37,6 +37,18 @@ def test_fingerprint_ignores_form_and_sees_content(tmp_path: Path) -> None:
 
     (tmp_path / "urls.txt").write_text("http://site.example/1\nhttp://site.example/2\n")
     assert fingerprint(load_source(path)) != before  # the seed file is part of the source
+
+
+def test_only_what_the_file_says_is_fingerprinted(tmp_path: Path) -> None:
+    """A setting the file leaves at its default is not hashed: a release that adds settings
+    (retry profiles, scaling rules) or changes a default does not make every source look
+    changed, which would start a run of each once it is installed."""
+    path = write_source(tmp_path, seeds={"urls": ["http://site.example/1"]})
+    said = yaml.safe_load(path.read_text())
+    hashed = fingerprinted(load_source(path))["source"]
+    assert isinstance(hashed, dict)
+    assert set(hashed) <= set(said), sorted(set(hashed) - set(said))
+    assert hashed["seeds"] == said["seeds"] and hashed["name"] == said["name"]
 
 
 def _source(folder: Path, name: str, weight: int) -> Path:
