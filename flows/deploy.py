@@ -9,6 +9,11 @@ worker with Collector installed runs it from anywhere: no working directory, no 
 A file source is deployed by its absolute path, which must exist on every worker machine; a
 ``block:<name>`` source travels with the server (docs/fleet.md).
 
+The plan's ``command`` becomes the ``command`` job variable (always written, so deploying again
+with ``--cold-start`` takes a warm start off): :func:`warm_command` names the interpreter, the
+deploying one's by default, which must exist at that path on every worker machine
+(docs/workers.md "Warm starts").
+
 :func:`prefect_yaml_entry` writes the same plan as an entry of deployments/prefect.yaml (what
 ``collector init`` writes): ``prefect deploy`` of it makes the same deployment, by the same
 name, with the same parameters, schedule and trigger, and no concurrency limit.
@@ -16,6 +21,9 @@ name, with the same parameters, schedule and trigger, and no concurrency limit.
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from uuid import UUID
@@ -24,7 +32,19 @@ from collector import defaults
 from collector.errors import ConfigError
 from collector.fleet.deploy import DeploymentPlan
 
-__all__ = ["Deployed", "check_schedule", "deploy_plans", "prefect_yaml_entry"]
+__all__ = ["Deployed", "check_schedule", "deploy_plans", "prefect_yaml_entry", "warm_command"]
+
+WARM_MODULE = "flows.warmstart"  # the shim (flows/warmstart/shim.py)
+
+
+def warm_command(python: str | None = None) -> str:
+    """The process worker's command of a warm start: ``<python> -m flows.warmstart``, with
+    ``python`` this interpreter unless given (an absolute path: the worker runs the command
+    from a temporary folder)."""
+    python = python or sys.executable
+    if not os.path.isabs(python):
+        raise ConfigError(f"--worker-python {python}: give the interpreter's absolute path")
+    return shlex.join([python, "-m", WARM_MODULE])
 
 
 @dataclass(frozen=True)
@@ -106,6 +126,8 @@ async def deploy_plans(
             work_queue_name=plan.work_queue,
             entrypoint_type=EntrypointType.MODULE_PATH,
             concurrency_limit=None,  # never limited by a deployment: the source lock is per source
+            # always set: an update replaces the job variables (a cold start takes warm off)
+            job_variables={} if plan.command is None else {"command": plan.command},
         )
         deployment_id = await deployment.aapply()
         written.append(Deployed(plan, deployment_id, plan.name in existing))
@@ -126,6 +148,9 @@ def prefect_yaml_entry(plan: DeploymentPlan, *, pool: str = defaults.FLEET_POOL)
         "parameters": dict(plan.parameters),
         "work_pool": {"name": pool, "work_queue_name": plan.work_queue},
     }
+    if plan.command is not None:
+        entry["work_pool"] = {"name": pool, "work_queue_name": plan.work_queue,
+                              "job_variables": {"command": plan.command}}  # fmt: skip
     if plan.cron is not None:
         when: dict[str, object] = {"cron": plan.cron, "timezone": plan.timezone}
         entry["schedules"] = [{**when, "active": plan.active, "parameters": busy}]

@@ -14,6 +14,11 @@ schedule the source's ``schedule:`` section, its event trigger the event
 take any source by parameter) fire too, and one of the two runs ends ``skipped`` (both carry
 ``on_busy: skip``). The plan is data: flows/deploy.py writes it with Prefect's
 ``RunnerDeployment``.
+
+Its ``command`` is the process worker's ``command`` job variable: how each flow run's process
+starts. ``collector deploy`` sets the warm start (``<python> -m flows.warmstart``: the run is
+forked from a pre-started interpreter, docs/workers.md "Warm starts") unless ``--cold-start``;
+None leaves Prefect's own ``python -m prefect.engine``.
 """
 
 from __future__ import annotations
@@ -60,6 +65,12 @@ class DeploymentPlan:
     timezone: str = "UTC"
     active: bool = True
     trigger: dict[str, Any] = field(default_factory=dict)  # Prefect DeploymentEventTrigger kwargs
+    command: str | None = None  # the process worker's `command` (None: Prefect's cold start)
+
+    @property
+    def start_text(self) -> str:
+        """How its runs' processes start, in a few words (what the command prints)."""
+        return "cold start" if self.command is None else f"warm start ({self.command})"
 
     @property
     def scheduled(self) -> bool:
@@ -77,10 +88,15 @@ class DeploymentPlan:
 
 
 def plan_for(
-    source: Source, reference: str, *, batch_size: int = defaults.BATCH_SIZE
+    source: Source,
+    reference: str,
+    *,
+    batch_size: int = defaults.BATCH_SIZE,
+    command: str | None = None,
 ) -> DeploymentPlan:
     """The deployment of ``source``; ``reference`` is what workers load it by (a path that
-    exists on every worker machine, or ``block:<name>``)."""
+    exists on every worker machine, or ``block:<name>``); ``command`` the worker's command for
+    its runs (None: Prefect's default)."""
     return plan_named(
         source.name,
         reference,
@@ -88,6 +104,7 @@ def plan_for(
         schedule=source.schedule,
         description=source.description,
         batch_size=batch_size,
+        command=command,
     )
 
 
@@ -99,6 +116,7 @@ def plan_named(
     schedule: ScheduleSettings | None = None,
     description: str = "",
     batch_size: int = defaults.BATCH_SIZE,
+    command: str | None = None,
 ) -> DeploymentPlan:
     """The same plan from the source's parts: what ``collector init`` writes as a
     ``prefect.yaml`` entry before the source can be loaded (its seeds may be a placeholder)."""
@@ -123,4 +141,5 @@ def plan_named(
             "expect": [REQUESTED_EVENT],
             "parameters": {"source": reference, **SKIP_WHEN_BUSY},
         },
+        command=command,
     )

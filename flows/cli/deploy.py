@@ -31,6 +31,7 @@ from flows.cli._common import (
 )
 
 SOURCE_SUFFIXES = (".yaml", ".yml", ".json")
+WARM_BY_DEFAULT = False  # helpers start warm unless --cold-start (docs/workers.md "Warm starts")
 
 
 def references(args: argparse.Namespace) -> list[str]:
@@ -51,9 +52,16 @@ def references(args: argparse.Namespace) -> list[str]:
 
 def cmd_deploy(args: argparse.Namespace) -> int:
     from collector.fleet.deploy import plan_for
+    from flows.deploy import warm_command
     from flows.sources import source_reference
 
     _prefect_environment()
+    warm = WARM_BY_DEFAULT if args.start is None else args.start == "warm"
+    try:
+        command = warm_command(args.worker_python) if warm else None
+    except ConfigError as exc:
+        print(f"collector: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     plans = []
     seen: dict[str, str] = {}
     for reference in references(args):
@@ -66,7 +74,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             )
             return EXIT_INVALID
         seen[source.name] = reference
-        plans.append(plan_for(source, source_reference(reference), batch_size=args.batch_size))
+        plans.append(plan_for(source, source_reference(reference), batch_size=args.batch_size,
+                              command=command))  # fmt: skip
     _prefect_server()
     from flows.deploy import deploy_plans
 
@@ -85,12 +94,19 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                 "source": plan.source, "deployment": f"collect/{plan.name}",
                 "id": str(item.deployment_id), "updated": item.updated,
                 "queue": plan.work_queue, "schedule": plan.schedule_text(),
-                "parameters": plan.parameters,
+                "parameters": plan.parameters, "command": plan.command,
             }))  # fmt: skip
         else:
             verb = "updated" if item.updated else "created"
             print(f"{verb}  collect/{plan.name}  queue {plan.work_queue}  "
                   f"{plan.schedule_text()}  source {plan.reference}")  # fmt: skip
+    if not args.json and written:
+        if command is None:
+            print("runs start cold (python -m prefect.engine on the worker's interpreter)")
+        else:
+            print(f"runs start warm: the workers run `{command}`, so that interpreter must exist "
+                  "at that path, with Collector installed, on every worker machine (else "
+                  "--worker-python PATH, or --cold-start)")  # fmt: skip
     return EXIT_OK
 
 
@@ -138,6 +154,23 @@ def register(commands: Any) -> None:
     deploy.add_argument(
         "--batch-size", type=positive_int, default=defaults.BATCH_SIZE, metavar="N",
         help=f"items per task in the deployed runs (default {defaults.BATCH_SIZE})",
+    )  # fmt: skip
+    start = deploy.add_mutually_exclusive_group()
+    start.add_argument(
+        "--warm-start", dest="start", action="store_const", const="warm", default=None,
+        help="start each run's process as a fork of a pre-started interpreter on the worker "
+        "(the workers' command `PYTHON -m flows.warmstart`; docs/workers.md)"
+        + (" (the default)" if WARM_BY_DEFAULT else ""),
+    )  # fmt: skip
+    start.add_argument(
+        "--cold-start", dest="start", action="store_const", const="cold",
+        help="start each run as a new `python -m prefect.engine` (Prefect's own way)"
+        + ("" if WARM_BY_DEFAULT else " (the default)"),
+    )  # fmt: skip
+    deploy.add_argument(
+        "--worker-python", default=None, metavar="PATH",
+        help="the interpreter the workers run for a warm start (default: the one running "
+        "`collector deploy`; it must exist at that path on every worker machine)",
     )  # fmt: skip
     add_json(deploy, "one line per deployment written")
     deploy.set_defaults(func=cmd_deploy)

@@ -1,0 +1,392 @@
+"""Warm starts (flows/warmstart): a flow run's process forked from a pre-started interpreter.
+
+Fast: the key (per-run variables never change it, any other variable does), the exit code the
+shim ends with (the run's own, or the run's signal), the wire, the private folder, and that
+the shim imports only the standard library.
+
+Slow, on real processes without Prefect (``python -m flows.warmstart tests.warm_target ...``:
+the shim runs any module as ``python -m`` would; tests/warm_target.py does what its arguments
+say): the second start is a fork of the zygote, exit codes and signals are the cold ones, a
+SIGKILLed shim leaves no orphan, a zygote killed mid-run still gets its run's code to the shim,
+a code change makes the zygote refuse (cold, then a fresh zygote), another environment gets
+another zygote, shims racing to start one leave one.
+
+Slow, on a real process worker (``prefect_api``, tests/fleet_world.py's ``Pool``, sources
+deployed by ``collector deploy``): the helpers of the fleet started warm, Completed with an
+exact, balanced ledger; cancelled from the API; the shim SIGKILLed; cold fallbacks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flows.warmstart import common
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+# --- fast: the key -------------------------------------------------------------------------------
+IDENT = ["fixed", "identity"]
+names = st.text(st.sampled_from("ABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789"), min_size=1, max_size=12)
+values = st.text(max_size=20)
+environments = st.dictionaries(names, values, max_size=12)
+PER_RUN = (
+    "PREFECT__FLOW_RUN_ID", "PREFECT__CONTROL_PORT", "PREFECT__CONTROL_TOKEN",
+    "PREFECT__DEPLOYMENT_NAME", "PREFECT__DEPLOYMENT_ID", "PREFECT__FLOW_ENTRYPOINT",
+    "PREFECT__FLOW_ID", "PREFECT__FLOW_NAME", "PREFECT__STORAGE_BASE_PATH",
+    "PREFECT__ENABLE_CANCELLATION_AND_CRASHED_HOOKS", "PREFECT__WORKER_ID", "PREFECT__WORKER_NAME",
+)  # fmt: skip  # what Prefect 3.9.1's worker and starter set per flow run
+
+
+@given(environments, st.dictionaries(st.sampled_from(PER_RUN) | names.map("PREFECT__".__add__),
+                                     values))  # fmt: skip
+def test_per_run_variables_never_change_the_key(
+    env: dict[str, str], per_run: dict[str, str]
+) -> None:
+    base = {k: v for k, v in env.items() if not k.startswith("PREFECT__")}
+    assert common.key({**base, **per_run}, IDENT) == common.key(base, IDENT)
+
+
+@given(environments, names, values)
+def test_any_other_variable_changes_the_key(env: dict[str, str], name: str, value: str) -> None:
+    if name.startswith("PREFECT__") or name in common.NOT_KEYED:
+        return
+    changed = {**env, name: value}
+    if changed != env:  # set or changed
+        assert common.key(changed, IDENT) != common.key(env, IDENT)
+    without = {k: v for k, v in env.items() if k != name}
+    if without != env:  # removed
+        assert common.key(without, IDENT) != common.key(env, IDENT)
+
+
+def test_the_identity_is_in_the_key_and_a_prefect_setting_is_not_per_run() -> None:
+    env = {"PATH": "/bin", "PREFECT_API_URL": "http://a/api"}
+    assert common.key(env, ["python-a"]) != common.key(env, ["python-b"])
+    assert common.key(env, IDENT) != common.key({**env, "PREFECT_API_URL": "http://b/api"}, IDENT)
+    assert common.key(env, IDENT) == common.key({**env, "PWD": "/elsewhere"}, IDENT)
+    ident = common.identity()
+    assert sys.executable in ident and os.getuid() in ident
+
+
+def test_the_interpreter_options_are_kept_for_the_cold_start_and_the_zygote() -> None:
+    assert common.interpreter_options(["py", "-m", "flows.warmstart"]) == []
+    assert common.interpreter_options(["py", "-X", "importtime", "-B", "-m", "x", "-v"]) == [
+        "-X", "importtime", "-B"
+    ]  # fmt: skip
+    assert common.interpreter_options(["py", "-Wignore", "-O", "-m", "x"]) == ["-Wignore", "-O"]
+
+
+# --- fast: the exit code -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("code", "action"),
+    [(0, ("exit", 0)), (1, ("exit", 1)), (3, ("exit", 3)), (255, ("exit", 255)),
+     (-15, ("signal", 15)), (-9, ("signal", 9)), (-2, ("signal", 2))],
+)  # fmt: skip
+def test_the_exit_code_maps_to_an_exit_or_a_signal(code: int, action: tuple[str, int]) -> None:
+    assert common.exit_action(code) == action
+
+
+@pytest.mark.parametrize("code", [0, 1, 3, -15, -9, -2, -11])
+def test_the_shim_ends_as_the_run_ended(code: int) -> None:
+    """What the worker reads (Popen.returncode) is what the run's own process would have given."""
+    end = f"raise SystemExit(_end(_Signals(), {code}))"
+    script = f"from flows.warmstart.shim import _Signals, _end; {end}"
+    done = subprocess.run([PYTHON, "-c", script], cwd=ROOT, capture_output=True, timeout=60)
+    assert done.returncode == code
+
+
+# --- fast: the wire and the folder ---------------------------------------------------------------
+def test_a_message_carries_its_descriptors_and_arrives_whole() -> None:
+    """A request (its descriptors on its first chunk, then far more than one socket buffer),
+    then the replies, as the shim and the zygote exchange them."""
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    r, w = os.pipe()
+    big = {"env": {f"V{i}": "x" * 200 for i in range(2000)}, "cwd": "/"}  # ~450 KB
+    sender = threading.Thread(target=common.send_message, args=(left, big, [r, w]))
+    sender.start()
+    try:
+        channel = common.Channel(right)
+        message, fds = channel.receive(max_fds=5)
+        sender.join(timeout=30)
+        assert message == big and len(fds) == 2
+        assert all(not os.get_inheritable(fd) for fd in fds)
+        os.write(fds[1], b"ok")
+        assert os.read(r, 2) == b"ok"
+        for fd in fds:
+            os.close(fd)
+        replies = common.Channel(left)
+        common.send_message(right, {"pid": 12})
+        common.send_message(right, {"exit": -15})
+        assert replies.receive() == ({"pid": 12}, [])
+        assert replies.receive() == ({"exit": -15}, [])
+        right.close()
+        assert replies.receive() == (None, [])
+    finally:
+        os.close(r)
+        os.close(w)
+        left.close()
+        right.close()
+
+
+def test_the_folder_is_private_or_not_used(tmp_path: Path) -> None:
+    folder = tmp_path / "warm"
+    assert common.runtime_dir({common.DIR_VARIABLE: str(folder)}) == str(folder)
+    assert folder.stat().st_mode & 0o777 == 0o700
+    folder.chmod(0o755)
+    with pytest.raises(common.Unsafe):
+        common.runtime_dir({common.DIR_VARIABLE: str(folder)})
+    link = tmp_path / "link"
+    link.symlink_to(folder)
+    folder.chmod(0o700)
+    with pytest.raises(common.Unsafe):
+        common.runtime_dir({common.DIR_VARIABLE: str(link)})
+    with pytest.raises(common.Unsafe):
+        common.paths("/" + "x" * 100, "k" * 32)
+
+
+def _imported(code: str) -> set[str]:
+    done = subprocess.run([PYTHON, "-X", "importtime", "-c", code], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
+    return {line.split("|")[-1].strip() for line in lines[1:]}  # the first: the header
+
+
+def test_the_shim_imports_only_the_standard_library() -> None:
+    """The shim runs on every start: beyond what the interpreter imports anyway, only the
+    standard library and its own three modules (flows/__init__ is a docstring)."""
+    extra = _imported("import flows.warmstart.shim") - _imported("pass")
+    ours = {m for m in extra if m.split(".")[0] not in sys.stdlib_module_names}
+    assert ours == {"flows", "flows.warmstart", "flows.warmstart.common", "flows.warmstart.shim"}
+    assert not extra & {"typing", "asyncio", "subprocess", "tempfile"}  # and nothing costly
+
+
+# --- slow: real shims and zygotes, no Prefect run ------------------------------------------------
+@pytest.fixture
+def warm_env() -> Iterator[dict[str, str]]:
+    """An environment whose zygotes live in a folder of this test's (short: a socket's path),
+    killed at the end."""
+    folder = tempfile.mkdtemp(prefix="cw-", dir="/tmp")
+    env = {**os.environ, common.DIR_VARIABLE: folder, common.IDLE_VARIABLE: "120"}
+    try:
+        yield env
+    finally:
+        stop_zygotes(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def stop_zygotes(folder: str) -> None:
+    pids = []
+    for path in Path(folder).glob("*.pid"):
+        try:
+            pids.append(int(path.read_text()))
+            os.kill(pids[-1], signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
+    deadline = time.monotonic() + 30
+    while pids and time.monotonic() < deadline:
+        pids = [p for p in pids if _alive(p)]
+        time.sleep(0.1)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (a reaped child of nobody yet) is not alive
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def shim(env: dict[str, str], *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "flows.warmstart", "tests.warm_target", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, **kwargs,
+    )  # fmt: skip
+
+
+def started_shim(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [PYTHON, "-m", "flows.warmstart", "tests.warm_target", *args],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def ended(running: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]:
+    """A started shim's exit code and stderr, once it ended."""
+    _, err = running.communicate(timeout=timeout)
+    return running.returncode, err
+
+
+def zygotes(env: dict[str, str]) -> dict[str, int]:
+    """The zygotes serving in the test's folder: key -> pid."""
+    found = {}
+    for path in Path(env[common.DIR_VARIABLE]).glob("*.pid"):
+        try:
+            pid = int(path.read_text())
+        except ValueError:
+            continue
+        if _alive(pid) and path.with_suffix(".sock").exists():
+            found[path.stem] = pid
+    return found
+
+
+def wait_for(what: str, check: Any, timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def warm_up(env: dict[str, str]) -> int:
+    """Start the key's zygote with a first (cold) run; its pid once it serves."""
+    first = shim(env, "exit", "0")
+    assert first.returncode == 0, first.stderr
+    return int(wait_for("a zygote", lambda: next(iter(zygotes(env).values()), None)))
+
+
+def facts(path: Path) -> dict[str, Any]:
+    found: dict[str, Any] = wait_for(
+        f"{path}", lambda: path.exists() and json.loads(path.read_text())
+    )
+    return found
+
+
+@pytest.mark.slow
+def test_the_second_start_is_a_fork_of_the_zygote_and_ends_as_the_cold_one(
+    warm_env: dict[str, str], tmp_path: Path
+) -> None:
+    zygote = warm_up(warm_env)
+    marker = tmp_path / "facts"
+    done = shim({**warm_env, "PREFECT__FLOW_RUN_ID": "run-1"}, "wait-none", str(marker))
+    assert done.returncode != 0  # unknown action: SystemExit with a message, as cold
+    cold = subprocess.run([PYTHON, "-m", "tests.warm_target", "wait-none"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (done.returncode, done.stderr.strip()) == (cold.returncode, cold.stderr.strip())
+    for args in (["exit", "0"], ["exit", "3"], ["raise"], ["interrupt"], ["kill", "15"],
+                 ["kill", "9"]):  # fmt: skip
+        warm = shim(warm_env, *args)
+        cold = subprocess.run([PYTHON, "-m", "tests.warm_target", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert warm.returncode == cold.returncode, (args, warm.stderr)
+        assert warm.stdout == cold.stdout
+    # a run started with a per-run variable set is still a fork of the same zygote
+    running = started_shim({**warm_env, "PREFECT__FLOW_RUN_ID": "run-2"}, "wait", str(marker))
+    seen = facts(marker)
+    assert seen["ppid"] == zygote and seen["sid"] == seen["pid"]  # its own session
+    assert seen["cwd"] == str(ROOT) and seen["argv"][1:] == ["wait", str(marker)]
+    running.send_signal(signal.SIGTERM)  # forwarded: the run's own handler ends it
+    assert ended(running, 60)[0] == 0
+    assert Path(str(marker) + ".term").exists()
+    log = Path(warm_env[common.DIR_VARIABLE], f"{next(iter(zygotes(warm_env)))}.log").read_text()
+    assert "forked" in log and "flow run run-2" in log
+    assert zygotes(warm_env) == {next(iter(zygotes(warm_env))): zygote}  # one zygote served all
+
+
+@pytest.mark.slow
+def test_a_sigkilled_shim_leaves_no_orphan(warm_env: dict[str, str], tmp_path: Path) -> None:
+    warm_up(warm_env)
+    marker = tmp_path / "facts"
+    running = started_shim(warm_env, "sleep", str(marker))
+    child = facts(marker)["pid"]
+    assert _alive(child)
+    running.kill()
+    assert ended(running, 30)[0] == -signal.SIGKILL
+    wait_for("the run to die with its shim", lambda: not _alive(child), timeout=10)
+
+
+@pytest.mark.slow
+def test_a_run_whose_zygote_died_still_ends_with_its_own_code(
+    warm_env: dict[str, str], tmp_path: Path
+) -> None:
+    zygote = warm_up(warm_env)
+    marker = tmp_path / "facts"
+    running = started_shim(warm_env, "wait", str(marker))
+    child = facts(marker)["pid"]
+    os.kill(zygote, signal.SIGKILL)
+    wait_for("the zygote to die", lambda: not _alive(zygote), timeout=10)
+    assert _alive(child)  # the run goes on without it
+    running.send_signal(signal.SIGTERM)
+    assert ended(running, 60)[0] == 0  # from the report pipe
+    # the next start finds a dead socket: cold, and a fresh zygote for later
+    assert shim(warm_env, "exit", "5").returncode == 5
+    fresh = wait_for("a fresh zygote", lambda: next(iter(zygotes(warm_env).values()), None))
+    assert fresh != zygote
+
+
+@pytest.mark.slow
+def test_changed_code_is_refused_and_run_cold_then_a_fresh_zygote_serves(
+    warm_env: dict[str, str], tmp_path: Path
+) -> None:
+    zygote = warm_up(warm_env)
+    marker = tmp_path / "facts"
+    os.utime(ROOT / "flows" / "warmstart" / "__init__.py")  # an edit, as far as mtimes go
+    running = started_shim(warm_env, "wait", str(marker))
+    seen = facts(marker)
+    assert seen["pid"] == running.pid  # cold: the shim became the run (exec)
+    running.send_signal(signal.SIGTERM)
+    code, err = ended(running)
+    assert code == 0
+    assert "zygote refused: stale" in err
+    wait_for("the stale zygote to exit", lambda: not _alive(zygote), timeout=30)
+    fresh = wait_for("a fresh zygote", lambda: next(iter(zygotes(warm_env).values()), None))
+    marker.unlink()
+    running = started_shim(warm_env, "wait", str(marker))
+    assert facts(marker)["ppid"] == fresh
+    running.send_signal(signal.SIGTERM)
+    assert ended(running, 60)[0] == 0
+
+
+@pytest.mark.slow
+def test_another_environment_gets_another_zygote_and_no_zygote_runs_cold(
+    warm_env: dict[str, str], tmp_path: Path
+) -> None:
+    first = warm_up(warm_env)
+    other = {**warm_env, "SOME_SETTING": "other"}
+    marker = tmp_path / "facts"
+    running = started_shim(other, "wait", str(marker))
+    assert facts(marker)["pid"] == running.pid  # no zygote for this key yet: cold
+    running.send_signal(signal.SIGTERM)
+    assert ended(running, 60)[0] == 0
+    found = wait_for("two zygotes", lambda: len(zygotes(warm_env)) == 2 and zygotes(warm_env))
+    second = next(pid for pid in found.values() if pid != first)
+    marker.unlink()
+    running = started_shim(other, "wait", str(marker))
+    seen = facts(marker)
+    assert seen["ppid"] == second
+    running.send_signal(signal.SIGTERM)
+    assert ended(running, 60)[0] == 0
+
+
+@pytest.mark.slow
+def test_shims_racing_to_start_a_zygote_leave_one(warm_env: dict[str, str]) -> None:
+    racing = [started_shim(warm_env, "exit", "0") for _ in range(6)]
+    assert [ended(p, 120)[0] for p in racing] == [0] * 6
+    wait_for("a zygote", lambda: zygotes(warm_env))
+    time.sleep(2)  # the losers exit at once, before importing anything
+    running = [int(p.read_text()) for p in Path(warm_env[common.DIR_VARIABLE]).glob("*.pid")]
+    assert len([p for p in running if _alive(p)]) == 1
+    assert shim(warm_env, "exit", "7").returncode == 7
