@@ -18,6 +18,7 @@ exact, balanced ledger; cancelled from the API; the shim SIGKILLed; cold fallbac
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -240,8 +241,13 @@ def ended(running: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str
 
 def zygotes(env: dict[str, str]) -> dict[str, int]:
     """The zygotes serving in the test's folder: key -> pid."""
+    return serving(env[common.DIR_VARIABLE])
+
+
+def serving(folder: str) -> dict[str, int]:
+    """The zygotes serving in ``folder``: key -> pid."""
     found = {}
-    for path in Path(env[common.DIR_VARIABLE]).glob("*.pid"):
+    for path in Path(folder).glob("*.pid"):
         try:
             pid = int(path.read_text())
         except ValueError:
@@ -390,3 +396,324 @@ def test_shims_racing_to_start_a_zygote_leave_one(warm_env: dict[str, str]) -> N
     running = [int(p.read_text()) for p in Path(warm_env[common.DIR_VARIABLE]).glob("*.pid")]
     assert len([p for p in running if _alive(p)]) == 1
     assert shim(warm_env, "exit", "7").returncode == 7
+
+
+# --- slow: a real process worker ----------------------------------------------------------------
+ITEMS = 150
+
+
+@pytest.fixture
+def warm_pool(prefect_api: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """tests/fleet_world.py's Pool (a process worker of a pool of its own), its zygotes in a
+    folder of this test's (the worker's environment has it, so the key does), stopped after."""
+    from tests.fleet_world import Pool
+
+    folder = tempfile.mkdtemp(prefix="cw-", dir="/tmp")
+    monkeypatch.setenv(common.DIR_VARIABLE, folder)
+    monkeypatch.setenv(common.IDLE_VARIABLE, "300")
+    (tmp_path / "pool").mkdir()
+    pool = Pool(prefect_api, tmp_path / "pool")
+    pool.start()
+    try:
+        yield pool
+    finally:
+        pool.stop()
+        stop_zygotes(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def forks(folder: str) -> dict[str, int]:
+    """Flow run id -> the pid of its process forked by a zygote of ``folder`` (their logs)."""
+    found = {}
+    for log in Path(folder).glob("*.log"):
+        for line in log.read_text().splitlines():
+            if " forked " in line and " for flow run " in line:
+                words = line.split()
+                found[words[-1]] = int(words[words.index("forked") + 1])
+    return found
+
+
+class Scene:
+    """One source deployed warm on the pool's worker: its own run, helpers started by hand (as
+    the fleet starts them), its frontier and sink."""
+
+    def __init__(self, pool: Any, folder: Path, site: str, redis: str, dsn: str, name: str,
+                 *, items: int = ITEMS, delay_s: float = 0.2) -> None:  # fmt: skip
+        from collector.backends import open_frontier
+        from collector.config import load_source
+        from tests.fleet_world import Spec, _deployment_ids, deploy, write_source
+
+        self.pool = pool
+        self.name = name
+        self.items = items
+        self.dsn = dsn
+        self.path = write_source(folder, Spec(name, "normal", items, delay_s, 2), site, redis, dsn)
+        self.written = deploy(str(self.path), "--pool", pool.name, "--batch-size", "3",
+                              "--warm-start")  # fmt: skip
+        self.deployment_id = next(iter(_deployment_ids([name])))
+        self.frontier = open_frontier(load_source(self.path))
+        self.warm_dir = os.environ[common.DIR_VARIABLE]
+
+    def close(self) -> None:
+        self.frontier.close()
+
+    def run(self) -> Any:
+        from prefect.deployments import run_deployment
+
+        from collector.fleet.deploy import deployment_name
+
+        return run_deployment(f"collect/{deployment_name(self.name)}", timeout=0)
+
+    def helper(self) -> Any:
+        """One helper, as the fleet starts it (flows/fleet.py ``_start``); its flow run."""
+        from prefect.client.orchestration import get_client
+
+        from flows.fleet import HELPER_TAG
+        from tests.fleet_world import BATCH, HELPER_IDLE_S
+
+        async def start() -> Any:
+            async with get_client() as client:
+                return await client.create_flow_run_from_deployment(
+                    self.deployment_id,
+                    parameters={"source": str(self.path), "role": "work",
+                                "idle_wait_s": HELPER_IDLE_S, "drain_wait_s": HELPER_IDLE_S,
+                                "batch_size": BATCH},
+                    tags=[HELPER_TAG, f"source:{self.name}"],
+                )  # fmt: skip
+
+        return asyncio.run(start())
+
+    def holding(self, run: Any) -> bool:
+        return any(h.holder == str(run.id) and h.leased for h in self.frontier.holders(self.name))
+
+    def planned(self) -> bool:
+        return self.frontier.counts(self.name).queued > 0
+
+    def end(self, run: Any) -> Any:
+        from tests.fleet_world import ended
+
+        return self.pool.wait_for(f"{run.name} to end", ended(run))
+
+    def zygote(self) -> int:
+        pids = self.pool.wait_for("a zygote", lambda: serving(self.warm_dir))
+        return int(next(iter(pids.values())))
+
+    def exact(self, runs: list[Any], *, counted: bool = True) -> dict[Any, dict[str, Any]]:
+        """Every item stored once in the sink; every run's ledger balanced; the ledgers' stored
+        items add up to the source's (``counted``: no run among them died without its ledger)."""
+        import psycopg
+
+        from tests.fleet_world import ledgers
+
+        with psycopg.connect(self.dsn) as conn:
+            keys = [int(k) for (k,) in conn.execute(
+                "SELECT key FROM records WHERE source = %s", (self.name,)).fetchall()]  # fmt: skip
+        assert sorted(keys) == list(range(self.items))
+        tables = ledgers([r.id for r in runs])
+        assert sorted(map(str, tables)) == sorted(str(r.id) for r in runs), tables
+        assert all(t["balanced"] is True for t in tables.values()), tables
+        if counted:
+            assert sum(t["stored"] for t in tables.values()) == self.items, tables
+        return tables
+
+    def infrastructure_pid(self, run: Any) -> int:
+        """The pid the worker started for ``run`` (the shim's): its ``infrastructure_pid``."""
+        from prefect.client.orchestration import get_client
+
+        async def read() -> Any:
+            async with get_client() as client:
+                return await client.read_flow_run(run.id)
+
+        found = self.pool.wait_for(
+            "the run's process id", lambda: asyncio.run(read()).infrastructure_pid
+        )
+        return int(str(found).rsplit(":", 1)[-1])
+
+
+def _state(run: Any) -> str:
+    return str(run.state.type.value)
+
+
+@pytest.mark.slow
+def test_helpers_start_warm_on_a_process_worker_and_the_source_ends_exact(
+    warm_pool: Any, tmp_path: Path, redis_url: str, postgres_dsn: str
+) -> None:
+    """The source's run starts cold (no zygote yet: its shim starts one); the helpers started
+    after it are forks of that zygote; everything Completed, every ledger balanced, each record
+    once."""
+    from collector.demo.site import FaultSite
+
+    with FaultSite() as site:
+        scene = Scene(warm_pool, tmp_path, site.base_url, redis_url, postgres_dsn, "warm-a")
+        try:
+            assert scene.written[0]["command"].endswith(" -m flows.warmstart")
+            own = scene.run()
+            zygote = scene.zygote()  # started by the run's shim, which went cold
+            warm_pool.wait_for("the plan", scene.planned)
+            helpers = []
+            for _ in range(2):  # one after another, as the fleet starts them
+                helper = scene.helper()
+                warm_pool.wait_for("the helper to claim", lambda h=helper: scene.holding(h))
+                helpers.append(helper)
+            finals = [scene.end(r) for r in [own, *helpers]]
+            assert [_state(r) for r in finals] == ["COMPLETED"] * 3, [
+                (r.name, r.state.message) for r in finals
+            ]
+            forked = forks(scene.warm_dir)
+            assert str(own.id) not in forked  # the first start: cold
+            assert all(str(h.id) in forked for h in helpers), (forked, warm_pool.log.read_text())
+            assert serving(scene.warm_dir) == {next(iter(serving(scene.warm_dir))): zygote}
+            tables = scene.exact([own, *helpers])
+            assert all(tables[h.id]["stored"] > 0 for h in helpers), tables  # both helped
+        finally:
+            scene.close()
+
+
+@pytest.mark.slow
+def test_a_warm_helper_cancelled_from_the_api_stops_gracefully_and_a_rerun_is_exact(
+    warm_pool: Any, tmp_path: Path, redis_url: str, postgres_dsn: str
+) -> None:
+    """Cancelling, as the UI sets it: the worker's control message and SIGTERM reach the fork
+    through the shim; the helper stops on its own stop path (Cancelled, its leased items back
+    unchanged, its ledger balanced), its process ends; the run and a rerun end exact."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelling
+
+    from collector.demo.site import FaultSite
+
+    with FaultSite() as site:
+        scene = Scene(warm_pool, tmp_path, site.base_url, redis_url, postgres_dsn, "warm-b",
+                      items=200, delay_s=0.3)  # fmt: skip
+        try:
+            own = scene.run()
+            scene.zygote()
+            warm_pool.wait_for("the plan", scene.planned)
+            helper = scene.helper()
+            warm_pool.wait_for("the helper to claim", lambda: scene.holding(helper))
+            child = forks(scene.warm_dir)[str(helper.id)]  # warm
+            assert _alive(child)
+
+            async def cancel() -> None:
+                async with get_client() as client:
+                    await client.set_flow_run_state(helper.id, Cancelling(message="test: UI"))
+
+            asyncio.run(cancel())
+            stopped = scene.end(helper)
+            assert _state(stopped) == "CANCELLED", stopped.state.message
+            wait_for("the fork to end", lambda: not _alive(child), timeout=30)
+            assert not scene.holding(helper)  # its leased items went back
+            assert _state(scene.end(own)) == "COMPLETED"
+            rerun = scene.run()
+            assert _state(scene.end(rerun)) == "COMPLETED"
+            tables = scene.exact([own, helper, rerun])
+            assert tables[helper.id]["stored"] > 0, tables  # it had helped before it stopped
+        finally:
+            scene.close()
+
+
+@pytest.mark.slow
+def test_a_sigkilled_shim_takes_its_fork_with_it_and_the_leases_come_back(
+    warm_pool: Any, tmp_path: Path, redis_url: str, postgres_dsn: str
+) -> None:
+    """SIGKILL of the process the worker started (the shim): the fork reads the end of its life
+    pipe and kills itself (no orphan runs the flow); the worker marks the helper Crashed as for
+    any killed process; the run takes the dead helper's leases back and ends exact."""
+    from collector.demo.site import FaultSite
+
+    with FaultSite() as site:
+        scene = Scene(warm_pool, tmp_path, site.base_url, redis_url, postgres_dsn, "warm-c",
+                      items=200, delay_s=0.3)  # fmt: skip
+        try:
+            own = scene.run()
+            scene.zygote()
+            warm_pool.wait_for("the plan", scene.planned)
+            helper = scene.helper()
+            warm_pool.wait_for("the helper to claim", lambda: scene.holding(helper))
+            child = forks(scene.warm_dir)[str(helper.id)]
+            shim_pid = scene.infrastructure_pid(helper)
+            assert shim_pid != child and _alive(shim_pid) and _alive(child)
+            os.kill(shim_pid, signal.SIGKILL)
+            wait_for("the fork to die with its shim", lambda: not _alive(child), timeout=10)
+            killed = scene.end(helper)
+            assert _state(killed) == "CRASHED", killed.state.message
+            done = scene.end(own)
+            assert _state(done) == "COMPLETED", done.state.message
+            rerun = scene.run()
+            assert _state(scene.end(rerun)) == "COMPLETED"
+            # the helper's ledger died with it: each record once, the others' ledgers balanced
+            tables = scene.exact([own, rerun], counted=False)
+            assert sum(t["stored"] for t in tables.values()) <= scene.items, tables
+        finally:
+            scene.close()
+
+
+@pytest.mark.slow
+def test_changed_code_starts_cold_and_another_environment_gets_its_own_zygote(
+    warm_pool: Any, tmp_path: Path, redis_url: str, postgres_dsn: str,
+    prefect_api: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The zygote refuses once the code on disk changed: that helper starts cold and still
+    completes, a fresh zygote serves the next one. A worker with another environment (one more
+    variable) gets a zygote of its own."""
+    from collector.demo.site import FaultSite
+    from tests.fleet_world import Pool
+
+    with FaultSite() as site:
+        scene = Scene(warm_pool, tmp_path, site.base_url, redis_url, postgres_dsn, "warm-d",
+                      items=400, delay_s=0.3)  # fmt: skip
+        (tmp_path / "other").mkdir()
+        monkeypatch.setenv("WARM_TEST_FLAVOUR", "other")  # the second worker's environment
+        (tmp_path / "pool2").mkdir()
+        other_pool = Pool(prefect_api, tmp_path / "pool2")
+        other_pool.start()
+        other = Scene(other_pool, tmp_path / "other", site.base_url, redis_url, postgres_dsn,
+                      "warm-e", items=30, delay_s=0.0)  # fmt: skip
+        try:
+            own = scene.run()
+            first = scene.zygote()
+            warm_pool.wait_for("the plan", scene.planned)
+            warm = scene.helper()
+            warm_pool.wait_for("the helper to claim", lambda: scene.holding(warm))
+            assert str(warm.id) in forks(scene.warm_dir)
+
+            os.utime(ROOT / "flows" / "warmstart" / "__init__.py")  # the code changed on disk
+            cold = scene.helper()
+            warm_pool.wait_for("the cold helper to claim", lambda: scene.holding(cold))
+            assert str(cold.id) not in forks(scene.warm_dir)  # refused: started cold
+            fresh = warm_pool.wait_for(
+                "a fresh zygote", lambda: next((p for p in serving(scene.warm_dir).values()
+                                                if p != first), None))  # fmt: skip
+            again = scene.helper()
+            warm_pool.wait_for("the next helper to start", lambda: str(again.id) in forks(
+                scene.warm_dir))  # fmt: skip
+
+            # another worker, another environment: its runs get another zygote
+            elsewhere = other.run()
+            assert _state(other.end(elsewhere)) == "COMPLETED"
+            keys = other_pool.wait_for("a zygote per environment",
+                                       lambda: len(serving(scene.warm_dir)) == 2
+                                       and serving(scene.warm_dir))  # fmt: skip
+            third = next(p for p in keys.values() if p != fresh)
+            late = other.helper()
+            assert _state(other.end(late)) == "COMPLETED"
+            assert str(late.id) in forks(scene.warm_dir)
+            assert _parent_of(forks(scene.warm_dir), str(late.id), scene.warm_dir) == third
+
+            finals = [scene.end(r) for r in (own, warm, cold, again)]
+            assert [_state(r) for r in finals] == ["COMPLETED"] * 4, [
+                (r.name, r.state.message) for r in finals
+            ]
+            scene.exact([own, warm, cold, again])
+        finally:
+            other.close()
+            other_pool.stop()
+            scene.close()
+
+
+def _parent_of(forked: dict[str, int], run_id: str, folder: str) -> int | None:
+    """The pid of the zygote whose log says it forked ``run_id``."""
+    for log in Path(folder).glob("*.log"):
+        for line in log.read_text().splitlines():
+            if line.endswith(f" for flow run {run_id}") and " forked " in line:
+                return int(line.split(" zygote ", 1)[1].split(":", 1)[0])
+    return None

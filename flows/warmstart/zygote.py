@@ -50,17 +50,25 @@ from typing import Any
 
 from flows.warmstart import common
 
-PRELOAD = (
-    "prefect.engine",
-    "prefect.flow_engine",
-    "flows.collect",
-    # imported by the engine on its way to the flow (measured: the fork's log line lists what a
-    # run still imported after the fork)
-    "prefect._internal.metrics",
-    "prefect.client.orchestration",
-    "prefect.flows",
-    "prefect.runner.storage",
-)
+PRELOAD = ("prefect.engine", "prefect.flow_engine", "prefect.task_engine", "flows.collect")
+# what a run still imported after the fork, measured (the fork's line in the zygote's log lists
+# them): imported too when installed, so a run imports next to nothing. Imports only: nothing
+# here connects anywhere or starts a thread (checked after the imports).
+PRELOAD_IF_INSTALLED = (
+    # the engine on its way to the flow
+    "prefect._internal.metrics", "prefect._internal.states", "prefect.client.orchestration",
+    "prefect.concurrency._sync", "prefect.runner.storage", "prefect.utilities.visualization",
+    "opentelemetry.sdk.metrics", "opentelemetry.sdk.metrics.export", "opentelemetry.sdk.resources",
+    "opentelemetry.semconv.resource", "anyio._backends._asyncio", "anyio.streams.memory",
+    "anyio.streams.stapled", "anyio.streams.tls", "encodings.idna", "stringprep", "ctypes.util",
+    "cryptography",
+    # the stores a source names (Redis, Postgres; SQLite and JSONL)
+    "collector._closing", "collector._redis", "collector.frontier.redis",
+    "collector.frontier.sqlite", "collector.deadletter.redis", "collector.deadletter.sqlite",
+    "collector.deadletter.archive", "collector.fetch.shared_redis", "collector.sinks.postgres",
+    "collector.sinks.jsonl", "collector.sinks._encode", "collector.ops.secrets",
+    "redis.asyncio", "psycopg",
+)  # fmt: skip
 WATCHED = ("flows", "collector", "blocks")  # the project's packages (not installed as files)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -167,6 +175,11 @@ class Zygote:
         began, cpu = time.monotonic(), time.process_time()
         for name in PRELOAD:
             importlib.import_module(name)
+        for name in PRELOAD_IF_INSTALLED:
+            try:
+                importlib.import_module(name)
+            except ImportError as exc:  # an optional extra not installed: the run imports it
+                _log(f"not preloaded: {name} ({exc})")
         import prefect.context
 
         self.settings = prefect.context.GLOBAL_SETTINGS_CONTEXT.settings
@@ -176,7 +189,8 @@ class Zygote:
         if threads:  # a fork would copy none of them: refuse to serve rather than break runs
             raise RuntimeError(f"threads running after the imports: {threads}")
         _log(
-            f"preloaded {len(PRELOAD)} modules ({len(sys.modules)} in all) in "
+            f"preloaded {len(PRELOAD) + len(PRELOAD_IF_INSTALLED)} modules "
+            f"({len(sys.modules)} in all) in "
             f"{time.monotonic() - began:.2f} s ({time.process_time() - cpu:.2f} s CPU)"
         )
 
