@@ -136,7 +136,8 @@ async def deploy_plans(
 
 def prefect_yaml_entry(plan: DeploymentPlan, *, pool: str = defaults.FLEET_POOL) -> str:
     """The plan as a ``deployments:`` entry of prefect.yaml (``prefect deploy`` makes from it
-    what :func:`deploy_plans` makes: only the entrypoint is the file's, as prefect.yaml's are)."""
+    what :func:`deploy_plans` makes: only the entrypoint is the file's, as prefect.yaml's are,
+    and the start is the plan's: ``collector init`` plans none, so its entry starts cold)."""
     import yaml
 
     busy = {"on_busy": "skip"}

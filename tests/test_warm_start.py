@@ -112,6 +112,48 @@ def test_the_shim_ends_as_the_run_ended(code: int) -> None:
     assert done.returncode == code
 
 
+# --- fast: what `collector deploy` writes ------------------------------------------------------
+def test_collector_deploy_starts_warm_by_default_through_the_deploying_interpreter(
+    tmp_path: Path,
+) -> None:
+    import yaml
+
+    from collector.config import load_source
+    from collector.errors import ConfigError
+    from collector.fleet.deploy import plan_for
+    from flows.cli import build_parser
+    from flows.cli.deploy import WARM_BY_DEFAULT
+    from flows.deploy import prefect_yaml_entry, warm_command
+
+    parser = build_parser()
+    assert WARM_BY_DEFAULT and parser.parse_args(["deploy", "a.yaml"]).start is None
+    assert parser.parse_args(["deploy", "a.yaml", "--cold-start"]).start == "cold"
+    with pytest.raises(SystemExit):  # one or the other
+        parser.parse_args(["deploy", "a.yaml", "--cold-start", "--warm-start"])
+    assert warm_command() == f"{sys.executable} -m flows.warmstart"
+    assert (
+        warm_command("/opt/my python/bin/python")
+        == "'/opt/my python/bin/python' -m flows.warmstart"
+    )
+    with pytest.raises(ConfigError, match="absolute path"):
+        warm_command("python3")
+    source = tmp_path / "s.yaml"
+    source.write_text(
+        "name: s\nseeds: {urls: ['http://127.0.0.1:1/a']}\nrecord: {key: id}\n"
+        "sink: {type: jsonl, path: out}\n"
+    )
+    plan = plan_for(load_source(source), str(source), command=warm_command())
+    assert plan.start_text == f"warm start ({warm_command()})"
+    entry = yaml.safe_load(prefect_yaml_entry(plan))["deployments"][0]
+    assert entry["work_pool"]["job_variables"] == {"command": warm_command()}
+    cold = plan_for(load_source(source), str(source))
+    assert cold.command is None and cold.start_text == "cold start"
+    assert (
+        "job_variables"
+        not in yaml.safe_load(prefect_yaml_entry(cold))["deployments"][0]["work_pool"]
+    )
+
+
 # --- fast: the wire and the folder ---------------------------------------------------------------
 def test_a_message_carries_its_descriptors_and_arrives_whole() -> None:
     """A request (its descriptors on its first chunk, then far more than one socket buffer),
@@ -398,6 +440,21 @@ def test_shims_racing_to_start_a_zygote_leave_one(warm_env: dict[str, str]) -> N
     assert shim(warm_env, "exit", "7").returncode == 7
 
 
+@pytest.mark.slow
+def test_a_zygote_ends_once_the_workers_it_served_are_gone(warm_env: dict[str, str]) -> None:
+    """Its "worker" here is a shell that exits after its one run: the zygote that run started
+    exits by itself (idle 120 s here: not the idle rule), as one does when its worker stops."""
+    log = Path(warm_env[common.DIR_VARIABLE])
+    command = f"{PYTHON} -m flows.warmstart tests.warm_target exit 0; true"  # sh stays its parent
+    assert (
+        subprocess.run(["sh", "-c", command], cwd=ROOT, env=warm_env, timeout=120).returncode == 0
+    )
+    wait_for("the zygote to start", lambda: list(log.glob("*.log")) and "preloaded" in
+             next(log.glob("*.log")).read_text())  # fmt: skip
+    wait_for("the zygote to end", lambda: "the workers it served are gone" in
+             next(log.glob("*.log")).read_text() and not zygotes(warm_env), timeout=60)  # fmt: skip
+
+
 # --- slow: a real process worker ----------------------------------------------------------------
 ITEMS = 150
 
@@ -516,6 +573,15 @@ class Scene:
             assert sum(t["stored"] for t in tables.values()) == self.items, tables
         return tables
 
+    def job_variables(self) -> dict[str, Any]:
+        from prefect.client.orchestration import get_client
+
+        async def read() -> Any:
+            async with get_client() as client:
+                return await client.read_deployment(self.deployment_id)
+
+        return dict(asyncio.run(read()).job_variables or {})
+
     def infrastructure_pid(self, run: Any) -> int:
         """The pid the worker started for ``run`` (the shim's): its ``infrastructure_pid``."""
         from prefect.client.orchestration import get_client
@@ -565,6 +631,11 @@ def test_helpers_start_warm_on_a_process_worker_and_the_source_ends_exact(
             assert serving(scene.warm_dir) == {next(iter(serving(scene.warm_dir))): zygote}
             tables = scene.exact([own, *helpers])
             assert all(tables[h.id]["stored"] > 0 for h in helpers), tables  # both helped
+            assert scene.job_variables() == {"command": f"{sys.executable} -m flows.warmstart"}
+            from tests.fleet_world import deploy
+
+            deploy(str(scene.path), "--pool", warm_pool.name, "--cold-start")
+            assert scene.job_variables() == {}  # deploying again cold takes the command off
         finally:
             scene.close()
 

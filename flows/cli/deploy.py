@@ -31,7 +31,7 @@ from flows.cli._common import (
 )
 
 SOURCE_SUFFIXES = (".yaml", ".yml", ".json")
-WARM_BY_DEFAULT = False  # helpers start warm unless --cold-start (docs/workers.md "Warm starts")
+WARM_BY_DEFAULT = True  # runs start warm unless --cold-start (docs/workers.md "Warm starts")
 
 
 def references(args: argparse.Namespace) -> list[str]:

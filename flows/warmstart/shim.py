@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             "key": zygote_key,
             "env": env,
             "cwd": os.getcwd(),
+            "parent": os.getppid(),  # the worker: the zygote ends once its workers are gone
             "module": module,
             "args": args,
             "ignored": signals.ignored,
@@ -206,7 +207,7 @@ def _spawn_zygote(env: dict[str, str], folder: str, zygote_key: str, where: comm
     that gets the lock serves, the other exits at once (flows/warmstart/zygote.py)."""
     python = sys.executable
     argv = [python, *common.interpreter_options(getattr(sys, "orig_argv", [])), "-m",
-            common.ZYGOTE_MODULE, zygote_key]  # fmt: skip
+            common.ZYGOTE_MODULE, zygote_key, str(os.getppid())]  # fmt: skip
     log = os.open(where.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         pid = os.fork()

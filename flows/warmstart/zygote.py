@@ -16,8 +16,9 @@ variables). In order:
    place) and serves: per request it checks the code on disk again (changed: *refuses*, stops
    listening, gives the socket and lock up for a fresh zygote, and exits once its runs ended)
    and forks. The parent sends the shim the run's pid and, when it reaped it, its exit code
-   (``os.waitstatus_to_exitcode``). Idle (no run, no request) for ``COLLECTOR_WARM_IDLE_S``
-   (600 s): exits. SIGTERM/SIGINT/SIGHUP: stops listening, exits once its runs ended.
+   (``os.waitstatus_to_exitcode``). It exits, once no run of its is left, when every worker it
+   served (the shims' parents) is gone, or after ``COLLECTOR_WARM_IDLE_S`` (600 s) with no run
+   and no request. SIGTERM/SIGINT/SIGHUP: stops listening, exits once its runs ended.
 
 The fork (:func:`_child`): closes everything of the zygote's (listening socket, lock, other
 shims' connections), starts a session of its own (a signal to the zygote's group or the
@@ -136,8 +137,9 @@ def _logging_file() -> tuple[str, int]:
 
 
 class Zygote:
-    def __init__(self, zygote_key: str, folder: str) -> None:
+    def __init__(self, zygote_key: str, folder: str, parents: set[int] | None = None) -> None:
         self.key = zygote_key
+        self.parents = set(parents or ())  # the workers whose runs it started
         self.folder = folder
         self.where = common.paths(folder, zygote_key)
         self.idle_s = common.idle_s(os.environ)
@@ -159,15 +161,25 @@ class Zygote:
 
     # --- start --------------------------------------------------------------------------------
     def take_lock(self) -> bool:
-        self.lock = os.open(self.where.lock, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self.lock)
-            self.lock = -1
-            return False
+        """The key's lock, or False (held). The file is removed by the holder as it exits, so a
+        lock taken on a file just removed is not the lock: take it again on the new one."""
+        while True:
+            lock = os.open(self.where.lock, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(lock)
+                return False
+            try:
+                if os.stat(self.where.lock).st_ino == os.fstat(lock).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(lock)
+        self.lock = lock
         with open(self.where.pid, "w", encoding="ascii") as out:
             out.write(f"{os.getpid()}\n")
+        _prune(self.folder)
         return True
 
     def preload(self) -> None:
@@ -234,6 +246,9 @@ class Zygote:
                 if time.monotonic() - self.last_activity > self.idle_s:
                     self.retire(f"idle {self.idle_s:g} s")
                     continue
+                if self.parents and not any(_alive(p) for p in self.parents):
+                    self.retire("the workers it served are gone")
+                    continue
             for selected, _ in self.selector.select(timeout=1.0):
                 what = selected.data
                 if what == "accept":
@@ -271,6 +286,8 @@ class Zygote:
                 conn.close()
                 return
             assert request is not None
+            if isinstance(request.get("parent"), int) and request["parent"] > 1:
+                self.parents.add(request["parent"])
             pid = self.fork(request, fds, conn)
             conn.settimeout(None)
             common.send_message(conn, {"pid": pid})
@@ -370,6 +387,9 @@ class Zygote:
         except OSError:
             pass
         if self.lock >= 0:
+            with contextlib.suppress(OSError):
+                if os.stat(self.where.lock).st_ino == os.fstat(self.lock).st_ino:
+                    os.unlink(self.where.lock)  # held: nobody else holds this file
             os.close(self.lock)
             self.lock = -1
 
@@ -439,6 +459,34 @@ class Zygote:
         )
 
 
+LOG_KEPT_S = 7 * 86400
+
+
+def _prune(folder: str) -> None:
+    """The logs of zygotes long gone (a week without a line): removed."""
+    now = time.time()
+    with contextlib.suppress(OSError), os.scandir(folder) as found:
+        for item in found:
+            if item.name.endswith(".log") and now - item.stat().st_mtime > LOG_KEPT_S:
+                with contextlib.suppress(OSError):
+                    os.unlink(item.path)
+
+
+def _alive(pid: int) -> bool:
+    """Process ``pid`` runs (not a zombie)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def _watch(life: int) -> None:
     """End of file on the life pipe: the shim died (SIGKILL too): so does the run, at once."""
     while True:
@@ -503,10 +551,12 @@ def _log_to(path: str, text: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m flows.warmstart.zygote KEY (started by the shim)", file=sys.stderr)
+    if len(argv) not in (2, 3) or (len(argv) == 3 and not argv[2].isdigit()):
+        print("usage: python -m flows.warmstart.zygote KEY [WORKER_PID] (the shim starts it)",
+              file=sys.stderr)  # fmt: skip
         return 2
     zygote_key = argv[1]
+    parents = {int(argv[2])} if len(argv) == 3 and int(argv[2]) > 1 else set()
     try:
         folder = common.runtime_dir(os.environ)
     except common.Unsafe as exc:
@@ -516,7 +566,7 @@ def main(argv: list[str]) -> int:
         _log("this process's key is not the one it was started for: not serving")
         return 2
     try:
-        zygote = Zygote(zygote_key, folder)
+        zygote = Zygote(zygote_key, folder, parents)
     except common.Unsafe as exc:
         print(f"zygote: {exc}", file=sys.stderr)
         return 2
