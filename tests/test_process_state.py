@@ -15,6 +15,9 @@ def test_the_secrets_a_process_knows_are_bounded_and_the_recent_ones_scrubbed(
 ) -> None:
     monkeypatch.setattr(scrub, "_known", {})
     monkeypatch.setattr(scrub, "_process_scrubber", scrub.Scrubber())
+    # the rule, not the size: a scrubber of 1,024 secrets takes ~16 ms to build, and this
+    # rotates past the bound (20 s at the real size; one build per run in a real process)
+    monkeypatch.setattr(scrub, "SECRETS_KEPT", 32)
     kept = "kept-secret-in-use-by-every-run"
     first = "first-rotated-secret-0000"
     scrub.remember_secrets([first, kept])
