@@ -62,7 +62,7 @@ PRELOAD_IF_INSTALLED = (
     "opentelemetry.sdk.metrics", "opentelemetry.sdk.metrics.export", "opentelemetry.sdk.resources",
     "opentelemetry.semconv.resource", "anyio._backends._asyncio", "anyio.streams.memory",
     "anyio.streams.stapled", "anyio.streams.tls", "encodings.idna", "stringprep", "ctypes.util",
-    "cryptography",
+    "cryptography", "rich._emoji_codes",
     # the stores a source names (Redis, Postgres; SQLite and JSONL)
     "collector._closing", "collector._redis", "collector.frontier.redis",
     "collector.frontier.sqlite", "collector.deadletter.redis", "collector.deadletter.sqlite",
