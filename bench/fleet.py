@@ -44,13 +44,14 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _world import real_parts
 
 from collector.fleet.model import FleetSettings, HelperStarts, ScalingRules, decide, plan_actions
 from collector.fleet.tracker import SourceTracker
@@ -285,67 +286,45 @@ class Play:
 
 def real(budget: int) -> list[Play]:
     """The three plays on real processes (see the module's docstring)."""
-    from prefect.server.api.server import SubprocessASGIServer
-    from prefect.settings import (
-        PREFECT_API_URL,
-        PREFECT_SERVER_DATABASE_CONNECTION_URL,
-        temporary_settings,
-    )
 
-    from collector.demo.site import FaultSite
     from tests.fleet_world import LATE, Pool, play
-    from tests.servers import PostgresServer, RedisServer, free_port
 
     plays: list[Play] = []
-    with (
-        tempfile.TemporaryDirectory() as folder,
-        PostgresServer() as postgres,
-        RedisServer() as redis,
-        FaultSite() as site,
-    ):
-        with temporary_settings(
-            updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: postgres.prefect_database()}
-        ):
-            server = SubprocessASGIServer(port=free_port())
-            server.start(timeout=180)
+    with real_parts() as (folder, postgres, redis, site, api):
+        pool = Pool(api, Path(folder))
+        pool.start()
         try:
-            with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-                pool = Pool(server.api_url, Path(folder))
-                pool.start()
-                try:
-                    half = budget // 2
-                    setups = [
-                        ("autoscaler, preemption on", "autoscaler", True, None),
-                        ("autoscaler, preemption off", "autoscaler", False, None),
-                        (f"fixed {budget} helpers", "fixed", True,
-                         {"burst": half, "bulk-low": budget - half}),
-                    ]  # fmt: skip
-                    for index, (label, mode, preempt, fixed) in enumerate(setups, start=1):
-                        here = Path(folder) / f"play-{index}"
-                        here.mkdir()
-                        sink = postgres.create_database()
-                        frontier = redis.url.rsplit("/", 1)[0] + f"/{index}"
-                        print(f"   playing {label} ...", flush=True)
-                        seen = play(pool, here, site.base_url, frontier, sink, budget=budget,
-                                    mode=mode, preempt=preempt, fixed=fixed)  # fmt: skip
-                        late_at = seen.late_at or math.nan
-                        plays.append(
-                            Play(
-                                label,
-                                max(seen.drained_at.values(), default=math.nan)
-                                if len(seen.drained_at) == 8 else math.nan,
-                                seen.first_record_at.get(LATE, math.nan) - late_at,
-                                seen.drained_at.get(LATE, math.nan) - late_at,
-                                started=len(seen.helpers),
-                                preempted=int(seen.tally.get("preempted", 0)),
-                                notes=[f"urgent requested at {late_at:.1f} s"],
-                                first_claim_s=sorted(seen.first_claim_s.values()),
-                            )
-                        )  # fmt: skip
-                finally:
-                    pool.stop()
+            half = budget // 2
+            setups = [
+                ("autoscaler, preemption on", "autoscaler", True, None),
+                ("autoscaler, preemption off", "autoscaler", False, None),
+                (f"fixed {budget} helpers", "fixed", True,
+                 {"burst": half, "bulk-low": budget - half}),
+            ]  # fmt: skip
+            for index, (label, mode, preempt, fixed) in enumerate(setups, start=1):
+                here = Path(folder) / f"play-{index}"
+                here.mkdir()
+                sink = postgres.create_database()
+                frontier = redis.url.rsplit("/", 1)[0] + f"/{index}"
+                print(f"   playing {label} ...", flush=True)
+                seen = play(pool, here, site.base_url, frontier, sink, budget=budget,
+                            mode=mode, preempt=preempt, fixed=fixed)  # fmt: skip
+                late_at = seen.late_at or math.nan
+                plays.append(
+                    Play(
+                        label,
+                        max(seen.drained_at.values(), default=math.nan)
+                        if len(seen.drained_at) == 8 else math.nan,
+                        seen.first_record_at.get(LATE, math.nan) - late_at,
+                        seen.drained_at.get(LATE, math.nan) - late_at,
+                        started=len(seen.helpers),
+                        preempted=int(seen.tally.get("preempted", 0)),
+                        notes=[f"urgent requested at {late_at:.1f} s"],
+                        first_claim_s=sorted(seen.first_claim_s.values()),
+                    )
+                )  # fmt: skip
         finally:
-            server.stop()
+            pool.stop()
     return plays
 
 
@@ -387,45 +366,23 @@ def measure_starts(count: int, intervals: list[float]) -> dict[float, list[Start
     """For each worker poll interval in ``intervals`` (one worker each, in turn, on one
     server): ``count`` helpers started one after another, as the fleet starts them, into a
     source with a long backlog; each is stopped (Cancelling) once it claimed, before the next."""
-    from prefect.server.api.server import SubprocessASGIServer
-    from prefect.settings import (
-        PREFECT_API_URL,
-        PREFECT_SERVER_DATABASE_CONNECTION_URL,
-        temporary_settings,
-    )
 
-    from collector.demo.site import FaultSite
     from tests.fleet_world import Pool
-    from tests.servers import PostgresServer, RedisServer, free_port
 
     starts: dict[float, list[Start]] = {}
-    with (
-        tempfile.TemporaryDirectory() as folder,
-        PostgresServer() as postgres,
-        RedisServer() as redis,
-        FaultSite() as site,
-    ):
-        with temporary_settings(
-            updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: postgres.prefect_database()}
-        ):
-            server = SubprocessASGIServer(port=free_port())
-            server.start(timeout=180)
-        try:
-            with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-                for query_s in intervals:
-                    here = Path(folder) / f"poll-{query_s:g}"
-                    here.mkdir()
-                    pool = Pool(server.api_url, here, query_s=query_s)
-                    pool.start()
-                    try:
-                        starts[query_s] = _starts_on(
-                            pool, here, count, site.base_url, redis.url,
-                            postgres.create_database(),
-                        )  # fmt: skip
-                    finally:
-                        pool.stop()
-        finally:
-            server.stop()
+    with real_parts() as (folder, postgres, redis, site, api):
+        for query_s in intervals:
+            here = Path(folder) / f"poll-{query_s:g}"
+            here.mkdir()
+            pool = Pool(api, here, query_s=query_s)
+            pool.start()
+            try:
+                starts[query_s] = _starts_on(
+                    pool, here, count, site.base_url, redis.url,
+                    postgres.create_database(),
+                )  # fmt: skip
+            finally:
+                pool.stop()
     return starts
 
 

@@ -42,6 +42,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _world import real_parts  # noqa: E402  (bench/, beside this file)
+
+from flows.warmstart.zygote import forked_runs  # noqa: E402  (standard library only)
+
 STAGES = ("picked", "running", "first claim")
 
 
@@ -72,16 +76,6 @@ def _rss_mb(pid: int) -> float:
     return math.nan
 
 
-def _forks(folder: str) -> dict[str, int]:
-    found = {}
-    for log in Path(folder).glob("*.log"):
-        for line in log.read_text().splitlines():
-            if " forked " in line and " for flow run " in line:
-                words = line.split()
-                found[words[-1]] = int(words[words.index("forked") + 1])
-    return found
-
-
 def _zygote(folder: str) -> int | None:
     for path in Path(folder).glob("*.pid"):
         try:
@@ -98,44 +92,22 @@ def _load() -> str:
 
 
 def measure(helpers: int, query_s: float, burst: int) -> tuple[list[Start], float]:
-    from prefect.server.api.server import SubprocessASGIServer
-    from prefect.settings import (
-        PREFECT_API_URL,
-        PREFECT_SERVER_DATABASE_CONNECTION_URL,
-        temporary_settings,
-    )
 
-    from collector.demo.site import FaultSite
     from flows.warmstart import common
     from tests.fleet_world import Pool
-    from tests.servers import PostgresServer, RedisServer, free_port
 
     warm_dir = tempfile.mkdtemp(prefix="cw-", dir="/tmp")
     os.environ[common.DIR_VARIABLE] = warm_dir  # the worker's, so its shims'
-    with (
-        tempfile.TemporaryDirectory() as folder,
-        PostgresServer() as postgres,
-        RedisServer() as redis,
-        FaultSite() as site,
-    ):
-        with temporary_settings(
-            updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: postgres.prefect_database()}
-        ):
-            server = SubprocessASGIServer(port=free_port())
-            server.start(timeout=180)
+    with real_parts() as (folder, postgres, redis, site, api):
+        pool = Pool(api, Path(folder), query_s=query_s)
+        pool.start()
         try:
-            with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-                pool = Pool(server.api_url, Path(folder), query_s=query_s)
-                pool.start()
-                try:
-                    starts = _starts(pool, Path(folder), helpers, site.base_url, redis.url,
-                                     postgres.create_database(), warm_dir, burst)  # fmt: skip
-                    zygote = _zygote(warm_dir)
-                    rss = _rss_mb(zygote) if zygote else math.nan
-                finally:
-                    pool.stop()
+            starts = _starts(pool, Path(folder), helpers, site.base_url, redis.url,
+                             postgres.create_database(), warm_dir, burst)  # fmt: skip
+            zygote = _zygote(warm_dir)
+            rss = _rss_mb(zygote) if zygote else math.nan
         finally:
-            server.stop()
+            pool.stop()
     pid = _zygote(warm_dir)
     if pid is not None:
         os.kill(pid, 15)
@@ -190,7 +162,7 @@ def _starts(pool: Any, folder: Path, count: int, site: str, redis: str, dsn: str
                 await asyncio.sleep(0.05)
             read = await client.read_flow_run(run_id)
             shim = (read.infrastructure_pid or "").rsplit(":", 1)[-1]
-            fork = _forks(warm_dir).get(str(run_id))
+            fork = forked_runs(warm_dir).get(str(run_id))
             start.forked = fork is not None
             pids = [int(shim)] if shim.isdigit() else []
             pids += [fork] if fork else []

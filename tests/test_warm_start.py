@@ -37,7 +37,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flows.warmstart import common
+from flows.warmstart import common, zygote
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -479,15 +479,7 @@ def warm_pool(prefect_api: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def forks(folder: str) -> dict[str, int]:
-    """Flow run id -> the pid of its process forked by a zygote of ``folder`` (their logs)."""
-    found = {}
-    for log in Path(folder).glob("*.log"):
-        for line in log.read_text().splitlines():
-            if " forked " in line and " for flow run " in line:
-                words = line.split()
-                found[words[-1]] = int(words[words.index("forked") + 1])
-    return found
+forks = zygote.forked_runs  # flow run id -> its forked pid, from the zygotes' logs
 
 
 class Scene:
@@ -539,6 +531,13 @@ class Scene:
                 )  # fmt: skip
 
         return asyncio.run(start())
+
+    def claiming_helper(self) -> Any:
+        """Once the source's own run planned, one helper; returned when it holds leases."""
+        self.pool.wait_for("the plan", self.planned)
+        helper = self.helper()
+        self.pool.wait_for("the helper to claim", lambda: self.holding(helper))
+        return helper
 
     def holding(self, run: Any) -> bool:
         return any(h.holder == str(run.id) and h.leased for h in self.frontier.holders(self.name))
@@ -658,9 +657,7 @@ def test_a_warm_helper_cancelled_from_the_api_stops_gracefully_and_a_rerun_is_ex
         try:
             own = scene.run()
             scene.zygote()
-            warm_pool.wait_for("the plan", scene.planned)
-            helper = scene.helper()
-            warm_pool.wait_for("the helper to claim", lambda: scene.holding(helper))
+            helper = scene.claiming_helper()
             child = forks(scene.warm_dir)[str(helper.id)]  # warm
             assert _alive(child)
 
@@ -697,9 +694,7 @@ def test_a_sigkilled_shim_takes_its_fork_with_it_and_the_leases_come_back(
         try:
             own = scene.run()
             scene.zygote()
-            warm_pool.wait_for("the plan", scene.planned)
-            helper = scene.helper()
-            warm_pool.wait_for("the helper to claim", lambda: scene.holding(helper))
+            helper = scene.claiming_helper()
             child = forks(scene.warm_dir)[str(helper.id)]
             shim_pid = scene.infrastructure_pid(helper)
             assert shim_pid != child and _alive(shim_pid) and _alive(child)
@@ -742,9 +737,7 @@ def test_changed_code_starts_cold_and_another_environment_gets_its_own_zygote(
         try:
             own = scene.run()
             first = scene.zygote()
-            warm_pool.wait_for("the plan", scene.planned)
-            warm = scene.helper()
-            warm_pool.wait_for("the helper to claim", lambda: scene.holding(warm))
+            warm = scene.claiming_helper()
             assert str(warm.id) in forks(scene.warm_dir)
 
             os.utime(ROOT / "flows" / "warmstart" / "__init__.py")  # the code changed on disk

@@ -74,6 +74,22 @@ WATCHED = ("flows", "collector", "blocks")  # the project's packages (not instal
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
+def forked_runs(folder: str) -> dict[str, int]:
+    """Flow run id -> the pid of the process a zygote of ``folder`` forked for it, read from the
+    zygotes' logs (the "forked ..." line :meth:`fork` writes): what the tests and
+    bench/warm_start.py tell a warm start by."""
+    found = {}
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if not name.endswith(".log"):
+            continue
+        with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as log:
+            for line in log:
+                if " forked " in line and " for flow run " in line:
+                    words = line.split()
+                    found[words[-1]] = int(words[words.index("forked") + 1])
+    return found
+
+
 def _log(text: str) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     try:
@@ -327,6 +343,7 @@ class Zygote:
         self.started_at[pid] = time.monotonic()
         self.selector.register(conn, selectors.EVENT_READ, pid)
         _log(f"forked {pid} for flow run {request['env'].get('PREFECT__FLOW_RUN_ID', '?')}")
+        # (read back by forked_runs: keep the two in step)
         return pid
 
     def shim_event(self, pid: int, conn: socket.socket) -> None:
