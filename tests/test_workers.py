@@ -51,6 +51,7 @@ class Worker:
         *,
         batch: int = 100,
         args: tuple[str, ...] = (),
+        idle_wait_s: float = 120,
     ) -> None:
         self.name = name
         self.folder = folder / name
@@ -60,8 +61,8 @@ class Worker:
         text["sink"] = source["sink"]  # replace the default JSONL sink, not merge into it
         path.write_text(yaml.safe_dump(text, sort_keys=False), encoding="utf-8")
         options = ["--json", "--batch-size", str(batch), *args]
-        if role == "work":
-            options += ["--idle-wait", "120"]
+        if role == "work":  # a helper started before the run planned waits for the plan
+            options += ["--idle-wait", f"{idle_wait_s:g}"]
         env = {
             **os.environ,
             "PREFECT_API_URL": api_url,
@@ -302,8 +303,11 @@ def test_sigstop_a_worker_past_its_lease_its_late_writes_are_refused_and_counted
             paused.process.send_signal(signal.SIGCONT)
         results = [planned, taker.finish()]
         late_code, late, late_err = paused.finish()
-        # what the late worker gave back when it stopped is collected by a rerun
-        results.append(Worker(tmp_path, "work", "w3", prefect_api, source, batch=20).finish())
+        # what the late worker gave back when it stopped is collected by a rerun. The source is
+        # planned long before: no idle wait for a plan (with 120 s, a rerun that found nothing
+        # given back waited out all 120 s before it ended drained).
+        rerun = Worker(tmp_path, "work", "w3", prefect_api, source, batch=20, idle_wait_s=0)
+        results.append(rerun.finish())
         fetches = site.fetches()
 
     for code, summary, err in results:
