@@ -254,6 +254,11 @@ class FetchEngine:
         self.slots: dict[str, HostSlot] = {}  # host -> all the engine keeps about it
         self._clients: list[httpx.AsyncClient] = []
         self._lendable: FairShares[httpx.AsyncClient] | None = None
+        # the item tasks of the batches being fetched, and of batches whose caller went away
+        # (cancelled): closing the engine ends them before it closes the clients they use
+        self._batches: dict[int, list[asyncio.Task[FetchResult]]] = {}
+        self._orphans: set[asyncio.Task[FetchResult]] = set()
+        self._closing = False  # its close has begun: what is cut off now is cut off as at a halt
         self._loop_lag = LoopLag()  # our own loop's lateness, out of the window's latencies
         self._halted = asyncio.Event()
 
@@ -432,6 +437,7 @@ class FetchEngine:
         self._lendable = FairShares(
             self._clients[i % len(self._clients)] for i in range(self.concurrency)
         )
+        self._closing = False
         if self.adaptive is not None:
             self._loop_lag.start()
         heap.frozen()  # start-up's objects out of the collector's walks (collector.fetch.heap)
@@ -443,7 +449,16 @@ class FetchEngine:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._closing = True
         heap.thawed()
+        # A fetch still running (its batch's caller cancelled, or a batch fetched beside the
+        # close) ends here, while its client is still open: its item comes back as at a halt
+        # (skipped, unchanged) instead of failing on a closed pool after the engine is gone.
+        live = [t for tasks in self._batches.values() for t in tasks] + list(self._orphans)
+        for task in live:
+            task.cancel()
+        if live:
+            await asyncio.gather(*live, return_exceptions=True)
         await self._loop_lag.stop()
         await asyncio.gather(*(client.aclose() for client in self._clients))
         self._clients.clear()
@@ -509,22 +524,47 @@ class FetchEngine:
         if not tasks:
             return []
         timeout = None if math.isinf(stop_at) else max(stop_at - time.monotonic(), 0.0)
-        pending = await self._wait(tasks, timeout)
+        self._batches[id(tasks)] = tasks
+        try:
+            pending = await self._wait(tasks, timeout)
+        except BaseException:  # our caller went away (cancelled): its tasks must not outlive it
+            self._orphan(tasks)
+            raise
+        finally:
+            del self._batches[id(tasks)]
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        # cancelled: by the engine's close (a stop, as a halt) or at the batch's stop time
+        pending.update(t for t in tasks if t.cancelled())
         # A task that raised (not one URL's failure: a backend such as the rate limiter's Redis
         # gave up) fails the batch; every such exception is retrieved, so none is logged later
         # as "Task exception was never retrieved" with a traceback.
         raised = [e for t in tasks if t not in pending and (e := t.exception()) is not None]
         if raised:
             raise raised[0]
-        cut_off = self._stopped if self.halted else self._cut_off
+        cut_off = self._stopped if self.halted or self._closing else self._cut_off
         return [
             cut_off(p) if task in pending else task.result()
             for task, p in zip(tasks, progress, strict=True)
         ]
+
+    def _orphan(self, tasks: list[asyncio.Task[FetchResult]]) -> None:
+        """A batch's caller is gone: its tasks are cancelled, kept for the engine's close until
+        they end, and their outcomes retrieved (nothing logged as never retrieved)."""
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+                self._orphans.add(task)
+                task.add_done_callback(self._orphan_ended)
+            else:
+                self._orphan_ended(task)
+
+    def _orphan_ended(self, task: asyncio.Task[FetchResult]) -> None:
+        self._orphans.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: its batch's caller is gone, no one else will
 
     def _progress(
         self, items: Sequence[ClaimedItem], host_slots: Mapping[str, int] | None
@@ -786,9 +826,11 @@ class FetchEngine:
     async def _fetch_robots(self, url: str) -> tuple[int | None, bytes]:
         """GET an origin's robots.txt on a lent client: (status, up to MAX_BYTES of its body),
         or (None, b"") when no answer came (collector.fetch.robots reads what it means)."""
-        assert self._lendable is not None
+        lendable = self._lendable
+        if lendable is None:  # the engine closed: no answer
+            return None, b""
         host = _host_of(url)
-        client = await self._lendable.get(host)
+        client = await lendable.get(host)
         try:
             async with asyncio.timeout(self.request_deadline_s):
                 async with client.stream("GET", url) as response:
@@ -807,7 +849,7 @@ class FetchEngine:
         except (TimeoutError, FetchError, httpx.HTTPError, OSError, _POOL_ERROR):
             return None, b""
         finally:
-            self._lendable.put(host, client)
+            lendable.put(host, client)
 
     async def _request(
         self, client: httpx.AsyncClient, url: str, headers: dict[str, str] | None = None
@@ -892,7 +934,9 @@ class _Admitted:
     ended (a ticket whose request never answered leaves the breaker's send order).
     """
 
-    __slots__ = ("client", "engine", "gate", "paced", "progress", "start_by", "ticket")
+    __slots__ = (
+        "client", "engine", "gate", "lendable", "paced", "progress", "start_by", "ticket",
+    )  # fmt: skip
 
     def __init__(self, engine: FetchEngine, progress: _Progress, start_by: float) -> None:
         self.engine = engine
@@ -937,11 +981,14 @@ class _Admitted:
             self.progress.item.url, latest=self.start_by
         ):
             raise _TooLate  # its Crawl-delay slot is past the batch's time: back unchanged
-        assert engine._lendable is not None
-        client = await engine._lendable.get(host)
-        if time.monotonic() > self.start_by or engine._halted.is_set():
-            engine._lendable.put(host, client)
+        lendable = engine._lendable
+        if lendable is None:  # the engine closed meanwhile: nothing is sent
             raise _TooLate
+        client = await lendable.get(host)
+        if time.monotonic() > self.start_by or engine._halted.is_set():
+            lendable.put(host, client)
+            raise _TooLate
+        self.lendable = lendable
         return client
 
     async def __aexit__(
@@ -950,9 +997,12 @@ class _Admitted:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        engine = self.engine
-        assert engine._lendable is not None
-        engine._lendable.put(self.progress.slot.host, self.client)
+        # The client goes back to the shares it was lent from, and only while the engine is
+        # open (after its close there is nothing to give it back to); the gate and the
+        # breaker's send order are always left. Never raises: an attempt's own outcome (or its
+        # cancellation) is what propagates.
+        if self.engine._lendable is self.lendable:
+            self.lendable.put(self.progress.slot.host, self.client)
         self._leave_gate(self.progress.slot.breaker)
 
     def _leave_gate(self, breaker: HostCircuit | None) -> None:
