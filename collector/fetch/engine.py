@@ -52,6 +52,7 @@ from collector.fetch.circuit import (
 from collector.fetch.decoding import ACCEPT_ENCODING, BodyTooLarge, bounded_decoder
 from collector.fetch.looplag import LoopLag
 from collector.fetch.pacing import Degrade
+from collector.fetch.prebuilt import RequestMaker
 from collector.fetch.ratelimit import RateLimiter, rate_limiter
 from collector.fetch.robots import MAX_BYTES as _ROBOTS_MAX_BYTES
 from collector.fetch.robots import RedisRobotsStore, Robots, RobotsPolicy
@@ -254,6 +255,8 @@ class FetchEngine:
         self.slots: dict[str, HostSlot] = {}  # host -> all the engine keeps about it
         self._clients: list[httpx.AsyncClient] = []
         self._lendable: FairShares[httpx.AsyncClient] | None = None
+        # each client's requests, built from per-origin prototypes (collector.fetch.prebuilt)
+        self._makers: dict[httpx.AsyncClient, RequestMaker] = {}
         # the item tasks of the batches being fetched, and of batches whose caller went away
         # (cancelled): closing the engine ends them before it closes the clients they use
         self._batches: dict[int, list[asyncio.Task[FetchResult]]] = {}
@@ -437,6 +440,7 @@ class FetchEngine:
         self._lendable = FairShares(
             self._clients[i % len(self._clients)] for i in range(self.concurrency)
         )
+        self._makers = {client: RequestMaker(client) for client in self._clients}
         self._closing = False
         if self.adaptive is not None:
             self._loop_lag.start()
@@ -462,6 +466,7 @@ class FetchEngine:
         await self._loop_lag.stop()
         await asyncio.gather(*(client.aclose() for client in self._clients))
         self._clients.clear()
+        self._makers = {}
         self._lendable = None
         if self.circuit is not None:
             await self.circuit.aclose()
@@ -856,10 +861,9 @@ class FetchEngine:
     ) -> _Answer:
         status: int | None = None  # the server's answer, kept on a too_large dead letter
         try:
-            # What client.stream() does, without its context manager's generator per request.
-            response = await client.send(
-                client.build_request("GET", url, headers=headers), stream=True
-            )
+            # What client.stream() does, without its context manager's generator per request;
+            # the request as client.build_request() makes it (collector.fetch.prebuilt).
+            response = await client.send(self._makers[client].get(url, headers), stream=True)
             try:
                 status = response.status_code
                 heads = _heads(response.headers)
