@@ -434,9 +434,14 @@ def test_shims_racing_to_start_a_zygote_leave_one(warm_env: dict[str, str]) -> N
     racing = [started_shim(warm_env, "exit", "0") for _ in range(6)]
     assert [ended(p, 120)[0] for p in racing] == [0] * 6
     wait_for("a zygote", lambda: zygotes(warm_env))
-    time.sleep(2)  # the losers exit at once, before importing anything
-    running = [int(p.read_text()) for p in Path(warm_env[common.DIR_VARIABLE]).glob("*.pid")]
-    assert len([p for p in running if _alive(p)]) == 1
+
+    def alive() -> list[int]:
+        pids = [int(p.read_text()) for p in Path(warm_env[common.DIR_VARIABLE]).glob("*.pid")]
+        return [p for p in pids if _alive(p)]
+
+    # the losers exit at once, before importing anything: one zygote left (two that stay fail
+    # here when the wait runs out)
+    wait_for("one zygote left", lambda: len(alive()) == 1, timeout=30)
     assert shim(warm_env, "exit", "7").returncode == 7
 
 
@@ -457,26 +462,56 @@ def test_a_zygote_ends_once_the_workers_it_served_are_gone(warm_env: dict[str, s
 
 # --- slow: a real process worker ----------------------------------------------------------------
 ITEMS = 150
+# A source whose own run outlasts a warm helper's start (a fork: a helper claimed ~5 s after the
+# plan at load 13) by far, and little more: once its helper is cancelled or killed, the own run
+# fetches the rest alone (it was 200 items, ~55 s of the run alone at load 13).
+SHORT_ITEMS = 120
 
 
-@pytest.fixture
-def warm_pool(prefect_api: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def _module_pool(prefect_api: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """tests/fleet_world.py's Pool (a process worker of a pool of its own), its zygotes in a
-    folder of this test's (the worker's environment has it, so the key does), stopped after."""
+    folder of the module's (the worker's environment has it, so the key does).
+
+    One worker for the module: each test used to start its own (a fresh Python importing
+    Prefect, then seconds to stop it); ``warm_pool`` gives each test the folder empty, no
+    zygote serving, as a fresh worker had it."""
     from tests.fleet_world import Pool
 
     folder = tempfile.mkdtemp(prefix="cw-", dir="/tmp")
-    monkeypatch.setenv(common.DIR_VARIABLE, folder)
-    monkeypatch.setenv(common.IDLE_VARIABLE, "300")
-    (tmp_path / "pool").mkdir()
-    pool = Pool(prefect_api, tmp_path / "pool")
-    pool.start()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(common.DIR_VARIABLE, folder)
+        env.setenv(common.IDLE_VARIABLE, "300")
+        pool = Pool(prefect_api, tmp_path_factory.mktemp("pool"))
+        pool.start()
+        try:
+            yield pool
+        finally:
+            pool.stop()
+            stop_zygotes(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def warm_pool(_module_pool: Any) -> Iterator[Any]:
+    """The module's worker, its zygote folder empty: no zygote serves when the test starts
+    (its first run starts cold), and none of this test's is left for the next."""
+    folder = os.environ[common.DIR_VARIABLE]
+    _empty(folder)
     try:
-        yield pool
+        yield _module_pool
     finally:
-        pool.stop()
-        stop_zygotes(folder)
-        shutil.rmtree(folder, ignore_errors=True)
+        _empty(folder)
+
+
+def _empty(folder: str) -> None:
+    """Stop the folder's zygotes and remove what they left (pid, socket, log files)."""
+    stop_zygotes(folder)
+    for item in Path(folder).iterdir():
+        if item.is_dir() and not item.is_symlink():
+            shutil.rmtree(item, ignore_errors=True)
+        else:
+            item.unlink(missing_ok=True)
 
 
 forks = zygote.forked_runs  # flow run id -> its forked pid, from the zygotes' logs
@@ -653,7 +688,7 @@ def test_a_warm_helper_cancelled_from_the_api_stops_gracefully_and_a_rerun_is_ex
 
     with FaultSite() as site:
         scene = Scene(warm_pool, tmp_path, site.base_url, redis_url, postgres_dsn, "warm-b",
-                      items=200, delay_s=0.3)  # fmt: skip
+                      items=SHORT_ITEMS, delay_s=0.3)  # fmt: skip
         try:
             own = scene.run()
             scene.zygote()
@@ -690,7 +725,7 @@ def test_a_sigkilled_shim_takes_its_fork_with_it_and_the_leases_come_back(
 
     with FaultSite() as site:
         scene = Scene(warm_pool, tmp_path, site.base_url, redis_url, postgres_dsn, "warm-c",
-                      items=200, delay_s=0.3)  # fmt: skip
+                      items=SHORT_ITEMS, delay_s=0.3)  # fmt: skip
         try:
             own = scene.run()
             scene.zygote()
