@@ -24,6 +24,12 @@ def test_the_report_says_each_workers_idle_tail_and_where_the_cpu_went(tmp_path:
     cpu = lines.index("CPU: 60 s in test processes and what they started, 5 s in the session "
                       "Prefect servers")  # fmt: skip
     assert lines[cpu + 1] == "    test_long.py 50+4, test_short.py 10+1, test_old.py 0+0"
+    files = lines.index("files by seconds (the 3 longest): seconds, worker, start")
+    assert lines[files + 1 :] == [
+        "    test_long.py 60 (gw0, 0 s in)",
+        "    test_old.py 50 (gw1, 0 s in)",
+        "    test_short.py 40 (gw0, 60 s in)",
+    ]
 
 
 def test_an_empty_folder_says_so(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ each took, and how long each worker sat idle while another finished: what tests/
 order and the worker count are tuned against (issue 30). It also sums the CPU seconds each file
 used (its own process and the processes it started and stopped) and the session Prefect
 servers' CPU while it ran: beside other work the suite is CPU-bound, and CPU is what a shorter
-CI has to cut.
+CI has to cut. Last, the longest files with their worker and start: the seconds tests/lanes.py's
+LONGEST_FIRST is kept in order by.
 
     COLLECTOR_TEST_TIMELINE=/tmp/tl ./bootstrap test && python -m tools.worker_timeline /tmp/tl
 """
@@ -61,7 +62,27 @@ def report(folder: Path) -> str:
         lines.append("    " + ", ".join(f"{n} {per_file[n]:.0f}" for n in top))
         lines.append(f"    last: {order[-1]} (ended {rows[-1][1] - t0:.0f} s in)")
     lines += _cpu_lines(spans)
+    lines += _file_lines(spans, t0)
     return "\n".join(lines)
+
+
+def _file_lines(spans: dict[str, list[Span]], t0: float, top: int = 30) -> list[str]:
+    """The longest files, each with its worker and when it started: what tests/lanes.py's
+    LONGEST_FIRST is re-measured from. A long file that started late ran alone at the end (a
+    file missing from LONGEST_FIRST is dispatched after all of those listed)."""
+    seconds: dict[str, float] = defaultdict(float)
+    where: dict[str, tuple[str, float]] = {}
+    for worker, rows in spans.items():
+        for start, end, nodeid, _, _ in rows:
+            name = _file(nodeid)
+            seconds[name] += end - start
+            if name not in where or start - t0 < where[name][1]:
+                where[name] = (worker, start - t0)
+    lines = [f"files by seconds (the {min(top, len(seconds))} longest): seconds, worker, start"]
+    for name in sorted(seconds, key=lambda n: -seconds[n])[:top]:
+        worker, started = where[name]
+        lines.append(f"    {name} {seconds[name]:.0f} ({worker}, {started:.0f} s in)")
+    return lines
 
 
 def _cpu_lines(spans: dict[str, list[Span]]) -> list[str]:
