@@ -36,23 +36,29 @@ SUBPROCESS_TESTS = frozenset({
 # Longest first (the slowest files of a CI run), so none of them starts last and runs alone
 # while the other workers have nothing left (each file stays on one worker: --dist loadfile;
 # ./bootstrap passes --no-loadscope-reorder, or pytest-xdist would order the files by their
-# number of tests and send the one-test fleet file last). Seconds per file in two fresh-clone
-# runs beside a CPU hog per core (load 7-9), the larger of the two: the order to keep when a
-# file grows (tools/worker_timeline.py shows each worker's files and idle tail).
+# number of tests and send the one-test fleet file last). A file not listed here is sent after
+# every listed one, in collection order: test_warm_start.py (190 s), unlisted, started last and
+# ran alone at the end of CI (15 min 14 s at stop 45). Seconds per file: two fresh-clone runs
+# beside a CPU hog per core (load 7-9), the larger of the two; the files added or changed since
+# (*) from a fresh-clone run at load 10-18 (2026-12-05, 2,005 s of wall: its seconds / 2.2) or
+# their own change. `python -m tools.worker_timeline DIR` ends with each file's seconds, worker
+# and start: re-measure from it when a file grows.
 LONGEST_FIRST = (
     "test_deploy_e2e.py",  # 307 s
     "test_local_server.py",  # 268
     "test_cli_terminal.py",  # 259
-    "test_fleet_flow.py",  # 251: one 8-source play on a process worker
-    "test_workers.py",  # 240
+    "test_fleet_flow.py",  # 251: one 8-source play on a process worker (being made cheaper)
     "test_local_cluster.py",  # 202
     "test_operator_truth.py",  # 202
-    "test_fleet_deploy.py",  # 192
     "test_lost_footing_cli.py",  # 195 at load 4, mostly waiting out its API outages
+    "test_fleet_deploy.py",  # 192
     "test_page_is_the_record.py",  # 171
+    "test_warm_start.py",  # 160*: 190 in CI, less its per-test worker starts and 80 items x2
     "test_collect_flow.py",  # 155
+    "test_workers.py",  # 150*: 240, less the sigstop rerun's 120 s wait for a plan
     "test_local_server_ui.py",  # 127
     "test_lifecycle.py",  # 122
+    "test_operator_truth_4.py",  # 120*: 266 at load 10-18
     "test_init.py",  # 117
     "test_metrics_end_to_end.py",  # 99
     "test_recovery_locks.py",  # 77
@@ -63,6 +69,10 @@ LONGEST_FIRST = (
     "test_quarantine_scenario.py",  # 53
     "test_validation_oracle.py",  # 52
     "test_adaptive.py",  # 50
+    "test_plan_property.py",  # 44*
+    "test_offloop.py",  # 37*
+    "test_postgres_flow.py",  # 36*
+    "test_repaired_page_lives_on.py",  # 33*
 )
 
 # Test file name -> whether it has a fast test, of everything this session collected (before

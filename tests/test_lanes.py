@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.lanes import END_TO_END_FILES, collected
+from tests.lanes import END_TO_END_FILES, LONGEST_FIRST, collected
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,3 +45,11 @@ def test_every_test_file_has_fast_tests_or_is_slow_only_on_purpose() -> None:
         f"no fast test and not listed as slow only: {sorted(without_fast - listed)}; "
         f"listed as slow only but has fast tests: {sorted(listed - without_fast)}"
     )
+
+
+def test_the_longest_first_order_names_test_files_that_exist_once_each() -> None:
+    """A renamed or removed file left in LONGEST_FIRST ranks nothing, and the file under its new
+    name is sent after every listed one (where test_warm_start.py, unlisted, ran alone last)."""
+    files = {path.name for path in (ROOT / "tests").glob("test_*.py")}
+    assert [name for name in LONGEST_FIRST if name not in files] == []
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
