@@ -32,9 +32,28 @@ from collector import defaults
 from collector.errors import ConfigError
 from collector.fleet.deploy import DeploymentPlan
 
-__all__ = ["Deployed", "check_schedule", "deploy_plans", "prefect_yaml_entry", "warm_command"]
+__all__ = [
+    "Deployed",
+    "check_schedule",
+    "deploy_plans",
+    "portable_warm_command",
+    "prefect_yaml_entry",
+    "warm_command",
+]
 
 WARM_MODULE = "flows.warmstart"  # the shim (flows/warmstart/shim.py)
+# the interpreters a portable warm start tries after the deploying one, on the worker's PATH
+WARM_FALLBACKS = ("python3", "python")
+# POSIX sh: the first of "$0" (the deploying interpreter) and WARM_FALLBACKS that exists runs
+# the shim in this process (`exec`: the worker's child stays the shim, its signals its own)
+_PORTABLE_SCRIPT = (
+    'for p in "$0" ' + " ".join(WARM_FALLBACKS) + "; do "
+    'command -v "$p" >/dev/null 2>&1 && exec "$p" -m ' + WARM_MODULE + ' "$@"; done; '
+    'echo "collector: cannot start this flow run warm: neither $0 nor '
+    + " nor ".join(WARM_FALLBACKS)
+    + ' is on this worker (collector deploy --worker-python PATH, or --cold-start)" >&2; '
+    "exit 127"
+)
 
 
 def warm_command(python: str | None = None) -> str:
@@ -45,6 +64,23 @@ def warm_command(python: str | None = None) -> str:
     if not os.path.isabs(python):
         raise ConfigError(f"--worker-python {python}: give the interpreter's absolute path")
     return shlex.join([python, "-m", WARM_MODULE])
+
+
+def portable_warm_command(python: str | None = None) -> str:
+    """The default warm start: the deploying interpreter where it exists on the worker, else
+    the first of ``python3``, ``python`` on the worker's PATH, through ``/bin/sh -c``.
+
+    Why: the deploying interpreter's absolute path often does not exist on the worker (a
+    compose or Helm container deployed to from a host's virtual environment), and a command
+    naming it would fail every run at once. The image's own Python on its PATH is the one that
+    has Collector there (the flow's entrypoint needs it anyway). With none of them it prints one
+    line naming what it tried and exits 127 (the run Crashed, the line in the worker's log).
+    ``--worker-python PATH`` stays exact: :func:`warm_command`, no fallback.
+    """
+    python = python or sys.executable
+    if not os.path.isabs(python):
+        raise ConfigError(f"--worker-python {python}: give the interpreter's absolute path")
+    return shlex.join(["/bin/sh", "-c", _PORTABLE_SCRIPT, python])
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from flows.deploy import portable_warm_command
 from flows.warmstart import common, zygote
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -646,7 +647,7 @@ def test_helpers_start_warm_on_a_process_worker_and_the_source_ends_exact(
     with FaultSite() as site:
         scene = Scene(warm_pool, tmp_path, site.base_url, redis_url, postgres_dsn, "warm-a")
         try:
-            assert scene.written[0]["command"].endswith(" -m flows.warmstart")
+            assert scene.written[0]["command"] == portable_warm_command()
             own = scene.run()
             zygote = scene.zygote()  # started by the run's shim, which went cold
             warm_pool.wait_for("the plan", scene.planned)
@@ -665,7 +666,7 @@ def test_helpers_start_warm_on_a_process_worker_and_the_source_ends_exact(
             assert serving(scene.warm_dir) == {next(iter(serving(scene.warm_dir))): zygote}
             tables = scene.exact([own, *helpers])
             assert all(tables[h.id]["stored"] > 0 for h in helpers), tables  # both helped
-            assert scene.job_variables() == {"command": f"{sys.executable} -m flows.warmstart"}
+            assert scene.job_variables() == {"command": portable_warm_command()}
             from tests.fleet_world import deploy
 
             deploy(str(scene.path), "--pool", warm_pool.name, "--cold-start")

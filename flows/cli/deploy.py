@@ -52,13 +52,17 @@ def references(args: argparse.Namespace) -> list[str]:
 
 def cmd_deploy(args: argparse.Namespace) -> int:
     from collector.fleet.deploy import plan_for
-    from flows.deploy import warm_command
+    from flows.deploy import portable_warm_command, warm_command
     from flows.sources import source_reference
 
     _prefect_environment()
     warm = WARM_BY_DEFAULT if args.start is None else args.start == "warm"
     try:
-        command = warm_command(args.worker_python) if warm else None
+        # named interpreter: exactly it; none: the deploying one, else python3/python there
+        exact = args.worker_python is not None
+        command = None
+        if warm:
+            command = warm_command(args.worker_python) if exact else portable_warm_command()
     except ConfigError as exc:
         print(f"collector: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -103,10 +107,15 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if not args.json and written:
         if command is None:
             print("runs start cold (python -m prefect.engine on the worker's interpreter)")
-        else:
+        elif exact:
             print(f"runs start warm: the workers run `{command}`, so that interpreter must exist "
                   "at that path, with Collector installed, on every worker machine (else "
-                  "--worker-python PATH, or --cold-start)")  # fmt: skip
+                  "--cold-start)")  # fmt: skip
+        else:
+            print(f"runs start warm: the workers run `{sys.executable} -m flows.warmstart` "
+                  "where that path exists, else python3 or python on their PATH, which must "
+                  "have Collector installed (--worker-python PATH names one exactly; "
+                  "--cold-start)")  # fmt: skip
     return EXIT_OK
 
 
@@ -169,8 +178,9 @@ def register(commands: Any) -> None:
     )  # fmt: skip
     deploy.add_argument(
         "--worker-python", default=None, metavar="PATH",
-        help="the interpreter the workers run for a warm start (default: the one running "
-        "`collector deploy`; it must exist at that path on every worker machine)",
+        help="the interpreter the workers run for a warm start, exactly (default: the one "
+        "running `collector deploy` where it exists on the worker, else python3 or python on "
+        "the worker's PATH)",
     )  # fmt: skip
     add_json(deploy, "one line per deployment written")
     deploy.set_defaults(func=cmd_deploy)
