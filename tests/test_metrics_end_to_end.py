@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,7 @@ from collector.config import load_source
 from collector.deadletter import SqliteDeadLetterStore
 from collector.demo.scenario import write_demo_source
 from collector.demo.site import FaultSite
+from tests.helpers import as_from_a_terminal
 from tests.servers import end_process, free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -257,7 +259,23 @@ def observed(prefect_api: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
             [sys.executable, "-m", "flows.cli", "run", str(source_path), "--json",
              "--batch-size", "50", "--metrics-port", str(metrics_port), "--metrics-hold", "30"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env,
+            preexec_fn=as_from_a_terminal,  # the Ctrl-C that ends the hold reaches it
         )  # fmt: skip
+        # stderr read as it comes: the line that says the hold began (after the summary)
+        assert run.stderr is not None
+        errors: list[bytes] = []
+        holding = threading.Event()
+        held_at: list[float] = []
+
+        def read_errors(stream: Any = run.stderr) -> None:
+            for line in stream:
+                errors.append(line)
+                if b"(--metrics-hold); Ctrl-C ends it now" in line:
+                    held_at.append(time.monotonic())
+                    holding.set()
+
+        reader = threading.Thread(target=read_errors, daemon=True)
+        reader.start()
         try:
             metrics: dict[str, Any] = {}
             dashboard: dict[str, bool] = {}
@@ -283,12 +301,32 @@ def observed(prefect_api: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
                         time.sleep(1)
                     break
                 time.sleep(0.5)
-            out, err = run.communicate(timeout=120)
+            # Everything is read: end the hold's last seconds with a Ctrl-C (the run's exit
+            # code stands; tests/test_operator_truth.py) rather than wait them out; never in
+            # its last 5 s, when the Ctrl-C could meet the process on its way out instead.
+            if metrics and holding.wait(timeout=120) and time.monotonic() - held_at[0] < 25:
+                run.send_signal(signal.SIGINT)
+            run.wait(timeout=120)
+            assert run.stdout is not None
+            out = run.stdout.read()
+            reader.join(timeout=30)
+            err = b"".join(errors)
         finally:
             if run.poll() is None:
                 run.kill()
+            for pipe in (run.stdout, run.stderr):
+                if pipe is not None:
+                    pipe.close()
         assert run.returncode == 0, err.decode()[-3000:]
         assert metrics, "Prometheus never saw the run end:\n" + err.decode()[-3000:]
+        # The slow URL answers 5 s after each of its three requests, whatever the client did
+        # (it gave up after 1 s), and the site logs an answer when it sends it: wait for the
+        # three (the whole 30 s hold used to give them the time), or the count below is short.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if sum(1 for r in site.requests if "delay=" in r.path) >= 3:
+                break
+            time.sleep(0.1)
         source = load_source(source_path)
         store = SqliteDeadLetterStore(source.deadletter_path)
         try:
