@@ -39,29 +39,29 @@ SUBPROCESS_TESTS = frozenset({
 # number of tests and send the one-test fleet file last). A file not listed here is sent after
 # every listed one, in collection order: test_warm_start.py (190 s), unlisted, started last and
 # ran alone at the end of CI (15 min 14 s at stop 45). Seconds per file: two fresh-clone runs
-# beside a CPU hog per core (load 7-9), the larger of the two; the files added or changed since
-# (*) from a fresh-clone run at load 10-18 (2026-12-05, 2,005 s of wall: its seconds / 2.2) or
-# their own change. `python -m tools.worker_timeline DIR` ends with each file's seconds, worker
+# beside a CPU hog per core (load 7-9), the larger of the two; those marked * from a fresh-clone
+# run at load 10-18 (2026-12-05, 2,205 s of wall: its seconds / 2.2) less what their own
+# change took out. `python -m tools.worker_timeline DIR` ends with each file's seconds, worker
 # and start: re-measure from it when a file grows.
 LONGEST_FIRST = (
-    "test_deploy_e2e.py",  # 307 s
+    "test_deploy_e2e.py",  # 275*: 307, less the cancelled run's rerun at 2 requests at a time
     "test_local_server.py",  # 268
     "test_cli_terminal.py",  # 259
     "test_fleet_flow.py",  # 251: one 8-source play on a process worker (being made cheaper)
     "test_local_cluster.py",  # 202
     "test_operator_truth.py",  # 202
-    "test_lost_footing_cli.py",  # 195 at load 4, mostly waiting out its API outages
     "test_fleet_deploy.py",  # 192
     "test_page_is_the_record.py",  # 171
-    "test_warm_start.py",  # 160*: 190 in CI, less its per-test worker starts and 80 items x2
+    "test_lost_footing_cli.py",  # 160*: 195 at load 4, less its reruns one page at a time
+    "test_warm_start.py",  # 160*: 190, less its per-test worker starts and 80 items x2
     "test_collect_flow.py",  # 155
-    "test_workers.py",  # 150*: 240, less the sigstop rerun's 120 s wait for a plan
+    "test_workers.py",  # 140*: 240, less the sigstop rerun's 120 s wait for a plan
     "test_local_server_ui.py",  # 127
     "test_lifecycle.py",  # 122
     "test_operator_truth_4.py",  # 120*: 266 at load 10-18
     "test_init.py",  # 117
-    "test_metrics_end_to_end.py",  # 99
     "test_recovery_locks.py",  # 77
+    "test_metrics_end_to_end.py",  # 75*: 99, less the end of its run's 30 s metrics hold
     "test_redis_restart.py",  # 75
     "test_seed_changes.py",  # 62
     "test_tracing.py",  # 61
