@@ -90,11 +90,14 @@ def simulate(
     arrive: dict[str, float] | None = None, preempt: bool = True, horizon_s: float = 3600.0,
     rules: ScalingRules | None = None, max_helpers: int = 4,
     host_cap: dict[str, float] | None = None, memory_per_helper: float = 0.0,
-    run_start_s: float = 0.0,
+    run_start_s: float = 0.0, caps: dict[str, int] | None = None,
+    fixed: dict[str, int] | None = None,
 ) -> dict[str, _Source]:  # fmt: skip
     """Run the sources to the end; ``mode`` autoscaler | fixed | none. ``host_cap``: items/s a
     source's hosts allow in all (its helpers beyond that idle); ``memory_per_helper``: the
-    share of the box's memory each running helper adds to a 0.5 base (reported by all).
+    share of the box's memory each running helper adds to a 0.5 base (reported by all);
+    ``caps``: a source's own max_helpers (else ``max_helpers``); ``fixed``: the fixed split's
+    helpers per source (else one each to the ``budget`` largest).
 
     A helper claims ``start_s`` after the decision that created it, a source's own run
     ``run_start_s`` after its request; the fleet measures each helper's start at its first
@@ -107,11 +110,16 @@ def simulate(
              for n, c, q in sources}  # fmt: skip
     fleet = FleetSettings(budget=budget, preempt=preempt)
     starts = HelperStarts()
-    trackers = {n: SourceTracker(n, s.run_class, max_helpers=max_helpers, settings=fleet,
+    caps = caps or {}
+    trackers = {n: SourceTracker(n, s.run_class, max_helpers=caps.get(n, max_helpers),
+                                 settings=fleet,
                                  rules=rules, starts=starts)
                 for n, s in state.items()}  # fmt: skip
     memory = 0.5
-    if mode == "fixed":
+    if mode == "fixed" and fixed:
+        for name, count in fixed.items():
+            state[name].helpers += [start_s] * count
+    elif mode == "fixed":
         for name, *_ in sorted(sources, key=lambda x: -x[2])[:budget]:
             state[name].helpers.append(start_s)
     now = 0.0
@@ -214,7 +222,60 @@ def model(budget: int, rate: float, start_s: float) -> None:
         first = "never" if crit.first_helper_at is None else f"{crit.first_helper_at - 20:.1f} s"
         drained = (crit.drained_at or math.inf) - 20.0
         print(f"   critical arriving at 20 s, preemption {'on ' if preempt else 'off'}: first "
-              f"helper claims after {first:>7}, drained after {drained:6.1f} s")  # fmt: skip
+              f"helper claims after {first:>7}, drained after {drained:6.1f} s, all drained "
+              f"{_drain_all(state):6.1f} s, {sum(s.stopped for s in state.values())} "
+              f"stopped")  # fmt: skip
+
+
+def _lowest_weight_first(
+    decisions: Any, beneficiary: Any, taken: Any = (), starting: Any = None
+) -> list[Any]:
+    """The victim order before the critical path counted (MODEL only): every lower-class
+    source over its share, the lowest weight first."""
+    from collector.fleet.model import CLASS_PRIORITY, Victim
+
+    rank = CLASS_PRIORITY[beneficiary.load.run_class]
+    found = [d for d in decisions if d.load.source not in taken
+             and d.load.helpers - d.load.stopping > d.share
+             and CLASS_PRIORITY[d.load.run_class] < rank]  # fmt: skip
+    return [Victim(d, False, False, "lowest weight")
+            for d in sorted(found, key=lambda d: (d.weight, d.load.source))]  # fmt: skip
+
+
+def plays_model(budget: int, start_s: float) -> None:
+    """The real plays' eight sources in virtual time (not measured): 4 items/s per process
+    (2 requests at once, 0.5 s pages), `urgent` arriving at 20 s; both scenarios, the victim
+    order before and after the critical path counted, and the fixed split."""
+    from collector.fleet import model as fleet_model
+    from tests.fleet_world import EIGHT, LATE, OPEN
+
+    print(f"\nMODEL, the plays' eight sources (virtual time, not measured): 4 items/s per "
+          f"process, helpers and runs start {start_s:g} s after the decision or request, "
+          f"`urgent` arrives at 20 s")  # fmt: skip
+    print(
+        "   scenario  play                                    all drained   urgent drained  stopped"
+    )
+    half = {"burst": budget // 2, "bulk-low": budget - budget // 2}
+    for scenario, specs in (("capped", EIGHT), ("open", OPEN)):
+        sources = [(x.name, x.run_class, x.items) for x in specs]
+        caps = {x.name: x.max_helpers for x in specs}
+        plays = [("autoscaler, preemption on", "autoscaler", True, None),
+                 ("  same, lowest weight first", "autoscaler", True, _lowest_weight_first),
+                 ("autoscaler, preemption off", "autoscaler", False, None),
+                 ("fixed: half to burst, half to bulk", "fixed", False, None)]  # fmt: skip
+        for label, mode, preempt, order in plays:
+            kept = fleet_model.victims
+            if order is not None:
+                fleet_model.victims = order
+            try:
+                state = simulate(sources, mode=mode, budget=budget, rate=4.0, start_s=start_s,
+                                 run_start_s=start_s, arrive={LATE: 20.0}, preempt=preempt,
+                                 caps=caps, fixed=half)  # fmt: skip
+            finally:
+                fleet_model.victims = kept
+            late = (state[LATE].drained_at or math.inf) - 20.0
+            print(f"   {scenario:8}  {label:38} {_drain_all(state):9.1f} s  {late:12.1f} s"
+                  f"  {sum(x.stopped for x in state.values()):7d}")  # fmt: skip
 
 
 RULE_VARIANTS = [  # what each of the seeds' rules changes: all of them, then each one undone
@@ -284,10 +345,18 @@ class Play:
         return f"{statistics.median(self.first_claim_s):.1f} / {max(self.first_claim_s):.1f} s"
 
 
-def real(budget: int) -> list[Play]:
+SCENARIOS = ("capped", "open")
+"""capped: tests/fleet_world.py EIGHT (`burst` and `bulk-low` at most 2 helpers each, what the
+fixed split gives them); open: OPEN, the same at the default cap of 4, the fixed split still
+half the budget to each."""
+
+
+def real(budget: int, scenario: str = "capped") -> list[Play]:
     """The three plays on real processes (see the module's docstring)."""
 
-    from tests.fleet_world import LATE, Pool, play
+    from tests.fleet_world import EIGHT, LATE, OPEN, Pool, play
+
+    specs = {"capped": EIGHT, "open": OPEN}[scenario]
 
     plays: list[Play] = []
     with real_parts() as (folder, postgres, redis, site, api):
@@ -302,13 +371,13 @@ def real(budget: int) -> list[Play]:
                  {"burst": half, "bulk-low": budget - half}),
             ]  # fmt: skip
             for index, (label, mode, preempt, fixed) in enumerate(setups, start=1):
-                here = Path(folder) / f"play-{index}"
+                here = Path(folder) / f"{scenario}-play-{index}"
                 here.mkdir()
                 sink = postgres.create_database()
                 frontier = redis.url.rsplit("/", 1)[0] + f"/{index}"
-                print(f"   playing {label} ...", flush=True)
+                print(f"   playing {scenario}: {label} ...", flush=True)
                 seen = play(pool, here, site.base_url, frontier, sink, budget=budget,
-                            mode=mode, preempt=preempt, fixed=fixed)  # fmt: skip
+                            mode=mode, preempt=preempt, fixed=fixed, specs=specs)  # fmt: skip
                 late_at = seen.late_at or math.nan
                 plays.append(
                     Play(
@@ -454,10 +523,30 @@ def _load() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
+def _print_plays(plays: list[Play]) -> None:
+    base = plays[0]
+    print(
+        "   play                          all drained  ratio   urgent: 1st record  ratio"
+        "   drained  ratio   helpers  preempted   helper start (median / longest)"
+    )
+    for p in plays:
+        ratio = p.all_drained_s / base.all_drained_s
+        print(f"   {p.label:28} {p.all_drained_s:9.1f} s  {ratio:5.2f}"
+              f"   {p.late_first_s:15.1f} s  {p.late_first_s / base.late_first_s:5.2f}"
+              f"   {p.late_drained_s:6.1f} s  {p.late_drained_s / base.late_drained_s:5.2f}"
+              f"   {p.started:7d}  {p.preempted:9d}   {p.start_text():>15}"
+              f"   ({'; '.join(p.notes)})")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", type=int, default=4)
     parser.add_argument("--no-model", action="store_true", help="real plays only")
+    parser.add_argument(
+        "--scenario",
+        default=",".join(SCENARIOS),
+        help="capped (burst and bulk-low at most 2 helpers), open (at most 4), or both",
+    )
     parser.add_argument("--rate", type=float, default=40.0, help="MODEL: items/s per process")
     parser.add_argument("--start-s", type=float, default=5.0, help="MODEL: a helper's start")
     parser.add_argument(
@@ -484,22 +573,19 @@ def main() -> None:
         return
     print(f"REAL: 8 sources of issue 26 on a process worker, budget {args.budget}; "
           f"{os.cpu_count()} cores; before: {_load()}")  # fmt: skip
-    began = time.monotonic()
-    plays = real(args.budget)
-    print(f"   after {time.monotonic() - began:.0f} s: {_load()}")
-    base = plays[0]
-    print(
-        "\n   play                          all drained  ratio   urgent: 1st record  ratio"
-        "   drained  ratio   helpers  preempted   helper start (median / longest)"
-    )
-    for p in plays:
-        ratio = p.all_drained_s / base.all_drained_s
-        print(f"   {p.label:28} {p.all_drained_s:9.1f} s  {ratio:5.2f}"
-              f"   {p.late_first_s:15.1f} s  {p.late_first_s / base.late_first_s:5.2f}"
-              f"   {p.late_drained_s:6.1f} s  {p.late_drained_s / base.late_drained_s:5.2f}"
-              f"   {p.started:7d}  {p.preempted:9d}   {p.start_text():>15}"
-              f"   ({'; '.join(p.notes)})")  # fmt: skip
+    tables = []
+    for scenario in args.scenario.split(","):
+        began = time.monotonic()
+        plays = real(args.budget, scenario)
+        tables.append((scenario, plays, f"after {time.monotonic() - began:.0f} s: {_load()}"))
+        print(f"   {scenario}: {tables[-1][2]}", flush=True)
+    for scenario, plays, after in tables:
+        caps = "2 and 2" if scenario == "capped" else "4 and 4"
+        print(f"\n   {scenario}: `burst` and `bulk-low` at most {caps} helpers ({after})")
+        _print_plays(plays)
     if not args.no_model:
+        for start_s in (args.start_s, 20.0):
+            plays_model(args.budget, start_s)
         model(args.budget, args.rate, args.start_s)
         rules_model(args.rate, args.start_s)
 

@@ -319,7 +319,8 @@ def _emit(
     if not started and not stopped:
         return
     payload = _figures(decision, settings, used)
-    payload.update(started=started, stopped=stopped, preempted_for=actions.preempted.get(name))
+    payload.update(started=started, stopped=stopped, preempted_for=actions.preempted.get(name),
+                   preempted_why=actions.victim_why.get(name))  # fmt: skip
     emit_event(
         event=SCALED_EVENT,
         resource={
@@ -499,7 +500,9 @@ async def _round(
         metrics.fleet_sampled(name, decision.load.wait_s, decision.load.helpers, decision.load.cpu)
         if actions.stop.get(name):
             victim_for = actions.preempted.get(name)
-            why = f"preempted for {victim_for}" if victim_for else decision.why
+            why = decision.why
+            if victim_for:  # and what the stop costs the fleet's end (model.victims)
+                why = f"preempted for {victim_for}; {actions.victim_why.get(name, '')}"
             stopped = await _stop(client, helpers.get(name, []), actions.stop[name], why)
             tally["stopped"] += len(stopped)
             if victim_for and stopped:

@@ -6,7 +6,8 @@ are deployed by `collector deploy` and requested at once; with a budget of 4 hel
 - the burst source's helpers go up to its cap and back to none once it drained, while the bulk
   source still has helpers;
 - the critical source, requested once the budget is full with a backlog that outlasts a
-  helper's start, preempts a low source's helper;
+  helper's start, preempts a lower class's helper, saying what the stop costs the fleet's end
+  (which one: tests/test_fleet_victims.py);
 - the fleet measured helper starts (creation to first claim) and shows them in its events;
 - every source ends exact: each record once, every ledger balanced, and per source the run's
   and its helpers' stored items add up to the seeds (each item stored by exactly one of them).
@@ -111,17 +112,26 @@ def test_eight_sources_share_a_budget_of_four_by_priority_and_load(
         outcome.live,
     )
 
-    # the critical source preempted a low source's helper
+    # the critical source preempted a lower class's helper, saying what the stop costs
     assert result["preempted"] >= 1, (result, timeline)
     cancelled = [r for r in helpers if r.state.type.value == "CANCELLED"]
-    # the lowest weight first (a critical source short of two helpers may then take a normal's)
     victims = {outcome.source_of(r) for r in cancelled}
-    assert "bulk-low" in victims and LATE not in victims, timeline
+    assert victims and victims <= {"burst", "bulk-low"}, timeline
     said = asyncio.run(_messages([r.id for r in cancelled]))
-    assert all(any(f"preempted for {LATE}" in m for m in said[r.id]) for r in cancelled), said
+    # every stop a preemption for a higher class, with what it costs the fleet's end (a
+    # `bulk-low` one may go to `burst` while `burst` drains last: the end moves no later)
+    higher = {"burst": ("bulk-low",), LATE: ("burst", "bulk-low")}
+    unsaid = {(outcome.source_of(r), *said[r.id]) for r in cancelled
+              if not any(f"preempted for {b}; " in m and "critical path" in m
+                         and outcome.source_of(r) in higher[b]
+                         for b in higher for m in said[r.id])}  # fmt: skip
+    assert not unsaid, unsaid
+    assert any(f"preempted for {LATE}; " in m for r in cancelled for m in said[r.id]), said
     events = asyncio.run(_events("collector.fleet.scaled", list(ITEMS)))
     payloads = [e["payload"] for e in events]
-    assert any(p.get("preempted_for") == LATE for p in payloads), payloads
+    preempting = [p for p in payloads if p.get("preempted_for")]
+    assert any(p["preempted_for"] == LATE for p in preempting), payloads
+    assert all("critical path: drains in" in p["preempted_why"] for p in preempting), payloads
     assert all({"backlog", "claim_wait_s", "weight", "share", "budget_used", "cpu",
                 "helper_start_s", "coming"} <= p.keys() for p in payloads)  # fmt: skip
 

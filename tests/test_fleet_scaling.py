@@ -165,7 +165,9 @@ def test_nothing_claims_asks_for_none_while_a_process_is_on_its_way() -> None:
 
 def test_a_critical_source_whose_backlog_outlasts_a_start_still_preempts() -> None:
     """The budget full with low and normal helpers; the critical source's own run claims 4/s
-    of 200 due (a 50 s wait) and a helper takes 20 s: it asks, and a low helper is stopped."""
+    of 200 due (a 50 s wait) and a helper takes 20 s: it asks, and a helper is stopped: the
+    normal one, whose source still drains (33 s without it) before the low one (40 s), which
+    decides "all drained" and keeps its helpers (tests/test_fleet_victims.py)."""
     fleet = FleetSettings(budget=4)
     loads = [
         SourceLoad("bulk-low", "low", backlog=500, wait_s=40.0, wait_high_for_s=30.0,
@@ -177,7 +179,7 @@ def test_a_critical_source_whose_backlog_outlasts_a_start_still_preempts() -> No
     ]  # fmt: skip
     decisions = {d.load.source: d for d in decide(loads, fleet)}
     assert decisions["urgent"].want == 1 and decisions["urgent"].share >= 1
-    assert plan_actions(list(decisions.values()), fleet).preempted == {"bulk-low": "urgent"}
+    assert plan_actions(list(decisions.values()), fleet).preempted == {"burst": "urgent"}
     late = [*loads[:2], SourceLoad("urgent", "critical", backlog=60, wait_s=15.0,
                                    wait_high_for_s=1.0, helpers=0, max_helpers=2,
                                    throughput=4.0, start_s=20.0)]  # fmt: skip

@@ -34,8 +34,10 @@ The model (docs/fleet.md):
   memory) has its surplus stopped gracefully; a drained source's helpers are not stopped: they
   end by themselves once nothing is due (stopping them would cut requests in flight); and
   *soft preemption*: when the budget is full and a source of a higher class is
-  short, stop one helper of the lowest-weight source of a lower class that holds more than its
-  share (the graceful stop: its items go back unchanged, no attempt counted).
+  short, stop one helper of a lower class that holds more than its share (the graceful stop:
+  its items go back unchanged, no attempt counted), the one whose stop delays the fleet's last
+  drain least (:func:`victims`: off the critical path first, never the source that decides
+  "all drained" while another may go, then the lowest weight).
 
 Plain Python; the flow (flows/fleet.py) samples the frontiers and carries out the actions.
 """
@@ -44,8 +46,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Literal
 
 from collector import defaults
@@ -60,7 +63,10 @@ __all__ = [
     "HelperStarts",
     "ScalingRules",
     "SourceLoad",
+    "Victim",
     "decide",
+    "drain_s",
+    "drain_without_one_s",
     "left_at_arrival",
     "load_factor",
     "plan_actions",
@@ -69,6 +75,7 @@ __all__ = [
     "shares",
     "step_down",
     "step_up",
+    "victims",
     "want",
     "weight",
 ]
@@ -153,6 +160,7 @@ class Actions:
     start: dict[str, int] = field(default_factory=dict)
     stop: dict[str, int] = field(default_factory=dict)
     preempted: dict[str, str] = field(default_factory=dict)  # victim -> the source it frees for
+    victim_why: dict[str, str] = field(default_factory=dict)  # victim -> why it was chosen
 
 
 def load_factor(backlog: int, wait_s: float, settings: FleetSettings) -> float:
@@ -352,6 +360,129 @@ def decide(loads: Sequence[SourceLoad], settings: FleetSettings) -> list[Decisio
     ]
 
 
+def _rate(load: SourceLoad, starting: int = 0) -> Fraction | None:
+    """Items/s the source will claim once its processes on the way arrive: the claim rate now
+    (backlog / claim wait) plus one process's throughput for each coming or starting (None:
+    not known, nothing claims)."""
+    if math.isinf(load.wait_s) or load.wait_s <= 0:
+        return None
+    rate = Fraction(load.backlog) / Fraction(load.wait_s)
+    if load.throughput is not None and math.isfinite(load.throughput):
+        rate += (load.coming + starting) * Fraction(load.throughput)
+    return rate
+
+
+def drain_s(load: SourceLoad, starting: int = 0) -> Fraction | float:
+    """How long the source's backlog lasts: its backlog over the claim rate now with its
+    processes on the way counted (``coming``, and ``starting`` this round), exact (a Fraction
+    of the floats). 0 when drained; ``math.inf`` when not known (nothing claims yet)."""
+    if load.backlog <= 0:
+        return Fraction(0)
+    rate = _rate(load, starting)
+    return math.inf if rate is None else Fraction(load.backlog) / rate
+
+
+def drain_without_one_s(load: SourceLoad, starting: int = 0) -> Fraction | float:
+    """The source's drain once one of its processes stops: its backlog over that rate less
+    one process's throughput. ``math.inf`` when not known (no throughput measured, nothing
+    claims) or when no process would be left. A helper given back later only shortens it, so
+    it bounds the cost of a stop and a second start."""
+    if load.backlog <= 0:
+        return Fraction(0)
+    rate = _rate(load, starting)
+    if rate is None or load.throughput is None or not math.isfinite(load.throughput):
+        return math.inf
+    left = rate - Fraction(load.throughput)
+    return Fraction(load.backlog) / left if left > 0 else math.inf
+
+
+def _longest(
+    decisions: Sequence[Decision], starting: Mapping[str, int], *leave_out: str
+) -> Fraction:
+    """The longest known drain of the sources other than ``leave_out`` (0: none known). A
+    source whose drain is not known (nothing claims yet) is left out: it says nothing of when
+    the fleet ends."""
+    known = [drain_s(d.load, starting.get(d.load.source, 0))
+             for d in decisions if d.load.source not in leave_out]  # fmt: skip
+    return max((Fraction(x) for x in known if not math.isinf(x)), default=Fraction(0))
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """A helper that may be stopped for a beneficiary, and what the stop costs the fleet."""
+
+    decision: Decision
+    delay: Fraction | float  # how much later the fleet's last drain ends (0: off the path)
+    decides: bool  # its drain is the longest: it decides "all drained" now
+    why: str
+
+
+def victims(
+    decisions: Sequence[Decision],
+    beneficiary: Decision,
+    taken: Collection[str] = (),
+    starting: Mapping[str, int] | None = None,
+) -> list[Victim]:
+    """The helpers that may be preempted for ``beneficiary``, the preferred first.
+
+    A stop costs the victim one process until a helper comes back (its drain after the stop,
+    :func:`drain_without_one_s`, bounds it, a second start included); what it costs the fleet
+    is the *delay*: how much later than now the fleet's last drain ends (the beneficiary left
+    out: its wait is about to shorten; every drain counts the processes on their way, the
+    helpers ``starting`` this round included). Off the critical path (the victim still drains before
+    the longest other) the delay is 0. Who may be stopped: a lower-class source with a helper
+    running (not stopping, none taken this round: ``taken``) that holds more than its share,
+    as before; or, in its place, one at its share whose stop delays the end less (the same one
+    stop, where it costs less). The order: never the source that decides "all drained" while
+    another of a lower or equal class may go, then the least delay, then the lowest weight.
+    A stop that delays the end past the beneficiary's own drain is made only for a critical
+    source (the operator's latency first: it still gets its helpers); for any other it would
+    move the fleet's end later for a source that does not decide it (one whose drain is not
+    known yet, nothing of it claiming, allows none: it may be short).
+    """
+    starting = starting or {}
+    mine = beneficiary.load.source
+    now_end = _longest(decisions, starting, mine)
+    own = drain_s(beneficiary.load, starting.get(mine, 0))
+    own = Fraction(0) if math.isinf(own) else own  # not known yet: it allows no delay
+    ceiling = math.inf if beneficiary.load.run_class == "critical" else max(now_end, own)
+    over: list[Victim] = []
+    at_share: list[Victim] = []
+    for v in decisions:
+        load = v.load
+        name = load.source
+        running = load.helpers - load.stopping
+        if (
+            name in taken
+            or running <= 0
+            or CLASS_PRIORITY[load.run_class] >= CLASS_PRIORITY[beneficiary.load.run_class]
+        ):
+            continue
+        others = _longest(decisions, starting, name, mine)
+        after = drain_without_one_s(load, starting.get(name, 0))
+        end = max(after, others)
+        if end > ceiling:
+            continue  # it would move the end past the beneficiary's own
+        now = drain_s(load, starting.get(name, 0))
+        decides = math.isinf(now) or Fraction(now) >= others
+        delay = end - now_end
+        where = "on" if delay > 0 else "off"
+        why = (f"{where} the critical path: drains in {_seconds(float(after))} without it, "
+               f"the longest other {_seconds(float(others))}")  # fmt: skip
+        (over if running > v.share else at_share).append(Victim(v, delay, decides, why))
+    least = min((x.delay for x in over), default=None)
+    found = over + [x for x in at_share if least is not None and x.delay < least]
+
+    def order(x: Victim) -> tuple[bool, Fraction | float, float, str]:
+        rank = CLASS_PRIORITY[x.decision.load.run_class]
+        spared = x.decides and any(
+            y is not x and CLASS_PRIORITY[y.decision.load.run_class] <= rank for y in found
+        )
+        return spared, x.delay, x.decision.weight, x.decision.load.source
+
+    return sorted(found, key=order)
+
+
 def plan_actions(decisions: Sequence[Decision], settings: FleetSettings) -> Actions:
     """Starts, stops and preemptions that move the running helpers towards the shares."""
     running = {d.load.source: d.load.helpers for d in decisions}
@@ -359,6 +490,7 @@ def plan_actions(decisions: Sequence[Decision], settings: FleetSettings) -> Acti
     start: dict[str, int] = {}
     stop: dict[str, int] = {}
     preempted: dict[str, str] = {}
+    why: dict[str, str] = {}
     short = sorted(
         (d for d in decisions if d.share > d.load.helpers),
         key=lambda d: (-CLASS_PRIORITY[d.load.run_class], -d.weight, d.load.source),
@@ -374,10 +506,6 @@ def plan_actions(decisions: Sequence[Decision], settings: FleetSettings) -> Acti
             stop[d.load.source] = surplus
     freeing = sum(d.load.stopping for d in decisions)  # slots already on their way back
     if settings.preempt and free == 0:
-        over = [
-            d for d in decisions
-            if d.load.helpers - d.load.stopping > d.share and d.load.source not in stop
-        ]  # fmt: skip
         for d in short:
             missing = d.share - d.load.helpers - start.get(d.load.source, 0)
             if missing <= 0:
@@ -385,17 +513,15 @@ def plan_actions(decisions: Sequence[Decision], settings: FleetSettings) -> Acti
             if freeing > 0:  # a helper stopping already frees a slot: wait for it
                 freeing -= 1
                 continue
-            victims = [
-                v for v in over
-                if CLASS_PRIORITY[v.load.run_class] < CLASS_PRIORITY[d.load.run_class]
-                and v.load.source not in preempted
-            ]  # fmt: skip
-            if not victims:
+            # a source scaled down this round is not preempted too; one victim per source
+            found = victims(decisions, d, taken={*stop, *preempted}, starting=start)
+            if not found:
                 continue
-            victim = min(victims, key=lambda v: (v.weight, v.load.source))
-            stop[victim.load.source] = stop.get(victim.load.source, 0) + 1
-            preempted[victim.load.source] = d.load.source
-    return Actions(start, stop, preempted)
+            victim = found[0].decision.load.source
+            stop[victim] = stop.get(victim, 0) + 1
+            preempted[victim] = d.load.source
+            why[victim] = found[0].why
+    return Actions(start, stop, preempted, why)
 
 
 class ClaimWait:

@@ -1,0 +1,192 @@
+"""Which helper preemption stops (collector/fleet/model.py ``victims``): the one whose stop does
+not delay "all drained" first, never the source that decides it while another may go, the
+lowest weight among equals, and a critical source still gets its helpers. Against a plain
+model of the rule in exact fractions, and in the play's situation (`urgent` arriving while
+`burst` and `bulk-low` hold the budget)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from fractions import Fraction
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collector.fleet.model import (
+    CLASS_PRIORITY,
+    Decision,
+    FleetSettings,
+    SourceLoad,
+    decide,
+    plan_actions,
+    victims,
+    with_helpers,
+)
+
+
+def _exact(x: float) -> Fraction:
+    return Fraction(str(x))
+
+
+def _rate(load: SourceLoad, starting: int) -> Fraction | None:
+    """Claimed a second once the processes on the way arrive (None: nothing claims)."""
+    if math.isinf(load.wait_s) or load.wait_s <= 0:
+        return None
+    rate = Fraction(load.backlog) / _exact(load.wait_s)
+    if load.throughput is not None:
+        rate += (load.coming + starting) * _exact(load.throughput)
+    return rate
+
+
+def _plain_victims(
+    decisions: list[Decision], beneficiary: Decision, taken: set[str], starting: dict[str, int]
+) -> list[str]:
+    """The rule as written, plainly: who may be stopped for ``beneficiary``, preferred first."""
+    mine = beneficiary.load
+    inf = Fraction(10**30)  # "not known" stands above every drain here
+
+    def drain(x: SourceLoad, less: int = 0) -> Fraction:
+        if x.backlog <= 0:
+            return Fraction(0)
+        rate = _rate(x, starting.get(x.source, 0))
+        if rate is None or (less and x.throughput is None):
+            return inf
+        rate -= less * _exact(x.throughput or 0)
+        return Fraction(x.backlog) / rate if rate > 0 else inf
+
+    def longest(*leave_out: str) -> Fraction:
+        known = [drain(d.load) for d in decisions if d.load.source not in leave_out]
+        return max([x for x in known if x != inf] + [Fraction(0)])
+
+    end_now = longest(mine.source)
+    own = drain(mine) if drain(mine) != inf else Fraction(0)  # not known: no delay allowed
+    ceiling = inf * 2 if mine.run_class == "critical" else max(end_now, own)
+    over: list[list[Any]] = []
+    at_share: list[list[Any]] = []
+    for d in decisions:
+        x = d.load
+        if x.source in taken or x.helpers - x.stopping <= 0:
+            continue
+        if CLASS_PRIORITY[x.run_class] >= CLASS_PRIORITY[mine.run_class]:
+            continue  # only a lower class is ever preempted
+        others = longest(x.source, mine.source)
+        end = max(drain(x, less=1), others)
+        if end > ceiling:
+            continue  # past the beneficiary's own end: a critical one's only
+        row = [drain(x) >= others, end - end_now, d.weight, x.source, x.run_class]
+        (over if x.helpers - x.stopping > d.share else at_share).append(row)
+    if over:
+        least = min(r[1] for r in over)
+        over += [r for r in at_share if r[1] < least]
+    for r in over:  # the source deciding the end is spared while one of a class <= its own may go
+        rank = CLASS_PRIORITY[r[4]]
+        r[0] = r[0] and any(o is not r and CLASS_PRIORITY[o[4]] <= rank for o in over)
+    return [r[3] for r in sorted(over, key=lambda r: r[:4])]
+
+
+load_st = st.builds(
+    SourceLoad,
+    source=st.sampled_from([f"s{i}" for i in range(6)]),
+    run_class=st.sampled_from(list(CLASS_PRIORITY)),
+    backlog=st.one_of(st.just(0), st.integers(0, 2_000)),
+    wait_s=st.sampled_from([math.inf, 0.0, 0.5, 2.0, 5.0, 10.0, 20.0, 40.0, 50.0, 60.0]),
+    wait_high_for_s=st.sampled_from([0.0, 2.0]),
+    coming=st.integers(0, 2),
+    helpers=st.integers(0, 4),
+    stopping=st.integers(0, 1),
+    max_helpers=st.integers(0, 4),
+    throughput=st.one_of(st.none(), st.sampled_from([0.5, 2.0, 4.0, 40.0])),
+    start_s=st.sampled_from([0.0, 5.0]),
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    loads=st.lists(load_st, min_size=1, max_size=6, unique_by=lambda x: x.source),
+    budget=st.integers(0, 8),
+    pick=st.integers(0, 5),
+    taken=st.sets(st.sampled_from([f"s{i}" for i in range(6)]), max_size=2),
+    starting=st.dictionaries(st.sampled_from([f"s{i}" for i in range(6)]), st.integers(0, 2)),
+)
+def test_victims_equal_the_plain_rule(
+    loads: list[SourceLoad], budget: int, pick: int, taken: set[str], starting: dict[str, int]
+) -> None:
+    loads = [replace(x, stopping=min(x.stopping, x.helpers)) for x in loads]
+    decisions = decide(loads, FleetSettings(budget=budget))
+    beneficiary = decisions[pick % len(decisions)]
+    got = victims(decisions, beneficiary, taken, starting)
+    plain = _plain_victims(decisions, beneficiary, taken, starting)
+    assert [v.decision.load.source for v in got] == plain
+    for v in got:  # priority: only a lower class is ever stopped
+        assert (
+            CLASS_PRIORITY[v.decision.load.run_class] < CLASS_PRIORITY[beneficiary.load.run_class]
+        )
+    if got and got[0].decides:  # the source deciding the end goes only when no other may
+        rank = CLASS_PRIORITY[got[0].decision.load.run_class]
+        assert not any(not v.decides and CLASS_PRIORITY[v.decision.load.run_class] <= rank
+                       for v in got[1:]), got  # fmt: skip
+    # the whole round: each preemption stops one running helper of a lower class
+    actions = plan_actions(decisions, FleetSettings(budget=budget))
+    by_name = {d.load.source: d.load for d in decisions}
+    for victim, name in actions.preempted.items():
+        x, mine = by_name[victim], by_name[name]
+        assert CLASS_PRIORITY[x.run_class] < CLASS_PRIORITY[mine.run_class], (victim, name)
+        assert 1 <= actions.stop[victim] <= x.helpers - x.stopping
+
+
+def _play(urgent_wait: float) -> list[SourceLoad]:
+    """`urgent` arrives while the budget of 4 is full: `burst` (360 items, 250 left) and
+    `bulk-low` (600, 500 left, the one that decides "all drained") with 2 helpers each, one
+    process claiming 4 items/s, the run and two helpers each: 12 items/s per source."""
+    return [
+        SourceLoad("bulk-low", "low", backlog=500, wait_s=500 / 12, wait_high_for_s=30.0,
+                   helpers=2, max_helpers=2, throughput=4.0, start_s=5.0),
+        SourceLoad("burst", "normal", backlog=250, wait_s=250 / 12, wait_high_for_s=30.0,
+                   helpers=2, max_helpers=2, throughput=4.0, start_s=5.0),
+        SourceLoad("urgent", "critical", backlog=200, wait_s=urgent_wait, wait_high_for_s=2.0,
+                   helpers=0, max_helpers=2, throughput=4.0, start_s=5.0),
+    ]  # fmt: skip
+
+
+def test_the_burst_gives_its_helper_and_the_source_that_decides_the_end_keeps_its_own() -> None:
+    """The plays' preemption took `bulk-low`'s helper (lowest weight) and paid a second start
+    on the source that decides "all drained"; `burst` without a helper still drains in 31 s,
+    before `bulk-low`'s 42 s: its helper goes."""
+    fleet = FleetSettings(budget=4)
+    decisions = decide(_play(50.0), fleet)
+    actions = plan_actions(decisions, fleet)
+    assert actions.preempted == {"burst": "urgent"}, actions
+    assert actions.victim_why["burst"].startswith("off the critical path: drains in 31.2 s")
+    # the next round (the helper stopping): nothing more stopped while its slot frees
+    stopping = [replace(x, stopping=1) if x.source == "burst" else x for x in _play(50.0)]
+    assert plan_actions(decide(stopping, fleet), fleet).stop == {}
+    # it ended, `urgent` got the slot: `burst` below its share does not take `bulk-low`'s
+    after = with_helpers(_play(50.0), {"burst": 1, "urgent": 1})
+    again = plan_actions(decide(after, fleet), fleet)
+    assert "bulk-low" not in again.stop, again
+
+
+def test_a_critical_source_still_gets_a_helper_from_the_source_that_decides_the_end() -> None:
+    """Only `bulk-low` holds helpers: the critical source still preempts it (priority first);
+    a normal source short of its share does not, unless its own drain decides the end."""
+    fleet = FleetSettings(budget=2)
+    alone = [
+        SourceLoad("bulk-low", "low", backlog=500, wait_s=40.0, helpers=2, max_helpers=2,
+                   throughput=4.0),
+        SourceLoad("urgent", "critical", backlog=200, wait_s=20.0, wait_high_for_s=2.0,
+                   max_helpers=2, throughput=4.0),
+    ]  # fmt: skip
+    assert plan_actions(decide(alone, fleet), fleet).preempted == {"bulk-low": "urgent"}
+    normal = [alone[0], SourceLoad("burst", "normal", backlog=100, wait_s=20.0,
+                                   wait_high_for_s=2.0, max_helpers=2, throughput=4.0)]  # fmt: skip
+    assert plan_actions(decide(normal, fleet), fleet).preempted == {}
+    longer = [alone[0], SourceLoad("burst", "normal", backlog=1000, wait_s=200.0,
+                                   wait_high_for_s=2.0, max_helpers=2, throughput=4.0)]  # fmt: skip
+    assert plan_actions(decide(longer, fleet), fleet).preempted == {"bulk-low": "burst"}
+    # the open play's start: `burst` planned, nothing of it claims yet: its drain is not known
+    unknown = [alone[0], SourceLoad("burst", "normal", backlog=360, wait_s=math.inf,
+                                    wait_high_for_s=2.0, max_helpers=4)]  # fmt: skip
+    assert decide(unknown, fleet)[1].share >= 1
+    assert plan_actions(decide(unknown, fleet), fleet).preempted == {}
