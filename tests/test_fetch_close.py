@@ -70,6 +70,17 @@ async def _until(check: Callable[[], bool]) -> None:
     raise AssertionError("the site never saw the request")
 
 
+async def _held_at_the_site(
+    engine: FetchEngine, site: FaultSite, item: ClaimedItem
+) -> asyncio.Task[Any]:
+    """A batch of ``item`` started, once its request is at the site (held there, unanswered)."""
+    batch = asyncio.create_task(
+        engine.fetch_batch([item], budget=RetryBudget(ratio=1.0, min_retries=100))
+    )
+    await _until(lambda: _arrived(site) == 1)
+    return batch
+
+
 async def _settled(errors: list[dict[str, Any]]) -> None:
     """Give any task left behind the time to fail, then collect it (an unretrieved exception
     is reported when its task is collected)."""
@@ -85,10 +96,7 @@ async def test_a_close_mid_fetch_hands_the_item_back_once(
     engine = _engine(transport)
     item = ClaimedItem(site.url(HELD), 1, None, 0.0)
     async with engine:
-        batch = asyncio.create_task(
-            engine.fetch_batch([item], budget=RetryBudget(ratio=1.0, min_retries=100))
-        )
-        await _until(lambda: _arrived(site) == 1)
+        batch = await _held_at_the_site(engine, site, item)
     (result,) = await batch  # no exception: the close cut the attempt off, as a halt does
     assert (result.url, result.status, result.attempts) == (item.url, "skipped", 1)
     await _settled(loop_errors)
@@ -101,10 +109,7 @@ async def test_a_fetch_whose_batch_was_cancelled_ends_with_the_engine(
     engine = _engine(transport)
     item = ClaimedItem(site.url(HELD), 0, None, 0.0)
     async with engine:
-        batch = asyncio.create_task(
-            engine.fetch_batch([item], budget=RetryBudget(ratio=1.0, min_retries=100))
-        )
-        await _until(lambda: _arrived(site) == 1)
+        batch = await _held_at_the_site(engine, site, item)
         batch.cancel()  # as Prefect's task timeout or a stop cancels the batch's caller
         with pytest.raises(asyncio.CancelledError):
             await batch
