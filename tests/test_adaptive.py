@@ -211,16 +211,42 @@ async def _fetch_all(engine: FetchEngine, site: PolitenessSite, n: int) -> list[
     return windows
 
 
+async def _fetch_all_sampled(engine: FetchEngine, site: PolitenessSite, n: int) -> list[int]:
+    """:func:`_fetch_all`, the host's window read every 50 ms while it runs (not only at each
+    batch's end: 8 readings, of which a loaded box's one bad moment was a quarter)."""
+    windows: list[int] = []
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        while not done.is_set():
+            if (window := engine.windows().get("127.0.0.1")) is not None:
+                windows.append(window)
+            await asyncio.sleep(0.05)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        await _fetch_all(engine, site, n)
+    finally:
+        done.set()
+        await sampler
+    return windows
+
+
 def test_a_fixed_worker_pool_settles_the_window_near_its_size() -> None:
     pool = 4
     with PolitenessSite(workers=pool, service_s=0.04) as site:
-        windows = asyncio.run(_fetch_all(_engine(32, AdaptiveSettings()), site, 800))
+        windows = asyncio.run(_fetch_all_sampled(_engine(32, AdaptiveSettings()), site, 800))
     settled = windows[len(windows) // 2 :]
     # Fixed, this engine would keep 32 in flight (8x the pool, 8x the latency). Settled: around
     # the pool's size, never half way to 32. (Every window within 3x once failed on a loaded
-    # box: one step to 13 among 8s, the latency floor being noisy there; the median holds.)
+    # box: one step to 13 among 8s, the latency floor being noisy there; the median holds. Of
+    # 4 readings at batch ends, one outside 4x failed once at high load: read every 50 ms, the
+    # second half's windows are about 80 readings, 9 in 10 of them asked to be within 4x.)
+    # Fails without the latency cut (latency_factor 1000: broken on purpose, 2026-12-06).
+    assert len(settled) >= 20, windows
     assert pool / 2 <= statistics.median(settled) <= 3 * pool, windows
-    assert all(pool / 2 <= w <= 4 * pool for w in settled), windows
+    within = [w for w in settled if pool / 2 <= w <= 4 * pool]
+    assert len(within) >= 0.9 * len(settled), windows
 
 
 def _adapted_share_after_warm_up() -> tuple[float, int]:
@@ -506,24 +532,63 @@ def test_the_progress_line_counts_the_slowed_hosts() -> None:
     assert hosts_words({"a": 3, "b": 4}, slowed) == ["windows 3-4", "2 hosts slowed"]
 
 
-def _windows_with_a_busy_loop(discount: bool) -> tuple[int, str]:
-    """A fast local host fetched while this same loop is busy 60 ms of every 100 ms (parsing,
-    validating, writing other pages; or another process on the CPU): (window cuts for
-    latency, the host's slowdown line)."""
-    from collector.fetch.looplag import LoopLag
+class _RawShadow(HostGate):
+    """The engine's gate for the host, beside a twin that judges the very same answers raw.
 
-    async def scenario() -> tuple[int, str]:
+    Every answer the engine reports (its latency with our loop's lateness taken out, and the raw
+    figure) goes to this gate as the engine sent it, and to ``shadow`` with the raw figure as
+    what is judged: one run, the same answers at the same moments, so a box's load weighs on
+    both alike. Two separate runs (one discounted, one not) were compared before, and a loaded
+    box, slowing the host for real in one run more than in the other, failed the comparison.
+    """
+
+    def __init__(self, ceiling: int, settings: AdaptiveSettings | None) -> None:
+        super().__init__(ceiling, settings)
+        self.shadow = HostGate(ceiling, settings)
+
+    def observe(
+        self,
+        signal: Signal,
+        *,
+        sent_at: float,
+        latency_s: float,
+        paced: bool,
+        url: str | None = None,
+        raw_latency_s: float | None = None,
+    ) -> None:
+        raw = latency_s if raw_latency_s is None else raw_latency_s
+        self.shadow.in_flight = self.in_flight
+        self.shadow.observe(signal, sent_at=sent_at, latency_s=raw, paced=paced, url=url)
+        super().observe(
+            signal, sent_at=sent_at, latency_s=latency_s, paced=paced, url=url,
+            raw_latency_s=raw_latency_s,
+        )  # fmt: skip
+
+
+def _latency_cuts(gate: HostGate) -> int:
+    return gate.cuts if gate.cause == "latency" else 0
+
+
+def _windows_with_a_busy_loop() -> tuple[_RawShadow, float]:
+    """A fast local host fetched while this same loop is busy 60 ms of every 100 ms (parsing,
+    validating, writing other pages; or another process on the CPU): the host's gate (its
+    raw twin inside) and the worst loop lateness the engine saw."""
+    worst = 0.0
+
+    async def scenario() -> _RawShadow:
+        nonlocal worst
         engine = _engine(16, AdaptiveSettings())
-        if not discount:
-            engine._loop_lag = LoopLag(interval_s=3600.0)  # never samples
+        engine._new_gate = lambda: _RawShadow(16, AdaptiveSettings())  # type: ignore[method-assign]
         stop = asyncio.Event()
 
         async def busy() -> None:
+            nonlocal worst
             await asyncio.sleep(1.0)  # the floor is learned on a quiet loop first
             while not stop.is_set():
                 until = time.monotonic() + 0.06
                 while time.monotonic() < until:
                     pass
+                worst = max(worst, engine._loop_lag.lag)
                 await asyncio.sleep(0.04)
 
         with SiteProcess() as site:  # off this process: the busy loop slows only the client
@@ -538,24 +603,28 @@ def _windows_with_a_busy_loop(discount: bool) -> tuple[int, str]:
                         ]
                         await engine.fetch_batch(batch, budget=budget)
                     gate = engine.slots["127.0.0.1"].gate
-                    assert gate is not None
-                    cuts = gate.cuts if gate.cause == "latency" else 0
-                    return cuts, gate.slowdown() or ""
+                    assert isinstance(gate, _RawShadow)
+                    return gate
             finally:
                 stop.set()
                 await hog
 
-    return asyncio.run(scenario())
+    gate = asyncio.run(scenario())
+    return gate, worst
 
 
 @pytest.mark.slow
 def test_our_own_busy_loop_is_not_read_as_the_hosts_latency() -> None:
-    """Answers wait for this loop while it works: measured raw, a fast host's latency rises
-    far above its floor and the window is cut for our load (the check can fail: it does
-    without the loop's lateness discounted). Discounted by the loop's recent worst lateness, it
-    is cut for latency less often (on a quiet box not at all). The host runs in a process of its
-    own: in this one, the busy loop would hold the GIL from it and slow the host for real."""
-    raw_cuts, raw_why = _windows_with_a_busy_loop(discount=False)
-    cuts, why = _windows_with_a_busy_loop(discount=True)
-    assert raw_cuts >= 1, (raw_cuts, raw_why)  # counted only when latency made the last cut
-    assert cuts < raw_cuts, (cuts, why, raw_cuts, raw_why)
+    """Answers wait for this loop while it works: judged raw, a fast host's latency rises
+    far above its floor and the window is cut for our load (the check can fail: the raw twin
+    of the same answers is cut). Discounted by the loop's recent worst lateness, the same
+    answers cut the window for latency less often (on a quiet box not at all). The host runs
+    in a process of its own: in this one, the busy loop would hold the GIL from it and slow
+    the host for real. (Fails when the engine judges the raw latency: broken on purpose,
+    2026-12-06, the two counts were equal.)"""
+    gate, worst = _windows_with_a_busy_loop()
+    raw_cuts, cuts = _latency_cuts(gate.shadow), _latency_cuts(gate)
+    seen = (cuts, gate.slowdown(), raw_cuts, gate.shadow.slowdown(), f"loop lag {worst:.3f} s")
+    assert worst >= 0.03, seen  # the loop was busy, and the engine's sampler saw it
+    assert raw_cuts >= 1, seen  # counted only when latency made the last cut
+    assert cuts < raw_cuts, seen
