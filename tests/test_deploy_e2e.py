@@ -191,11 +191,13 @@ class World:
 
 
 def _start(world: World, name: str, *args: str) -> subprocess.Popen[bytes]:
-    log = (world.folder / f"{name}.log").open("wb")
-    process = subprocess.Popen(
-        args, cwd=ROOT, env=world.env, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )  # fmt: skip
+    # The child writes to its own copy of the file's descriptor: ours is closed at once (left
+    # open, each one was a ResourceWarning "unclosed file" when collected).
+    with (world.folder / f"{name}.log").open("wb") as log:
+        process = subprocess.Popen(
+            args, cwd=ROOT, env=world.env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
     world.processes.append(process)
     return process
 

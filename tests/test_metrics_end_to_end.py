@@ -72,15 +72,16 @@ class PrometheusServer:
         self._process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> PrometheusServer:
-        self._process = subprocess.Popen(
-            [
-                PROMETHEUS, f"--config.file={self.folder / 'prometheus.yml'}",
-                f"--storage.tsdb.path={self.folder / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=(self.folder / "prometheus.log").open("wb"),
-        )  # fmt: skip
+        with (self.folder / "prometheus.log").open("wb") as log:  # the child keeps its copy
+            self._process = subprocess.Popen(
+                [
+                    PROMETHEUS, f"--config.file={self.folder / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={self.folder / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )  # fmt: skip
         try:
             wait_ready(
                 self._process, f"{self.url}/-/ready", log=self.folder / "prometheus.log",
