@@ -337,6 +337,7 @@ class Play:
     preempted: int = 0
     notes: list[str] = field(default_factory=list)
     first_claim_s: list[float] = field(default_factory=list)  # each helper's, from its creation
+    timeline: list[str] = field(default_factory=list)  # where the play's time went (breakdown)
 
     def start_text(self) -> str:
         """Decision to first claim: median and longest over the helpers that claimed."""
@@ -363,6 +364,7 @@ def real(budget: int, scenario: str = "capped") -> list[Play]:
         pool = Pool(api, Path(folder))
         pool.start()
         try:
+            warm_up(pool, Path(folder), site.base_url, redis.url, postgres.create_database())
             half = budget // 2
             setups = [
                 ("autoscaler, preemption on", "autoscaler", True, None),
@@ -390,11 +392,149 @@ def real(budget: int, scenario: str = "capped") -> list[Play]:
                         preempted=int(seen.tally.get("preempted", 0)),
                         notes=[f"urgent requested at {late_at:.1f} s"],
                         first_claim_s=sorted(seen.first_claim_s.values()),
+                        timeline=breakdown(seen, budget),
                     )
                 )  # fmt: skip
         finally:
             pool.stop()
     return plays
+
+
+def warm_up(pool: Any, folder: Path, site: str, redis: str, dsn: str) -> None:
+    """One tiny run on the worker before the plays: its first run makes the warm-start
+    zygote (docs/fleet.md), which the first play would otherwise pay alone (own runs 25 s from
+    created to running in the first play of 2026-12-06 01:57, 3-9 s in the next ones)."""
+    from prefect.deployments import run_deployment
+
+    from collector.fleet.deploy import deployment_name
+    from tests.fleet_world import Spec, deploy, ended, write_source
+
+    here = folder / "warm-up"
+    here.mkdir()
+    frontier = redis.rsplit("/", 1)[0] + "/15"  # a database of its own
+    path = write_source(here, Spec("warm-up", "normal", 3, 0.0, 0), site, frontier, dsn)
+    deploy(str(path), "--pool", pool.name)
+    run = run_deployment(f"collect/{deployment_name('warm-up')}", timeout=0)
+    pool.wait_for("the warm-up run", ended(run))
+
+
+# --- where a play's time goes ---
+
+
+@dataclass
+class Span:
+    """One flow run of a play (own run or helper), seconds from the play's start (nan: not
+    seen): created, picked by the worker (Pending), Running, first and last sample holding
+    leases (every half second), ended."""
+
+    source: str
+    kind: str  # run | helper
+    state: str
+    at: dict[str, float]
+
+
+SPAN_STAGES = ("created", "picked", "running", "first claim", "last claim", "ended")
+
+
+def spans(seen: Any) -> list[Span]:
+    """Every run of a play with its stages (its states read from the API)."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    runs = [*((r, "run") for r in seen.runs.values()), *((h, "helper") for h in seen.helpers)]
+
+    async def states() -> list[Any]:
+        async with get_client() as client:
+            return [await client.read_flow_run_states(r.id) for r, _ in runs]
+
+    found = []
+    for (run, kind), history in zip(runs, asyncio.run(states()), strict=True):
+        at: dict[str, float] = {"created": run.created.timestamp() - seen.t0_wall}
+        for state in history:
+            name = {"PENDING": "picked", "RUNNING": "running"}.get(state.type.value)
+            if name and name not in at:
+                at[name] = state.timestamp.timestamp() - seen.t0_wall
+        if run.end_time is not None:
+            at["ended"] = run.end_time.timestamp() - seen.t0_wall
+        held = seen.held.get(str(run.id))
+        if held:
+            at["first claim"], at["last claim"] = held
+        source = seen.source_of(run) if kind == "helper" else run.name.split("-")[0]
+        if kind == "run":
+            source = next((n for n, r in seen.runs.items() if r.id == run.id), source)
+        found.append(Span(source, kind, run.state.name, at))
+    return sorted(found, key=lambda x: x.at["created"])
+
+
+def _gap(a: Span, start: str, end: str) -> float:
+    return a.at.get(end, math.nan) - a.at.get(start, math.nan)
+
+
+def _mm(values: list[float]) -> str:
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.1f} / {max(values):.1f}"
+
+
+def _stage(found: list[Span], start: str, end: str) -> str:
+    return _mm([_gap(x, start, end) for x in found])
+
+
+def breakdown(seen: Any, budget: int) -> list[str]:
+    """Lines: every run's stages, then the budget's slot-seconds and the box's CPU."""
+    found = spans(seen)
+    end = max(seen.drained_at.values(), default=math.nan)
+    lines = ["      source     kind    " + "".join(f"{n:>12}" for n in SPAN_STAGES) + "  state"]
+    for x in found:
+        lines.append(f"      {x.source:10} {x.kind:6}  "
+                     + "".join(f"{x.at.get(n, math.nan):12.1f}" for n in SPAN_STAGES)
+                     + f"  {x.state}")  # fmt: skip
+    runs = [x for x in found if x.kind == "run"]
+    helpers = [x for x in found if x.kind == "helper"]
+    lines.append(
+        f"      own runs (median / longest): created->running {_stage(runs, 'created', 'running')}"
+        f" s, running->first claim {_stage(runs, 'running', 'first claim')} s"
+    )
+    for name in ("burst", "bulk-low", "urgent"):
+        for x in runs:
+            if x.source == name:
+                lines.append(f"      {name}: created {x.at['created']:.1f}, first claim "
+                             f"{x.at.get('first claim', math.nan):.1f}, drained "
+                             f"{seen.drained_at.get(name, math.nan):.1f}")  # fmt: skip
+    if helpers:
+        lines.append(
+            f"      helpers (median / longest): created->running "
+            f"{_stage(helpers, 'created', 'running')} s, running->first claim "
+            f"{_stage(helpers, 'running', 'first claim')} s, last claim->ended "
+            f"{_stage(helpers, 'last claim', 'ended')} s"
+        )
+        # the budget's slot-seconds from the play's start to all drained: what filled them
+        starting = working = tail = 0.0
+        for x in helpers:
+            made = min(x.at["created"], end)
+            first = min(x.at.get("first claim", x.at.get("ended", end)), end)
+            last = min(x.at.get("last claim", first), end)
+            gone = min(x.at.get("ended", end), end)
+            starting += max(0.0, first - made)
+            working += max(0.0, last - first)
+            tail += max(0.0, gone - last)
+        slots = budget * end
+        empty = slots - starting - working - tail
+        lines.append(
+            f"      slot-seconds to all drained ({slots:.0f}): starting {starting:.0f} "
+            f"({starting / slots:.0%}), claiming {working:.0f} ({working / slots:.0%}), "
+            f"after the last claim {tail:.0f} ({tail / slots:.0%}), empty {empty:.0f} "
+            f"({empty / slots:.0%})"
+        )
+    during = [c for t, c in seen.cpu if t <= end]
+    if during:
+        lines.append(
+            f"      box CPU to all drained: mean {statistics.mean(during):.0%} of 2 cores, "
+            f"{sum(1 for c in during if c >= 0.95) / len(during):.0%} of samples >= 95 %"
+        )
+    return lines
 
 
 # --- decision to first claim, stage by stage ---
@@ -536,6 +676,10 @@ def _print_plays(plays: list[Play]) -> None:
               f"   {p.late_drained_s:6.1f} s  {p.late_drained_s / base.late_drained_s:5.2f}"
               f"   {p.started:7d}  {p.preempted:9d}   {p.start_text():>15}"
               f"   ({'; '.join(p.notes)})")  # fmt: skip
+    for p in plays:
+        if p.timeline:
+            print(f"\n   {p.label}: where the time went (seconds from the first request)")
+            print("\n".join(p.timeline))
 
 
 def main() -> None:
