@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -30,8 +31,10 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 # Each pytest-xdist worker gets a home of its own (workers inherit the controller's environment,
 # and one worker stopping a shared server at its end would cut off the others' runs).
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+_OWN_HOME: str | None = None  # the throwaway home made here (never a user's own)
 if _WORKER or "PREFECT_HOME" not in os.environ:
-    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix=f"collector-tests-prefect-{_WORKER or ''}")
+    _OWN_HOME = tempfile.mkdtemp(prefix=f"collector-tests-prefect-{_WORKER or ''}")
+    os.environ["PREFECT_HOME"] = _OWN_HOME
 os.environ.setdefault("COLLECTOR_SERVER_IDLE_S", "60")
 # The GX kwargs verdicts `collector validate` keeps (collector/settle/gx_check_cache.py): in a
 # throwaway folder shared by the session's workers, never the user's own cache.
@@ -49,6 +52,23 @@ settings.load_profile("collector")
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     lanes.mark_and_order(items)
+
+
+# The worker's PREFECT_HOME gets migrated Prefect databases (tests/prefect_db.py) before its
+# first slow test: the local background server a `collector` command starts there, and an
+# ephemeral server, then skip Prefect's migrations (about 4 s of CPU each). Not for the fast
+# lane, which starts no server: making the migrated database costs about as much, once.
+_home_seeded = False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    global _home_seeded
+    if not _home_seeded and _OWN_HOME and item.get_closest_marker("slow") is not None:
+        _home_seeded = True
+        from tests.prefect_db import seed_home
+
+        seed_home(Path(_OWN_HOME))
 
 
 # --- where a worker's time goes: COLLECTOR_TEST_TIMELINE=DIR writes one line per test per worker

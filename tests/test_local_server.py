@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import write_source
+from tests.prefect_db import seed_home
 from tests.worker_site import WorkerSite
 
 COLLECTOR = [sys.executable, "-m", "flows.cli"]
@@ -25,12 +26,16 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def _env(home: Path, **extra: str) -> dict[str, str]:
+def _env(home: Path, *, fresh: bool = False, **extra: str) -> dict[str, str]:
     """The environment of a user with ``home``: no API URL, so a local server is started.
 
     Its idle exit is 10 min, not the suite's 60 s: a loaded box took over a minute to start
     another install's server, and the first one, unused meanwhile, stopped itself (the idle
-    test sets its own 2 s). Every test here stops its servers at its end."""
+    test sets its own 2 s). Every test here stops its servers at its end. The home's Prefect
+    databases are already migrated (tests/prefect_db.py: half a start's CPU), unless ``fresh``:
+    the first test starts on nothing, as a user's first command does."""
+    if not fresh:
+        seed_home(home)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
     env.pop("PREFECT_PROFILE", None)
     return {**env, "PREFECT_HOME": str(home), "COLLECTOR_SERVER_IDLE_S": "600", **extra}
@@ -60,7 +65,7 @@ def _runs_on(url: str) -> int:
 
 def test_started_once_reused_survives_ctrl_c_and_stops_on_request(tmp_path: Path) -> None:
     home = tmp_path / "prefect-home"
-    env = _env(home)
+    env = _env(home, fresh=True)  # a first start on nothing: Prefect migrates its database
     with WorkerSite() as site:
         source = write_source(
             tmp_path, name="local-server", seeds={"template": site.url("/items/{i}.json"),
@@ -157,7 +162,9 @@ def test_each_install_has_its_own_server_and_stops_only_its_own(tmp_path: Path) 
     # the first server waits idle while the other install starts and stops its own: minutes on
     # a loaded box, past the tests' idle stop (60 s), which would end it and look like the stop
     env = _env(home, COLLECTOR_SERVER_IDLE_S="3600")
-    other = [str(_other_install(tmp_path / "other-venv")), "-m", "flows.cli"]
+    other_python = str(_other_install(tmp_path / "other-venv"))
+    seed_home(home, python=other_python)  # its database migrated too (tests/prefect_db.py)
+    other = [other_python, "-m", "flows.cli"]
 
     def other_collector(*args: str) -> Any:
         return subprocess.run([*other, *args], cwd=ROOT, env=env, capture_output=True,

@@ -24,6 +24,7 @@ import pytest
 
 from collector.demo.site import FaultSite
 from tests.helpers import write_source
+from tests.prefect_db import seed_home
 from tests.test_deploy_e2e import CHROMIUM, CHROMIUM_FLAGS
 
 pytestmark = pytest.mark.slow
@@ -37,7 +38,7 @@ PAGE_TIMEOUT_MS = 90_000  # a loaded 2-core box renders the UI slowly
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A user's environment: no Prefect API configured, a PREFECT_HOME of its own, Prefect's
     default log level (the suite's WARNING would hide the run's INFO lines from its page)."""
-    home = tmp_path_factory.mktemp("ui-home")
+    home = seed_home(tmp_path_factory.mktemp("ui-home"))  # migrated: tests/prefect_db.py
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
     env.pop("PREFECT_PROFILE", None)
     env.pop("PREFECT_UI_URL", None)

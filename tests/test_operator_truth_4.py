@@ -21,15 +21,18 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from collector.demo.site import FaultSite
 from tests.fleet_world import BIN, Pool, ended, pool  # noqa: F401  (the pool fixture)
 from tests.helpers import write_source
+from tests.prefect_db import seed_home
 from tests.test_cli_terminal import ROOT, collector, env, put_letters
 from tests.test_operator_truth import _dead_port
 
 
 # --- item 1: bootstrap acts on the server collector uses -----------------------------------------
 def _own_home(tmp_path: Path) -> dict[str, str | None]:
-    """No API configured, and a PREFECT_HOME of the test's own: its own background server."""
+    """No API configured, and a PREFECT_HOME of the test's own: its own background server (on
+    a migrated database, tests/prefect_db.py)."""
+    home = seed_home(tmp_path / "prefect-home")
     return {"PREFECT_API_URL": None, "PREFECT_PROFILE": None, "COLLECTOR_LOCAL_SERVER": None,
-            "PREFECT_HOME": str(tmp_path / "prefect-home")}  # fmt: skip
+            "PREFECT_HOME": str(home)}  # fmt: skip
 
 
 def _run(*command: str, **changes: str | None) -> subprocess.CompletedProcess[str]:
