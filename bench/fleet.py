@@ -135,6 +135,8 @@ def simulate(
                 starts_now = sum(1 for t in s.helpers if now - STEP_S < t <= now)
                 for _ in range(starts_now if s.queued > 0 else 0):
                     starts.add(start_s)
+                if s.queued > 0:  # did the claim rate rise with them? (the "no gain" rule)
+                    trackers[s.name].helpers_arrived(now, running, starts_now)
             working = (1 if now >= s.run_at else 0) + running
             can = min(working * rate, host_cap.get(s.name, math.inf)) * STEP_S
             claimed = min(s.queued, can)

@@ -230,8 +230,14 @@ async def _sample(
         counts = await asyncio.to_thread(d.frontier.counts, name)
         holders = await asyncio.to_thread(d.frontier.holders, name)
         running = {str(r.id) for r in helpers.get(name, []) if r.state_type == StateType.RUNNING}
+        capped = d.tracker.no_gain
         d.tracker.sample(now, counts, holders, running)  # busy: of the helpers that run
-        for seconds in arrivals.observe(now, holders):  # first claims: helper starts measured
+        if d.tracker.no_gain != capped:  # the "no gain" rule judged (or its keep ran out)
+            logger.info("fleet: %s: %s", name, d.tracker.no_gain or "no gain forgotten")
+        arrived = arrivals.observe(now, holders)
+        # did the claim rate rise with them? (the "no gain" rule)
+        d.tracker.helpers_arrived(now, len(running), len(arrived))
+        for seconds in arrived:  # first claims: helper starts measured
             logger.info(
                 "fleet: %s: a helper claimed %.1f s after its creation (expected start now %.1f s)",
                 name,
@@ -298,6 +304,7 @@ def _figures(decision: Decision, settings: FleetSettings, used: int) -> dict[str
         "throughput": None if load.throughput is None else round(load.throughput, 3),
         "helper_start_s": round(load.start_s, 2),
         "coming": load.coming,
+        "no_gain_above": load.no_gain_above,
         "helpers": load.helpers,
         "max_helpers": load.max_helpers,
         "load_factor": round(decision.load_factor, 3),

@@ -76,6 +76,8 @@ def _plain_want(load: SourceLoad, fleet: FleetSettings) -> tuple[int, bool]:
         target = max(target, have + 1, math.ceil(have * factor))
     if arrives_in_time and load.cpu is not None and load.cpu > fleet.cpu_high and have > 0:
         target = max(target, have + 1)
+    if load.no_gain_above is not None:  # helpers that brought no gain: no step up past them
+        target = min(target, max(have, low, load.no_gain_above))
     return min(cap, target), False
 
 
@@ -110,6 +112,7 @@ load_st = st.builds(
     rules=rules_st,
     start_s=st.sampled_from([0.0, 0.03, 3.6, 9.0, 15.0, 20.0]),
     coming=st.integers(0, 3),
+    no_gain_above=st.one_of(st.none(), st.integers(0, 12)),
 )
 
 
@@ -128,6 +131,8 @@ def test_want_equals_the_plain_rules_and_keeps_within_min_and_cap(load: SourceLo
         assert not (load.busy is not None and load.busy < load.rules.idle_below)
     if down:
         assert count < load.helpers
+    if load.no_gain_above is not None and count > max(load.helpers, load.rules.min_helpers):
+        assert count <= load.no_gain_above, why  # no step up past helpers that did not help
     if count > max(load.helpers, min(cap, load.rules.min_helpers)):  # a step up: it arrives in time
         assert load.start_s <= 0 or load.wait_s > load.start_s, why
         assert not (math.isinf(load.wait_s) and load.coming > 0 and load.throughput is None

@@ -26,6 +26,11 @@ The model (docs/fleet.md):
   instant), the pool size counts the backlog left when a new helper arrives
   (:func:`left_at_arrival`), and "nothing claims" asks for none while a process of the source
   is on its way (created, pending or starting: it arrives sooner than a new one would).
+- **no gain**: when a helper's arrival (its first claim) did not raise the source's claim rate
+  by half of one process's rate (:func:`gained`, over ``gain_window_s`` before and after), the
+  step-up rules ask for no more helpers than the source had before it, for ``no_gain_keep_s``,
+  across a step down: a source bound by its host's rate does not re-add a helper that did not
+  help about once a minute (its claim wait outlasts any start).
 - **shares** of the global ``budget``: first one helper each to the sources that want one
   (those starved longest first, then by weight), then the rest one at a time to the source with
   the highest ``weight / (helpers given + 1)``, never above its want.
@@ -67,6 +72,7 @@ __all__ = [
     "decide",
     "drain_s",
     "drain_without_one_s",
+    "gained",
     "left_at_arrival",
     "load_factor",
     "plan_actions",
@@ -98,6 +104,12 @@ class FleetSettings:
     backlog_unit: int = defaults.FLEET_BACKLOG_UNIT
     starve_after_s: float = 30.0  # a source short of helpers this long goes first for one
     preempt: bool = True
+    # "no gain": a helper whose arrival did not raise its source's claim rate by at least this
+    # share of one process's rate, judged over gain_window_s before and after its first claim,
+    # caps the source's step-ups at the helpers it had before, for no_gain_keep_s
+    gain_min_share: float = 0.5
+    gain_window_s: float = 10.0
+    no_gain_keep_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +150,8 @@ class SourceLoad:
     rules: ScalingRules = ScalingRules()
     start_s: float = 0.0  # a new helper's expected start, creation to first claim (0: instant)
     coming: int = 0  # its processes live but not claiming yet (helpers starting, its own run)
+    no_gain_above: int | None = None  # the last helper brought no gain: at most this many more
+    no_gain_why: str = ""  # the rates that showed it
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +317,32 @@ def want(load: SourceLoad, settings: FleetSettings) -> tuple[int, str, bool]:
     if outlasts and load.cpu is not None and load.cpu > settings.cpu_high and have > 0:
         asks.append((have + 1, f"helpers' CPU {load.cpu:.0%} > {settings.cpu_high:.0%} of a core"))
     count, why = max(asks, key=lambda a: a[0])  # the first of the largest: steady before a rule
+    if load.no_gain_above is not None:  # a helper that did not help: no step up past it
+        most = max(have, floor, load.no_gain_above)
+        if count > most:
+            count, why = most, f"no step up: {load.no_gain_why}"
     return min(cap, count), why, False
+
+
+def gained(
+    rate_before: float,
+    processes_before: float,
+    rate_after: float,
+    processes_after: float,
+    added: int,
+    min_share: float,
+) -> bool:
+    """Whether ``added`` processes raised the claim rate: after them it is at least what the
+    processes there before claim at the rate each claimed before (``rate_before /
+    processes_before``; processes: the mean count holding leases over each window) plus
+    ``min_share`` of that for each one added. A source bound by its host's rate, or a box
+    with no CPU left, claims no faster with them: each process then claims less. Nothing
+    claimed before: any rise is a gain."""
+    if processes_before <= 0 or rate_before <= 0:
+        return rate_after > rate_before
+    per_process = Fraction(rate_before) / Fraction(processes_before)  # exact: no edge rounding
+    kept = Fraction(processes_after) - added * (1 - Fraction(min_share))
+    return Fraction(rate_after) >= per_process * kept
 
 
 def shares(

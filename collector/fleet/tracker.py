@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
 
 from collector import defaults
 from collector.fleet.model import (
@@ -30,6 +31,7 @@ from collector.fleet.model import (
     HelperStarts,
     ScalingRules,
     SourceLoad,
+    gained,
 )
 from collector.frontier.base import Holder, StateCounts
 
@@ -86,6 +88,20 @@ class Arrivals:
         self._created = {k: v for k, v in self._created.items() if k in live}
 
 
+@dataclass(frozen=True, slots=True)
+class _Trial:
+    """Helpers' arrivals being judged: did the claim rate rise with them? Arrivals less than
+    ``gain_window_s`` apart are judged together, from the rate before the first to the rate
+    after the last."""
+
+    rate_before: float  # items/s over gain_window_s before the first one's first claim
+    processes_before: float  # processes holding leases then (mean over the same window)
+    helpers_before: int  # running helpers before the first one
+    last: float  # the last one's first claim
+    helpers_now: int  # running helpers with the last one
+    claimed_at: int  # the source's claimed total at the last one's arrival
+
+
 class SourceTracker:
     """One deployed source's running figures (one per source in the autoscaler)."""
 
@@ -116,6 +132,10 @@ class SourceTracker:
         self._working: deque[tuple[float, int]] = deque()  # (at, processes holding leases)
         self._helper_count: int | None = None
         self.starts = starts  # the fleet's helper starts (None: instant, the 50 ms rule alone)
+        # (at, claimed total, processes working it): the "no gain" rule's windows
+        self._claims: deque[tuple[float, int, int]] = deque()
+        self._trial: _Trial | None = None
+        self._no_gain: tuple[float, int, str] | None = None  # (since, helpers before, why)
 
     def sample(
         self, now: float, counts: StateCounts, holders: Iterable[Holder], helpers: Collection[str]
@@ -141,6 +161,75 @@ class SourceTracker:
         share = self.busy_share()
         self._busy_high.observe(now, share is not None and share > self.settings.busy_high)
         self._idle.observe(now, share is not None and share < self.rules.idle_below)
+        # the processes working it: those holding leases and the running helpers (one
+        # waiting for its host's slots or rate holds none and still counts)
+        self._claims.append((now, claimed, len({h.holder for h in holding} | set(helpers))))
+        while self._claims and now - self._claims[0][0] > self.settings.gain_window_s + 1.0:
+            self._claims.popleft()
+        self._judge(now, claimed, queued=counts.queued, helpers=len(helpers))
+
+    @property
+    def no_gain(self) -> str | None:
+        """Why the source's step-ups are capped by the "no gain" rule now (None: they are not)."""
+        return None if self._no_gain is None else self._no_gain[2]
+
+    def helpers_arrived(self, now: float, helpers_now: int, count: int = 1) -> None:
+        """``count`` helpers of this source claimed for the first time (``helpers_now``
+        running with them): whether the claim rate rose with them is judged ``gain_window_s``
+        later (with any that arrive meanwhile: the rule's trial)."""
+        if count <= 0:
+            return
+        trial = self._trial
+        claimed = self._claims[-1][1] if self._claims else 0
+        now_at = self._claims[-1][0] if self._claims else now
+        if trial is not None:
+            self._trial = replace(trial, last=now_at, helpers_now=helpers_now, claimed_at=claimed)
+            return
+        window = self.settings.gain_window_s
+        before = [x for x in self._claims if now - x[0] <= window and x[0] < now]
+        if len(before) < 2 or before[-1][0] - before[0][0] < window / 2:
+            return  # too little seen before it to compare with
+        (t0, c0, _), (t1, c1, _) = before[0], before[-1]
+        self._trial = _Trial(
+            rate_before=(c1 - c0) / (t1 - t0),
+            processes_before=sum(x[2] for x in before[1:]) / (len(before) - 1),
+            helpers_before=max(0, helpers_now - count),
+            last=now_at,
+            helpers_now=helpers_now,
+            claimed_at=claimed,
+        )
+
+    def _judge(self, now: float, claimed: int, *, queued: int, helpers: int) -> None:
+        """A trial whose window passed: no gain caps the step-ups (collector.fleet.model
+        ``want``) at the helpers there were before it, for ``no_gain_keep_s``."""
+        settings = self.settings
+        if self._no_gain is not None and now - self._no_gain[0] >= settings.no_gain_keep_s:
+            self._no_gain = None  # the host's limit may have changed: try again
+        trial = self._trial
+        if trial is None:
+            return
+        if queued <= 0 or helpers < trial.helpers_now:
+            self._trial = None  # drained, or a helper left meanwhile: the rate says nothing
+            return
+        if now - trial.last < settings.gain_window_s:
+            return
+        self._trial = None
+        after = (claimed - trial.claimed_at) / (now - trial.last)
+        seen = [x[2] for x in self._claims if x[0] > trial.last]
+        processes_after = sum(seen) / len(seen) if seen else 0.0
+        added = trial.helpers_now - trial.helpers_before
+        if gained(
+            trial.rate_before, trial.processes_before, after, processes_after, added,
+            settings.gain_min_share,
+        ):  # fmt: skip
+            self._no_gain = None
+            return
+        self._no_gain = (
+            now,
+            trial.helpers_before,
+            f"helpers {trial.helpers_before + 1}-{trial.helpers_now} brought no gain "
+            f"({trial.rate_before:.1f}/s before, {after:.1f}/s after)",
+        )
 
     def start_s(self) -> float:
         """A new helper's expected start (0 without a start measure: instant)."""
@@ -194,6 +283,8 @@ class SourceTracker:
             rules=self.rules,
             start_s=self.start_s(),
             coming=coming,
+            no_gain_above=None if self._no_gain is None else self._no_gain[1],
+            no_gain_why="" if self._no_gain is None else self._no_gain[2],
         )
 
     def decided(self, now: float, *, want: int, helpers: int) -> None:
