@@ -91,7 +91,7 @@ def simulate(
     rules: ScalingRules | None = None, max_helpers: int = 4,
     host_cap: dict[str, float] | None = None, memory_per_helper: float = 0.0,
     run_start_s: float = 0.0, caps: dict[str, int] | None = None,
-    fixed: dict[str, int] | None = None,
+    fixed: dict[str, int] | None = None, fleet_overrides: dict[str, Any] | None = None,
 ) -> dict[str, _Source]:  # fmt: skip
     """Run the sources to the end; ``mode`` autoscaler | fixed | none. ``host_cap``: items/s a
     source's hosts allow in all (its helpers beyond that idle); ``memory_per_helper``: the
@@ -108,7 +108,7 @@ def simulate(
     state = {n: _Source(n, c, float(q), arrives_at=arrive.get(n, 0.0),
                         run_at=arrive.get(n, 0.0) + run_start_s)
              for n, c, q in sources}  # fmt: skip
-    fleet = FleetSettings(budget=budget, preempt=preempt)
+    fleet = FleetSettings(budget=budget, preempt=preempt, **(fleet_overrides or {}))
     starts = HelperStarts()
     caps = caps or {}
     trackers = {n: SourceTracker(n, s.run_class, max_helpers=caps.get(n, max_helpers),
@@ -288,7 +288,9 @@ RULE_VARIANTS = [  # what each of the seeds' rules changes: all of them, then ea
     ("no windows (0 s)", ScalingRules(busy_held_s=0.0, idle_held_s=0.0, memory_held_s=0.0)),
     ("no idle scale-down", ScalingRules(idle_below=0.0)),
     ("no memory rule", ScalingRules(memory_high=1.0)),
+    ("no 'no gain' rule", ScalingRules()),  # FleetSettings: never judged (NO_GAIN_OFF)
 ]
+NO_GAIN_OFF = {"gain_window_s": math.inf}  # a trial needs half a window seen before it
 RULE_SCENARIOS = [  # name, sources, budget, max_helpers, host caps (items/s), memory per helper
     ("deep: 2 sources, 30,000 items", [("deep-a", "normal", 20_000), ("deep-b", "low", 10_000)],
      16, 12, {}, 0.0),
@@ -313,9 +315,11 @@ def rules_model(rate: float, start_s: float) -> None:
         )
         base = None
         for label, rules in RULE_VARIANTS:
+            off = NO_GAIN_OFF if label == "no 'no gain' rule" else None
             state = simulate(sources, mode="autoscaler", budget=budget, rate=rate,
                              start_s=start_s, rules=rules, max_helpers=most, host_cap=caps,
-                             memory_per_helper=per_helper, horizon_s=7200.0)  # fmt: skip
+                             memory_per_helper=per_helper, horizon_s=7200.0,
+                             fleet_overrides=off)  # fmt: skip
             drained = _drain_all(state)
             base = base or drained
             peak = max(s.peak_memory for s in state.values())
