@@ -81,6 +81,7 @@ from collector.fleet.model import (
     politeness_cap,
 )
 from collector.fleet.report import helpers_cpu, helpers_memory
+from collector.fleet.table import TablePacer
 from collector.fleet.tracker import Arrivals, SourceTracker
 from collector.frontier.base import Frontier
 from collector.ops import metrics
@@ -411,7 +412,8 @@ async def fleet(
                              "most_helpers": 0, "cpu_reports": 0, "api_errors": 0}  # fmt: skip
     starts = HelperStarts()  # a helper's start, measured by this run (the prior before any)
     arrivals = Arrivals(starts)
-    last_table: list[dict[str, Any]] | None = None
+    pacer = TablePacer()  # a new version of the table when worth one (collector.fleet.table)
+    last_table: list[dict[str, Any]] | None = None  # the one computed last
     deadline = time.monotonic() + duration_s
     next_decision = next_discovery = time.monotonic()
     helpers: dict[str, list[FlowRun]] = {}
@@ -441,7 +443,7 @@ async def fleet(
                             arrivals,
                             settings,
                             tally,
-                            last_table,
+                            pacer,
                             batch_size,
                             helper_idle_s,
                             logger,
@@ -457,8 +459,14 @@ async def fleet(
                 if stop_when_idle_s is not None and idle_for >= stop_when_idle_s > 0:
                     break
                 await asyncio.sleep(max(0.0, sample_s - (time.monotonic() - now)))
+            if last_table is not None and pacer.held_back(last_table):  # the last word shown
+                try:
+                    await _show(last_table, pacer, time.monotonic(), settings.budget)
+                except _TRANSIENT as exc:  # the API away at the end: the table stays a round old
+                    logger.warning("fleet: last table not shown: %s", _first_line(exc))
     finally:  # closed off the loop (a Redis or SQLite close may wait)
         await asyncio.gather(*(asyncio.to_thread(d.frontier.close) for d in deployed.values()))
+    tally["tables_shown"] = pacer.versions
     tally["helper_start_s"] = round(starts.expected_s, 2)  # the last estimate
     tally["starts_measured"] = starts.measured
     logger.info("fleet: %s", tally)
@@ -473,7 +481,7 @@ async def _round(
     arrivals: Arrivals,
     settings: FleetSettings,
     tally: dict[str, Any],
-    last_table: list[dict[str, Any]] | None,
+    pacer: TablePacer,
     batch_size: int,
     idle_s: float,
     logger: Any,
@@ -535,8 +543,14 @@ async def _round(
         _emit(decision, actions, settings, used, started=len(started), stopped=len(stopped))
     metrics.fleet_budget(settings.budget, used)
     table = _table(decisions)
-    if table != last_table:
-        await acreate_table_artifact(
-            table, key=ARTIFACT_KEY, description=f"Fleet: {used} of {settings.budget} helpers"
-        )
+    if pacer.due(table, now):
+        await _show(table, pacer, now, settings.budget)
     return table
+
+
+async def _show(table: list[dict[str, Any]], pacer: TablePacer, now: float, budget: int) -> None:
+    used = sum(int(row["helpers"]) for row in table)
+    await acreate_table_artifact(
+        table, key=ARTIFACT_KEY, description=f"Fleet: {used} of {budget} helpers"
+    )
+    pacer.written(table, now)
