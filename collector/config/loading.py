@@ -19,6 +19,29 @@ from collector.config.source import Source
 from collector.policy.ttl import alignment_problems
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, refusing a key given twice in one mapping. YAML requires
+    unique keys, but PyYAML keeps the last one silently: a second ``ttl:`` section, or a setting
+    written twice, would undo the first without a word."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue  # a merge key (<<) may be overridden; other keys are checked below
+            key = self.construct_object(key_node)
+            if key in first_line:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key!r} is given twice (first on line {first_line[key]}); YAML would "
+                    "keep only the last: remove one, or merge them",
+                    key_node.start_mark,
+                )
+            first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
 def _format_location(loc: tuple[int | str, ...]) -> str:
     parts: list[str] = []
     for item in loc:
@@ -122,7 +145,7 @@ def load_source(path: str | os.PathLike[str]) -> Source:
     except (OSError, UnicodeDecodeError) as exc:
         raise SourceError([f"{label}: cannot read: {exc}"]) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no Python objects
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -303,6 +303,12 @@ class PolitenessSettings(_Section):
                 "must be one line of printable ASCII naming the crawler and a contact, e.g. "
                 "'acme-prices/1.0 (+https://acme.example/bot; ops@acme.example)'"
             )
+        if _REF.search(value):  # it would be sent, and matched against robots.txt, as written
+            raise ValueError(
+                f"{quoted(value)}: ${{env:...}} and ${{secret:...}} are not resolved in "
+                "user_agent: write the User-Agent itself, or set it as a header that takes "
+                "them (limits.headers: {User-Agent: ...})"
+            )
         return value.strip()
 
 

@@ -39,7 +39,7 @@ import sys
 from collections.abc import Sequence
 
 from collector.config import SourceError
-from collector.errors import ConfigError
+from collector.errors import BackendError, ConfigError
 from flows.cli import (
     backlog,
     deadletters,
@@ -132,6 +132,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"collector: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    except BackendError as exc:  # a store that cannot open (Redis down, a sink folder refused)
+        print(f"collector: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except BrokenPipeError:
         # `collector ... | head`: the reader has all it wanted. Point stdout at /dev/null so the
         # interpreter's own flush at exit does not fail again, and exit as Unix tools do.

@@ -370,10 +370,11 @@ def _print_why_nothing(summary: RunSummary, console: Console) -> None:
             )
             if count
         ]
-        console.print(
-            f"nothing fetched: {', '.join(why) or 'no item was claimed'}"
-            + ("" if refused else " (a no-op run, not a failure)")
-        )
+        if summary.interrupted:  # stopped before its first fetch: not a no-op, not done
+            note = f" (stopped by {summary.interrupted} first: run again to continue)"
+        else:
+            note = "" if refused else " (a no-op run, not a failure)"
+        console.print(f"nothing fetched: {', '.join(why) or 'no item was claimed'}{note}")
     if summary.held_by_others:
         console.print(
             f"held by helpers: {summary.held_by_others} items were still leased by live "

@@ -1,0 +1,86 @@
+"""Mistakes a new user makes, found by trying Collector from outside: each gets one line that
+says what is wrong and where, never a traceback, and never a silent surprise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collector.config import SourceError, load_source
+from collector.run.summary import RunSummary
+from flows.cli import EXIT_FAILED, main
+from tests.helpers import write_source
+
+
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
+    """PyYAML keeps the last of two equal keys: a second `ttl:` section or a repeated setting
+    would undo the first without a word."""
+    path = write_source(tmp_path, seeds={"urls": ["http://127.0.0.1/a"]})
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("  lease_s: 60\n", "  lease_s: 60\n  lease_s: 90\n"), "utf-8")
+    line = text.splitlines().index("  lease_s: 60") + 1
+    with pytest.raises(SourceError) as info:
+        load_source(path)
+    assert info.value.problems == [
+        f"{path}: invalid YAML: line {line + 1}, column 3: key 'lease_s' is given twice (first "
+        f"on line {line}); YAML would keep only the last: remove one, or merge them"
+    ]
+
+
+def test_a_merge_key_may_still_be_overridden(tmp_path: Path) -> None:
+    """`<<: *base` then a key of its own is the YAML way to override, not a repeated key."""
+    path = write_source(tmp_path, seeds={"urls": ["http://127.0.0.1/a"]})
+    text = path.read_text(encoding="utf-8").replace("ttl:\n", "ttl: &ttl\n")
+    path.write_text(text + "x-spare: {<<: *ttl, lease_s: 90}\n", "utf-8")
+    with pytest.raises(SourceError) as info:  # only the unknown key, no "given twice"
+        load_source(path)
+    assert [p.split(": ", 2)[1] for p in info.value.problems] == ["x-spare"]
+
+
+def test_a_variable_in_user_agent_is_refused_not_sent_as_written(tmp_path: Path) -> None:
+    """politeness.user_agent is not resolved: `${env:UA}` would reach every host literally."""
+    path = write_source(
+        tmp_path,
+        seeds={"urls": ["http://127.0.0.1/a"]},
+        politeness={"user_agent": "acme/1.0 ${env:ACME_CONTACT}"},
+    )
+    with pytest.raises(SourceError) as info:
+        load_source(path)
+    (problem,) = info.value.problems
+    assert problem.startswith(f"{path}: politeness.user_agent: 'acme/1.0 ${{env:ACME_CONTACT}}'")
+    assert "not resolved" in problem and "limits.headers" in problem
+
+
+@pytest.mark.parametrize("command", [["status"], ["batches"]])
+def test_a_sink_folder_that_cannot_be_made_is_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    (tmp_path / "blocker").write_text("a file where the sink's folder should be\n", "utf-8")
+    path = write_source(
+        tmp_path, seeds={"urls": ["http://127.0.0.1/a"]}, sink={"path": "blocker/out"}
+    )
+    assert main([*command, str(path)]) == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert err.startswith(f"collector: sink {tmp_path / 'blocker' / 'out'}: cannot create folder")
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_a_run_stopped_before_its_first_fetch_does_not_call_itself_a_no_op(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ctrl-C while the run planned: exit 130, and the summary must not say "not a failure"."""
+    from flows.cli.running import _print_summary
+
+    stopped = RunSummary(
+        source="s", run_id="r", discovered=300, queued=300, balanced=True, interrupted="SIGINT"
+    )
+    _print_summary(stopped)
+    out = capsys.readouterr().out
+    assert "nothing fetched: 300 left queued (stopped by SIGINT first: run again to continue)" in (
+        out
+    ), out
+    assert "no-op" not in out
+
+    _print_summary(RunSummary(source="s", run_id="r", discovered=3, queued=3, balanced=True))
+    assert "nothing fetched: 3 left queued (a no-op run, not a failure)" in capsys.readouterr().out
