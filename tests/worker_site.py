@@ -136,6 +136,8 @@ class WorkerSite:
         if self._process is not None:
             self._process.terminate()
             self._process.wait(timeout=10)
+            if self._process.stdout is not None:  # else a ResourceWarning (unclosed file)
+                self._process.stdout.close()
 
 
 if __name__ == "__main__":
