@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -37,9 +38,13 @@ if _WORKER or "PREFECT_HOME" not in os.environ:
     os.environ["PREFECT_HOME"] = _OWN_HOME
 os.environ.setdefault("COLLECTOR_SERVER_IDLE_S", "60")
 # The GX kwargs verdicts `collector validate` keeps (collector/settle/gx_check_cache.py): in a
-# throwaway folder shared by the session's workers, never the user's own cache.
+# throwaway folder shared by the session's workers, never the user's own cache (also the
+# session's migrated Prefect database, tests/prefect_db.py). Removed at the session's end by
+# the process that made it (pytest-xdist's controller: the workers inherit its environment).
+_OWN_CACHE: str | None = None
 if "COLLECTOR_CACHE_DIR" not in os.environ:
-    os.environ["COLLECTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="collector-tests-cache-")
+    _OWN_CACHE = tempfile.mkdtemp(prefix="collector-tests-cache-")
+    os.environ["COLLECTOR_CACHE_DIR"] = _OWN_CACHE
 
 # Hypothesis properties are about results, never speed: no per-example deadline (200 ms by
 # default, which a loaded CI box overran) and no "generation too slow" health check. A test's own
@@ -122,7 +127,10 @@ _CGROUP = _own_cgroup() if _TIMELINE else None
 
 
 def pytest_unconfigure() -> None:
-    """Leave the cgroup and remove it (it stays while a process of the run still lives)."""
+    """Remove the session's cache folder if this process made it; leave the timeline's cgroup
+    and remove it (it stays while a process of the run still lives)."""
+    if _OWN_CACHE is not None:
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
     if _CGROUP is not None:
         with contextlib.suppress(OSError):
             (_PARENT_CGROUP / "cgroup.procs").write_text(str(os.getpid()))
