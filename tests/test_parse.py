@@ -97,17 +97,20 @@ def test_invalid_json(body):
 @pytest.mark.parametrize(
     ("body", "kind"),
     [
-        (b"[1, 2]", "int"),
-        (b'[{"id": 1}, "x"]', "str"),
-        (b"[[]]", "list"),
-        (b"null", "NoneType"),
-        (b"3", "int"),
-        (b'"text"', "str"),
+        (b"[1, 2]", "a number"),
+        (b'[{"id": 1}, "x"]', "a string"),
+        (b"[[]]", "a list"),
+        (b"null", "null"),
+        (b"3", "a number"),
+        (b"[2.5]", "a number"),
+        (b"[true]", "true or false"),
+        (b'"text"', "a string"),
     ],
 )
 def test_non_dict_records(body, kind):
+    """Named as JSON names them: a user wrote JSON, not Python ("a NoneType", "a int")."""
     error = _parse_error(RecordParser(), body)
-    assert f"is a {kind}, not an object" in str(error)
+    assert f"is {kind}, not an object" in str(error)
 
 
 @pytest.mark.parametrize("depth", [2_000, 100_000])

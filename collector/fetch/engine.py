@@ -70,7 +70,7 @@ from collector.policy.retry import (
     is_recoverable_status,
 )
 from collector.policy.retry import parse_retry_after as _parse_retry_after
-from collector.policy.urls import HostPolicy
+from collector.policy.urls import HostPolicy, shown
 
 if TYPE_CHECKING:
     from collector.config import AdaptiveSettings, Source
@@ -478,7 +478,11 @@ class FetchEngine:
     async def _check_request(self, request: httpx.Request) -> None:
         # Runs before the first request and before every redirect hop.
         url = request.url
-        self.host_policy.check_request(url.scheme, url.host, str(url))
+        try:
+            self.host_policy.check_request(url.scheme, url.host, str(url))
+        except PermanentFetchError as exc:
+            exc.add_note(str(url))  # the URL refused: _request tells a redirect's target by it
+            raise
 
     # --- fetching --------------------------------------------------------------------------
     async def fetch_batch(
@@ -894,7 +898,12 @@ class FetchEngine:
                 )
             finally:
                 await response.aclose()
-        except FetchError:
+        except FetchError as exc:
+            hop = getattr(exc, "__notes__", [None])[-1]
+            if exc.error_class == "refused_url" and hop and hop != str(httpx.URL(url)):
+                raise PermanentFetchError(  # the page itself was allowed: a redirect was not
+                    f"redirected to {shown(hop)}: {exc}", error_class="refused_url"
+                ) from exc
             raise
         except BodyTooLarge:
             raise _too_large(self.max_response_bytes, status=status) from None
@@ -1085,9 +1094,9 @@ def _status_error(response: httpx.Response, url: str) -> FetchError:
 
 
 def _too_large(cap: int, *, status: int | None, declared: int | None = None) -> PermanentFetchError:
-    what = f"declares {declared} bytes" if declared is not None else "exceeded"
+    what = f"declares {declared} bytes, over" if declared is not None else "is over"
     return PermanentFetchError(
-        f"response body {what}; the cap is max_response_bytes={cap}",
+        f"response body {what} the cap of {cap} bytes (limits.max_response_bytes)",
         error_class="too_large",
         status_code=status,
     )

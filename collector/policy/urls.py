@@ -108,7 +108,7 @@ class HostPolicy:
     def host_refusal(self, host: str) -> str | None:
         """Why connecting to ``host`` (lower case, no port) is not allowed, or None. Cached."""
         if self.allowed_hosts and host not in self.allowed_hosts:
-            return f"host {host!r} is not in the source's allowed_hosts"
+            return f"host {host!r} is not in limits.allowed_hosts"
         if self.allow_private_networks:
             return None
         if host not in self._verdicts:

@@ -20,6 +20,11 @@ from collector.errors import PermanentFetchError
 __all__ = ["RecordParser", "dotted_get"]
 
 _MISSING = object()
+# What a JSON value that is not a record is, in the words of JSON (not Python's type names).
+_JSON_KIND: dict[type, str] = {
+    int: "a number", float: "a number", str: "a string", list: "a list", bool: "true or false",
+    type(None): "null",
+}  # fmt: skip
 _INDEX = re.compile(r"-?[0-9]+")
 
 
@@ -82,7 +87,7 @@ class RecordParser:
         for index, record in enumerate(records):
             if not isinstance(record, dict):
                 raise PermanentFetchError(
-                    f"record {index} is a {type(record).__name__}, not an object",
+                    f"record {index} is {_JSON_KIND.get(type(record), 'a value')}, not an object",
                     error_class="parse_error",
                     stage="parse",
                 )

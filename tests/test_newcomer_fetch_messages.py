@@ -1,0 +1,65 @@
+"""What a dead letter says about a page a new user's source could not take, against the real
+local fault site: the cause, and the setting that decides it, in words a user can act on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from collector.demo.site import FaultSite
+from collector.fetch.engine import FetchEngine, FetchResult
+from collector.fetch.transport import TransportKind
+from collector.frontier.base import ClaimedItem
+from collector.policy.retry import RetryBudget, RetrySettings
+from collector.policy.urls import HostPolicy
+
+
+async def _fetch(url: str, transport: TransportKind, **options: Any) -> FetchResult:
+    engine = FetchEngine(
+        transport=transport,
+        retry=RetrySettings(base_s=0.01, cap_s=0.05, max_attempts=2),
+        http_timeout_s=2.0,
+        request_deadline_s=3.0,
+        **{"host_policy": HostPolicy(allow_private_networks=True), **options},
+    )
+    async with engine:
+        (result,) = await engine.fetch_batch(
+            [ClaimedItem(url, 0, None, 0.0)], budget=RetryBudget(ratio=1.0, min_retries=10)
+        )
+    return result
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_a_refused_redirect_names_its_target_and_the_setting(
+    site: FaultSite, transport: TransportKind
+) -> None:
+    """The page's own host is allowed; the site redirects elsewhere (www., a CDN): the dead
+    letter, listed under the page's URL, must say the redirect is what was refused."""
+    policy = HostPolicy(allow_private_networks=True, allowed_hosts=["127.0.0.1"])
+    target = f"http://localhost:{site.base_url.rsplit(':', 1)[1]}/items/9.json"
+    result = await _fetch(
+        site.url(f"/items/1.json?redirect={target}"), transport, host_policy=policy
+    )
+    assert result.error is not None and result.error.error_class == "refused_url"
+    assert str(result.error) == (
+        f"redirected to '{target}': host 'localhost' is not in limits.allowed_hosts"
+    )
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_a_page_refused_itself_is_not_called_a_redirect(
+    site: FaultSite, transport: TransportKind
+) -> None:
+    policy = HostPolicy(allow_private_networks=False)
+    result = await _fetch(site.url("/items/1.json"), transport, host_policy=policy)
+    assert result.error is not None and result.error.error_class == "refused_url"
+    assert "redirected" not in str(result.error) and "allow_private_networks" in str(result.error)
+
+
+async def test_a_body_over_the_cap_names_the_setting_that_sets_it(site: FaultSite) -> None:
+    result = await _fetch(
+        site.url("/items/5.json?bytes=500000000"), "aiohttp", max_response_bytes=100_000
+    )
+    assert result.error is not None and result.error.error_class == "too_large"
+    assert "the cap of 100000 bytes (limits.max_response_bytes)" in str(result.error)
