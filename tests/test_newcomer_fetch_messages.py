@@ -3,6 +3,7 @@ local fault site: the cause, and the setting that decides it, in words a user ca
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -11,14 +12,18 @@ from collector.demo.site import FaultSite
 from collector.fetch.engine import FetchEngine, FetchResult
 from collector.fetch.transport import TransportKind
 from collector.frontier.base import ClaimedItem
+from collector.ops.scrub import Scrubber
 from collector.policy.retry import RetryBudget, RetrySettings
 from collector.policy.urls import HostPolicy
+from collector.settle.letters import Letters
 
 
-async def _fetch(url: str, transport: TransportKind, **options: Any) -> FetchResult:
+async def _fetch(
+    url: str, transport: TransportKind, max_attempts: int = 2, **options: Any
+) -> FetchResult:
     engine = FetchEngine(
         transport=transport,
-        retry=RetrySettings(base_s=0.01, cap_s=0.05, max_attempts=2),
+        retry=RetrySettings(base_s=0.01, cap_s=0.05, max_attempts=max_attempts),
         http_timeout_s=2.0,
         request_deadline_s=3.0,
         **{"host_policy": HostPolicy(allow_private_networks=True), **options},
@@ -63,3 +68,26 @@ async def test_a_body_over_the_cap_names_the_setting_that_sets_it(site: FaultSit
     )
     assert result.error is not None and result.error.error_class == "too_large"
     assert "the cap of 100000 bytes (limits.max_response_bytes)" in str(result.error)
+
+
+async def test_a_429_given_up_after_one_try_says_why(site: FaultSite) -> None:
+    """Retry-After past retry.max_total_s (900 s by default) ends the page at its first try, with
+    attempts left: "HTTP 429" alone would read as a failure retrying could not help."""
+    result = await _fetch(
+        site.url("/items/1.json?status=429&times=-1&retry_after=5000"), "aiohttp", max_attempts=4
+    )
+    assert result.error is not None and result.attempts == 1
+    letter = Letters("s", "r", Scrubber(), time.time).fetch(result, result.error)
+    assert letter.cause == "max_total_exceeded"
+    assert letter.message == (
+        "HTTP 429 Too Many Requests; given up: the next try would start past the time limit "
+        "after the first (retry.max_total_s, or its profile's max_duration_s) (the server "
+        "asked for 5000 s with Retry-After)"
+    )
+
+    exhausted = await _fetch(
+        site.url("/items/2.json?status=503&times=-1"), "aiohttp", max_attempts=2
+    )
+    assert exhausted.error is not None and exhausted.attempts == 2
+    plain = Letters("s", "r", Scrubber(), time.time).fetch(exhausted, exhausted.error)
+    assert plain.message == "HTTP 503 Service Unavailable"  # the attempts say it: 2 of 2

@@ -78,14 +78,15 @@ class Letters:
         if body:
             payload["body_excerpt"] = body[:BODY_EXCERPT].decode("utf-8", "replace")
             payload["body_bytes"] = len(body)
+        cause = result.decision.cause if result.decision else ""
         return self.letter(
             result.url,
             error.stage,
             error.error_class,
-            str(error),
+            f"{error}{_given_up(cause, error)}",
             result.attempts,
             payload=payload,
-            cause=result.decision.cause if result.decision else "",
+            cause=cause,
         )
 
     def record(
@@ -109,6 +110,19 @@ class Letters:
             payload=record,
             failed=failed,
         )
+
+
+def _given_up(cause: str, error: FetchError) -> str:
+    """Why a recoverable error (a 429, a 503) was not tried again before the attempts ran out:
+    its dead letter must not read as a failure retrying could not have helped."""
+    if cause != "max_total_exceeded":
+        return ""  # retries_exhausted: the attempt count beside the message says it
+    asked = error.retry_after_s
+    wait = f" (the server asked for {asked:g} s with Retry-After)" if asked is not None else ""
+    return (
+        "; given up: the next try would start past the time limit after the first "
+        f"(retry.max_total_s, or its profile's max_duration_s){wait}"
+    )
 
 
 def expectation_dict(failed: FailedExpectation) -> dict[str, Any]:
