@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from collector.demo.site import FaultSite
+from collector.errors import PermanentFetchError
 from collector.fetch.engine import FetchEngine, FetchResult
 from collector.fetch.transport import TransportKind
 from collector.frontier.base import ClaimedItem
@@ -16,6 +17,7 @@ from collector.ops.scrub import Scrubber
 from collector.policy.retry import RetryBudget, RetrySettings
 from collector.policy.urls import HostPolicy
 from collector.settle.letters import Letters
+from collector.settle.parse import RecordParser
 
 
 async def _fetch(
@@ -91,3 +93,21 @@ async def test_a_429_given_up_after_one_try_says_why(site: FaultSite) -> None:
     assert exhausted.error is not None and exhausted.attempts == 2
     plain = Letters("s", "r", Scrubber(), time.time).fetch(exhausted, exhausted.error)
     assert plain.message == "HTTP 503 Service Unavailable"  # the attempts say it: 2 of 2
+
+
+@pytest.mark.parametrize(
+    ("body", "hint"),
+    [
+        (b"<!doctype html><html>Sign in</html>", True),
+        (b"\n  <?xml version='1.0'?><items/>", True),
+        (b'{"id": 1,', False),
+    ],
+)
+def test_an_html_page_where_json_was_expected_is_said_as_such(body: bytes, hint: bool) -> None:
+    """A login or error page, or the site's front end instead of its API: the user must see that
+    the page was markup, not hunt for an "unexpected character" in it."""
+    with pytest.raises(PermanentFetchError) as info:
+        RecordParser().parse("http://127.0.0.1/x", body)
+    said = str(info.value)
+    assert said.startswith("invalid JSON")
+    assert ("(the body starts with '<': an HTML or XML page, not JSON): " in said) is hint, said

@@ -72,7 +72,9 @@ class RecordParser:
                 parsed = _json.parse(body)
             except ValueError as exc:
                 raise PermanentFetchError(
-                    f"invalid JSON: {exc}", error_class="parse_error", stage="parse"
+                    f"invalid JSON{_markup_hint(body)}: {exc}",
+                    error_class="parse_error",
+                    stage="parse",
                 ) from exc
         if self.records_path:
             try:
@@ -92,3 +94,11 @@ class RecordParser:
                     stage="parse",
                 )
         return records
+
+
+def _markup_hint(body: bytes) -> str:
+    """A page of HTML or XML where JSON was expected (a login page, an error page, the site's
+    front end instead of its API) is said as such: "unexpected character" alone hides it."""
+    if body.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"<":
+        return " (the body starts with '<': an HTML or XML page, not JSON)"
+    return ""
