@@ -38,9 +38,9 @@ if _WORKER or "PREFECT_HOME" not in os.environ:
     os.environ["PREFECT_HOME"] = _OWN_HOME
 os.environ.setdefault("COLLECTOR_SERVER_IDLE_S", "60")
 # The GX kwargs verdicts `collector validate` keeps (collector/settle/gx_check_cache.py): in a
-# throwaway folder shared by the session's workers, never the user's own cache (also the
-# session's migrated Prefect database, tests/prefect_db.py). Removed at the session's end by
-# the process that made it (pytest-xdist's controller: the workers inherit its environment).
+# throwaway folder shared by the session's workers, never the user's own cache. Removed at the
+# session's end by the process that made it (pytest-xdist's controller: the workers inherit
+# its environment).
 _OWN_CACHE: str | None = None
 if "COLLECTOR_CACHE_DIR" not in os.environ:
     _OWN_CACHE = tempfile.mkdtemp(prefix="collector-tests-cache-")
@@ -62,7 +62,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # The worker's PREFECT_HOME gets migrated Prefect databases (tests/prefect_db.py) before its
 # first slow test: the local background server a `collector` command starts there, and an
 # ephemeral server, then skip Prefect's migrations (about 4 s of CPU each). Not for the fast
-# lane, which starts no server: making the migrated database costs about as much, once.
+# lane, which starts no server: the first session on a box makes the migrated database (7 s).
 _home_seeded = False
 
 

@@ -4,16 +4,18 @@ Why: a Prefect server started on a new home first runs every Alembic migration o
 database: on this 2-core box (2026-12-06, load 3) 8.6 s of CPU to a healthy server on a new
 SQLite file against 4.3 s on a migrated one. The tests that give each test (or module) a home
 of its own, so that `collector` starts a local background server there, paid that each time.
-The migrations run once per session instead (about 4 s, in a subprocess, in the session's
-cache folder that every pytest-xdist worker shares: ``COLLECTOR_CACHE_DIR``, set by
-tests/conftest.py before the workers start), and each such home gets a copy.
+The migrations run once instead (7 s of CPU, in a subprocess), into a file in the temporary
+folder named by Prefect's version and migrations, kept for later sessions (the workers of one
+session, and sessions at once, take a lock: one makes it, the others wait), and each such home
+gets a copy.
 
 What the product does is unchanged: the server starts on the copy exactly as on the database
 a user's second start finds (Prefect checks the migrations, all applied, and serves).
 tests/test_local_server.py's first test keeps a new home, so a first start on nothing is still
-covered. Interrupted: a template being written is a temporary file renamed into place when
-whole, under a lock; a killed session leaves at most that temporary file, and the next one
-makes its own.
+covered. Interrupted: the template is written to a temporary file renamed into place when
+whole, under a lock; a killed session leaves at most that temporary file (removed when the
+migration fails; a SIGKILL can leave it, named by its pid, never read), and the next session
+makes the template again.
 """
 
 from __future__ import annotations
@@ -36,22 +38,38 @@ _MIGRATE = (
 
 
 def _template() -> Path:
-    """The migrated database of this session (made by the first caller, under a lock)."""
-    folder = Path(os.environ.get("COLLECTOR_CACHE_DIR") or tempfile.gettempdir())
-    path = folder / "prefect-migrated.db"
-    with open(folder / "prefect-migrated.lock", "w") as lock:
+    """The migrated database of this Prefect (made by the first caller, under a lock).
+
+    Kept in the temporary folder across sessions, named by Prefect's version and its SQLite
+    migrations: another Prefect (or another migration) is another file, never a stale one.
+    """
+    import hashlib
+    import importlib.metadata
+    import importlib.util
+
+    spec = importlib.util.find_spec("prefect")
+    assert spec is not None and spec.submodule_search_locations
+    versions = Path(spec.submodule_search_locations[0], "server/database/_migrations/versions")
+    migrations = sorted(path.name for path in (versions / "sqlite").glob("*.py"))
+    identity = [importlib.metadata.version("prefect"), *migrations]
+    key = hashlib.sha256("\n".join(identity).encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir())
+    path = folder / f"collector-tests-prefect-{key}.db"
+    with open(folder / f"collector-tests-prefect-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the other workers wait for the one making it
         if not path.exists():
-            partial = folder / f"prefect-migrated.{os.getpid()}.db"
+            partial = folder / f"collector-tests-prefect-{key}.{os.getpid()}.db"
             env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
             env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{partial}"
-            subprocess.run(
-                [sys.executable, "-c", _MIGRATE], env=env, check=True, capture_output=True,
-                timeout=600,
-            )  # fmt: skip
-            _copy(partial, path)  # one file, the write-ahead log folded in
-            for leftover in folder.glob(f"prefect-migrated.{os.getpid()}.db*"):
-                leftover.unlink()
+            try:
+                subprocess.run(
+                    [sys.executable, "-c", _MIGRATE], env=env, check=True, capture_output=True,
+                    timeout=600,
+                )  # fmt: skip
+                _copy(partial, path)  # one file, the write-ahead log folded in
+            finally:
+                for leftover in folder.glob(f"{partial.name}*"):
+                    leftover.unlink()
     return path
 
 
