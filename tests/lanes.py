@@ -45,7 +45,7 @@ SUBPROCESS_TESTS = frozenset({
 # and start: re-measure from it when a file grows.
 LONGEST_FIRST = (
     "test_deploy_e2e.py",  # 275*: 307, less the cancelled run's rerun at 2 requests at a time
-    "test_local_server.py",  # 268, less 4 servers' migrations: 85 -> 72 s of CPU
+    "test_local_server.py",  # 268, less 4 servers' migrations: 85 -> 65 s of CPU
     "test_cli_terminal.py",  # 259
     "test_fleet_flow.py",  # 251: one 8-source play on a process worker (being made cheaper)
     "test_local_cluster.py",  # 202
