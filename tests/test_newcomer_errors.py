@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.config import SourceError, load_source
+from collector.config import SourceError, load_source, source_warnings
 from collector.run.summary import RunSummary
 from flows.cli import EXIT_FAILED, main
 from tests.helpers import write_source
@@ -84,3 +84,29 @@ def test_a_run_stopped_before_its_first_fetch_does_not_call_itself_a_no_op(
 
     _print_summary(RunSummary(source="s", run_id="r", discovered=3, queued=3, balanced=True))
     assert "nothing fetched: 3 left queued (a no-op run, not a failure)" in capsys.readouterr().out
+
+
+def test_a_queue_ttl_shorter_than_the_rate_needs_is_warned_about(tmp_path: Path) -> None:
+    """queue_ttl_s: 1 with 100 pages at 5 a second: every page expired before its claim, each
+    run planned them again, and every run balanced and exited 0 with nothing fetched."""
+    urls = [f"http://127.0.0.1/items/{i}" for i in range(100)] + ["http://127.0.0.2/a"]
+    for queue_ttl_s, warned in ((1, True), (19, True), (20, False)):
+        path = write_source(
+            tmp_path,
+            seeds={"urls": urls},
+            ttl={"queue_ttl_s": queue_ttl_s},
+            limits={"per_domain_rate": "5/second"},
+        )
+        found = [w for w in source_warnings(load_source(path)) if "queue_ttl_s" in w]
+        assert bool(found) is warned, (queue_ttl_s, found)
+    path = write_source(
+        tmp_path,
+        seeds={"urls": urls},
+        ttl={"queue_ttl_s": 1},
+        limits={"per_domain_rate": "5/second"},
+    )
+    assert [w for w in source_warnings(load_source(path)) if "queue_ttl_s" in w] == [
+        "ttl.queue_ttl_s (1 s) is shorter than the 20 s that 100 seed URLs of 127.0.0.1 take at "
+        "limits.per_domain_rate '5/second': pages queued longer expire unfetched, and each run "
+        "plans them again; raise queue_ttl_s or the rate"
+    ]

@@ -7,7 +7,9 @@ import ipaddress
 import os
 import re
 import tempfile
+from collections import Counter
 from collections.abc import Callable
+from itertools import islice
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -173,7 +175,9 @@ def source_warnings(source: Source) -> list[str]:
       ``allow_private_networks``, hosts outside ``allowed_hosts``): the run would dead-letter
       them at plan without fetching anything;
     * a public host would get a User-Agent that names no one to contact (Collector's own,
-      while ``politeness.user_agent`` is unset, or one without a URL or an email).
+      while ``politeness.user_agent`` is unset, or one without a URL or an email);
+    * a queue TTL shorter than the per-host rate needs to fetch the seeds of one host: the
+      rest would expire in the queue unfetched, run after run.
     """
     warnings = [
         f"{problem} here; the run fails unless it is set where it runs"
@@ -186,7 +190,41 @@ def source_warnings(source: Source) -> list[str]:
             f"{count} of the first {sampled} seed URLs would be refused before fetching: {reason}"
         )
     warnings += user_agent_warnings(source)
+    warnings += queue_ttl_warnings(source)
     return warnings
+
+
+def queue_ttl_warnings(source: Source) -> list[str]:
+    """``ttl.queue_ttl_s`` below the time ``limits.per_domain_rate`` needs for the busiest
+    host's seeds (among the first ``_WARN_SEED_SAMPLE``): pages still queued past the TTL are
+    counted expired and planned again by the next run, which expires them again the same way,
+    so some are never fetched while every run balances and exits 0."""
+    rate = source.limits.per_domain_rate
+    if rate is None:
+        return []
+    from limits import parse
+
+    item = parse(rate)
+    per_s = item.amount / item.get_expiry()
+    try:
+        hosts = Counter(
+            urlsplit(url).hostname or ""
+            for url in islice(source.iter_seed_urls(), _WARN_SEED_SAMPLE)
+        )
+    except (OSError, ValueError):
+        return []  # an unreadable seed file is a problem reported elsewhere
+    if not hosts:
+        return []
+    host, count = hosts.most_common(1)[0]
+    needed_s = count / per_s
+    queue_ttl_s = source.ttl.queue_ttl_s
+    if queue_ttl_s >= needed_s:
+        return []
+    return [
+        f"ttl.queue_ttl_s ({queue_ttl_s:g} s) is shorter than the {needed_s:.0f} s that "
+        f"{count} seed URLs of {host} take at limits.per_domain_rate {rate!r}: pages queued "
+        "longer expire unfetched, and each run plans them again; raise queue_ttl_s or the rate"
+    ]
 
 
 _CONTACT = re.compile(r"https?://[^\s;)]+|[\w.+-]+@[\w-]+(\.[\w-]+)+")
