@@ -82,9 +82,8 @@ async def test_a_429_given_up_after_one_try_says_why(site: FaultSite) -> None:
     letter = Letters("s", "r", Scrubber(), time.time).fetch(result, result.error)
     assert letter.cause == "max_total_exceeded"
     assert letter.message == (
-        "HTTP 429 Too Many Requests; given up: the next try would start past the time limit "
-        "after the first (retry.max_total_s, or its profile's max_duration_s) (the server "
-        "asked for 5000 s with Retry-After)"
+        "HTTP 429 Too Many Requests; given up: waiting Retry-After 5000 s would pass "
+        "retry.max_total_s (or a profile's max_duration_s)"
     )
 
     exhausted = await _fetch(

@@ -117,12 +117,9 @@ def _given_up(cause: str, error: FetchError) -> str:
     its dead letter must not read as a failure retrying could not have helped."""
     if cause != "max_total_exceeded":
         return ""  # retries_exhausted: the attempt count beside the message says it
-    asked = error.retry_after_s
-    wait = f" (the server asked for {asked:g} s with Retry-After)" if asked is not None else ""
-    return (
-        "; given up: the next try would start past the time limit after the first "
-        f"(retry.max_total_s, or its profile's max_duration_s){wait}"
-    )
+    asked = error.retry_after_s  # kept short: a listing cuts the message at ~100 characters
+    wait = f"waiting Retry-After {asked:g} s" if asked is not None else "the next try"
+    return f"; given up: {wait} would pass retry.max_total_s (or a profile's max_duration_s)"
 
 
 def expectation_dict(failed: FailedExpectation) -> dict[str, Any]:
