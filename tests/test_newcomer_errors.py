@@ -110,3 +110,23 @@ def test_a_queue_ttl_shorter_than_the_rate_needs_is_warned_about(tmp_path: Path)
         "limits.per_domain_rate '5/second': pages queued longer expire unfetched, and each run "
         "plans them again; raise queue_ttl_s or the rate"
     ]
+
+
+def test_a_variable_where_none_is_resolved_is_refused_with_its_key(tmp_path: Path) -> None:
+    """`sink.path: ${env:OUT_DIR}` made a folder named `${env:OUT_DIR}`; the fields that do
+    resolve variables (headers, dsn, Redis URLs) are left alone."""
+    path = write_source(
+        tmp_path,
+        seeds={"urls": ["http://127.0.0.1/a"]},
+        sink={"path": "${env:OUT_DIR}"},
+        state_dir="state-${secret:where}",
+        limits={"headers": {"Authorization": "Bearer ${env:TOKEN}"}},
+    )
+    with pytest.raises(SourceError) as info:
+        load_source(path)
+    assert [p.split(": ", 2)[1:] for p in info.value.problems] == [
+        [key, f"{ref} is not resolved here and would be used as written (${{env:}} and "
+         "${secret:} work only in limits.headers, limits.rate_storage, frontier.url, "
+         "deadletters.url and sink.dsn)"]
+        for key, ref in (("sink.path", "${env:OUT_DIR}"), ("state_dir", "${secret:where}"))
+    ]  # fmt: skip

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from collector import defaults
@@ -19,6 +20,7 @@ from collector.config.problems import MORE_NOT_SHOWN
 from collector.config.sections import (
     _ENV_REF,
     _REDIS_SCHEMES,
+    _REF,
     MAX_PROBLEMS,
     PostgresSinkSettings,
     _placeholder_problem,
@@ -88,6 +90,38 @@ def seed_file_problems(source: Source, label: str, *, first: int | None) -> list
     except UnicodeDecodeError as exc:
         problems.append(f"{label}: seeds.file: {seed_file} is not UTF-8 text: {exc}")
     return problems
+
+
+# Fields where ${env:NAME} / ${secret:NAME} are replaced (Source.resolve's callers), and those
+# whose own validator already says they are not (seeds, user_agent) or that are free text.
+_RESOLVED_FIELDS = ("limits.headers.", "limits.rate_storage", "frontier.url", "deadletters.url",
+                    "sink.dsn")  # fmt: skip
+_NOT_WALKED = ("seeds", "politeness.user_agent", "description", "validation")
+
+
+def unresolved_references(data: Any, path: str = "") -> list[str]:
+    """``KEY: ...`` for each ``${env:}`` / ``${secret:}`` in a field that does not resolve them:
+    the text would be used as written (a sink folder named ``${env:OUT}``), without a word."""
+    if path.startswith(_NOT_WALKED) or path.startswith(_RESOLVED_FIELDS):
+        return []
+    if isinstance(data, dict):
+        return [
+            problem
+            for key, value in data.items()
+            for problem in unresolved_references(value, f"{path}.{key}" if path else str(key))
+        ]
+    if isinstance(data, list):
+        return [
+            p for i, value in enumerate(data) for p in unresolved_references(value, f"{path}[{i}]")
+        ]
+    found = _REF.search(data) if isinstance(data, str) else None
+    if found is None:
+        return []
+    return [
+        f"{path}: {found.group(0)} is not resolved here and would be used as written "
+        "(${env:} and ${secret:} work only in limits.headers, limits.rate_storage, frontier.url, "
+        "deadletters.url and sink.dsn)"
+    ]
 
 
 def _deep_checks(source: Source, label: str) -> list[str]:

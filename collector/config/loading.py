@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from collector.config.checks import _capped, _deep_checks
+from collector.config.checks import _capped, _deep_checks, unresolved_references
 from collector.config.problems import SourceError
 from collector.config.source import Source
 from collector.policy.ttl import alignment_problems
@@ -118,17 +118,18 @@ def parse_source(data: Any, *, label: str, base_dir: Path) -> Source:
     """Check a parsed YAML/JSON document as a source; raise SourceError with every problem."""
     if not isinstance(data, dict):
         raise SourceError([f"{label}: the file must be a mapping of keys (name, seeds, ...)"])
+    unresolved = [f"{label}: {problem}" for problem in unresolved_references(data)]
     try:
         source = Source.model_validate({**data, "base_dir": base_dir})
     except ValidationError as exc:
-        problems = _problems_from(exc, label)
+        problems = _problems_from(exc, label) + unresolved
         ttl = data.get("ttl")
         if isinstance(ttl, dict) and not any(": ttl: " in p for p in problems):
             # Field errors stop pydantic before the cross-field check; run it on the raw values
             # so every problem is reported at once.
             problems += [f"{label}: ttl: {problem}" for problem in alignment_problems(ttl)]
         raise SourceError(_capped(problems, label)) from None
-    problems = _deep_checks(source, label)
+    problems = unresolved + _deep_checks(source, label)
     if problems:
         raise SourceError(_capped(problems, label))
     return source
