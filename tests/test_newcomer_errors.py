@@ -130,3 +130,18 @@ def test_a_variable_where_none_is_resolved_is_refused_with_its_key(tmp_path: Pat
          "deadletters.url and sink.dsn)"]
         for key, ref in (("sink.path", "${env:OUT_DIR}"), ("state_dir", "${secret:where}"))
     ]  # fmt: skip
+
+
+def test_the_ctrl_c_line_counts_the_items_never_claimed_too() -> None:
+    """300 pages, Ctrl-C after 45 stored and 155 claimed but not fetched: the other 100 were
+    never claimed. "45 stored, 155 returned" alone read as 100 items lost."""
+    stopped = RunSummary(
+        source="s", run_id="r", discovered=300, stored=45, queued=255, returned=155,
+        balanced=True, interrupted="SIGINT",
+    )  # fmt: skip
+    assert stopped.interruption == (
+        "interrupted by SIGINT: 45 stored, 155 returned to the queue unchanged (255 queued in "
+        "all), lock released; run again to continue"
+    )
+    every = stopped.with_(stored=0, queued=300, returned=300)
+    assert "300 returned to the queue unchanged, lock released" in every.interruption

@@ -185,9 +185,13 @@ class RunSummary(Account):
     @property
     def interruption(self) -> str:
         """The one line that says what a stop did (logged by the flow, printed by the CLI)."""
+        returned = self.returned + self.released
+        # Items never claimed were queued all along: without the total, "45 stored, 155
+        # returned" of 300 reads as 100 items lost.
+        waiting = f" ({self.queued} queued in all)" if self.queued != returned else ""
         return (
             f"interrupted by {self.interrupted}: {self.stored} stored, "
-            f"{self.returned + self.released} returned to the queue unchanged, lock released; "
+            f"{returned} returned to the queue unchanged{waiting}, lock released; "
             "run again to continue"
         )
 
