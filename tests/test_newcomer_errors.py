@@ -145,3 +145,12 @@ def test_the_ctrl_c_line_counts_the_items_never_claimed_too() -> None:
     )
     every = stopped.with_(stored=0, queued=300, returned=300)
     assert "300 returned to the queue unchanged, lock released" in every.interruption
+
+
+def test_a_folder_given_as_the_source_is_said_plainly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"{tmp_path}: is a folder; give the source's .yaml file in it\n"
+    )  # not "cannot read: [Errno 21] Is a directory"

@@ -143,6 +143,8 @@ def load_source(path: str | os.PathLike[str]) -> Source:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SourceError([f"{label}: file not found"]) from None
+    except IsADirectoryError:
+        raise SourceError([f"{label}: is a folder; give the source's .yaml file in it"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SourceError([f"{label}: cannot read: {exc}"]) from None
     try:
