@@ -362,6 +362,31 @@ def test_missing_record_key(tmp_path: Path):
     assert "required key is missing" in line
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("records_path", "data..items", "(did you mean 'data.items'?)"),
+        ("records_path", "data.", "(did you mean 'data'?)"),
+        ("key", ".id", "(did you mean 'id'?)"),
+        ("key", "..", "has an empty part between dots"),
+        ("records_path", " ", "is empty"),
+    ],
+)
+def test_a_dotted_path_with_an_empty_part_is_refused_at_load(
+    tmp_path: Path, field: str, value: str, says: str
+):
+    """It matches no document: every page would be dead-lettered, and only after its fetch."""
+    record = {"key": "id", field: value}
+    line = the_problem(write(tmp_path, minimal(record=record)), f"record.{field}")
+    assert says in line, line
+
+
+def test_dotted_paths_that_can_match_are_kept(tmp_path: Path):
+    record = {"key": "data.id", "records_path": "payload.items.0"}
+    source = load_source(write(tmp_path, minimal(record=record)))
+    assert (source.record.key, source.record.records_path) == ("data.id", "payload.items.0")
+
+
 def test_invalid_regex_in_rule(tmp_path: Path):
     data = minimal(ttl={"rules": [{"pattern": "items/(", "fresh_s": 5}]})
     line = the_problem(write(tmp_path, data), "ttl.rules[0].pattern")

@@ -120,6 +120,23 @@ class RecordSettings(_Section):
         None, description="Dotted path to the list of records inside a JSON document."
     )
 
+    @field_validator("key", "records_path")
+    @classmethod
+    def _dotted_path(cls, value: str | None) -> str | None:
+        """A dotted path with an empty part (``data..items``, ``.id``, ``id.``) matches no
+        document: every page would be dead-lettered ("not found") only once the run fetched it."""
+        if value is not None:
+            if not value.strip():
+                raise ValueError("is empty: give a field name, or a dotted path (data.items)")
+            parts = value.split(".")
+            if any(not part for part in parts):
+                fixed = ".".join(part for part in parts if part)
+                hint = f" (did you mean {quoted(fixed)}?)" if fixed else ""
+                raise ValueError(
+                    f"{quoted(value)} has an empty part between dots: no document has one{hint}"
+                )
+        return value
+
 
 class CircuitSettings(_Section):
     """Per-host circuit breaker: stop sending to a host that keeps failing, probe it later."""
