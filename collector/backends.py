@@ -45,7 +45,9 @@ def _redis_url(
     return redis_url_checked(source.resolve(settings.url, field=f"{field}.url"), field=field)
 
 
-def open_frontier(source: Source) -> Frontier:
+def open_frontier(source: Source, *, existing_only: bool = False) -> Frontier:
+    """``existing_only`` for commands that only read: an embedded (SQLite) frontier that does
+    not exist yet is not created; it reads as empty (see SqliteFrontier)."""
     settings = source.frontier
     if settings.type == "redis":
         from collector.frontier.redis import RedisFrontier
@@ -53,10 +55,11 @@ def open_frontier(source: Source) -> Frontier:
         return RedisFrontier(_redis_url(source, settings, field="frontier"))
     from collector.frontier.sqlite import SqliteFrontier
 
-    return SqliteFrontier(source.frontier_path)
+    return SqliteFrontier(source.frontier_path, existing_only=existing_only)
 
 
-def open_deadletters(source: Source) -> DeadLetters:
+def open_deadletters(source: Source, *, existing_only: bool = False) -> DeadLetters:
+    """``existing_only`` as for :func:`open_frontier`."""
     settings = source.deadletters
     if settings.type == "redis":
         from collector.deadletter.redis import RedisDeadLetterStore
@@ -72,6 +75,7 @@ def open_deadletters(source: Source) -> DeadLetters:
         source.deadletter_path,
         archive=source.deadletter_archive_path,
         archive_max_bytes=settings.archive_max_bytes,
+        existing_only=existing_only,
     )
 
 
@@ -109,17 +113,23 @@ class Backends:
 
 
 @contextlib.contextmanager
-def open_backends(source: Source, *, readonly_sink: bool = False) -> Iterator[Backends]:
+def open_backends(
+    source: Source, *, readonly_sink: bool = False, existing_only: bool = False
+) -> Iterator[Backends]:
     """Open the source's frontier, dead-letter store and sink; close every one that opened.
+
+    ``readonly_sink``: the sink takes no writer lock. ``existing_only`` for commands that only
+    read (``status``): embedded SQLite stores that do not exist yet are not created; they read
+    as empty.
 
     Opened in that order, so an unreachable server fails here with its one-line BackendError
     (or a ConfigError for a missing variable) before anything was changed; whatever opened before
     the failure is closed again.
     """
     with contextlib.ExitStack() as stack:
-        frontier = open_frontier(source)
+        frontier = open_frontier(source, existing_only=existing_only)
         stack.callback(frontier.close)
-        deadletters = open_deadletters(source)
+        deadletters = open_deadletters(source, existing_only=existing_only)
         stack.callback(deadletters.close)
         sink = open_sink(source, readonly=readonly_sink)
         stack.callback(sink.close)

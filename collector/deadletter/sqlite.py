@@ -200,14 +200,21 @@ class SqliteDeadLetterStore(Closing):
         *,
         archive: str | Path | None = None,
         archive_max_bytes: int = defaults.DEADLETTER_ARCHIVE_BYTES,
+        existing_only: bool = False,
     ) -> None:
+        """``existing_only``: for commands that only read (``status``). A file that does not
+        exist is then not made (nor its folder, nor the archive): the store reads as empty."""
         self.path = str(path)
-        if self.path != ":memory:":
+        self.existed = self.path == ":memory:" or Path(self.path).exists()
+        if not self.existed and not existing_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        opened = self.path if self.existed or not existing_only else ":memory:"
+        if existing_only and archive is not None and not Path(archive).exists():
+            archive = None  # its folder would be made; nothing was archived there yet
         self._lock = threading.Lock()
         try:
             self._db = sqlite3.connect(
-                self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+                opened, timeout=30.0, isolation_level=None, check_same_thread=False
             )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")

@@ -204,16 +204,22 @@ def _key_filter(keys: list[int]) -> tuple[str, list[int]]:
 class SqliteFrontier(Closing):
     """Frontier in one SQLite file (``":memory:"`` for a throwaway in-process queue)."""
 
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, path: str | Path, *, busy_timeout_s: float = 30.0, existing_only: bool = False
+    ) -> None:
+        """``existing_only``: for commands that only read (``status``). A file that does not
+        exist is then neither made nor its folder: the frontier reads as empty (an in-memory
+        one) and :attr:`existed` is False, so the source "has not run here yet"."""
         self.path = str(path)
-        if self.path != ":memory:":
+        self.existed = self.path == ":memory:" or Path(self.path).exists()
+        if not self.existed and not existing_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._sources: dict[str, int] = {}
         self._runs: dict[str, int] = {}
         try:
             self._db = sqlite3.connect(
-                self.path,
+                self.path if self.existed or not existing_only else ":memory:",
                 timeout=busy_timeout_s,
                 isolation_level=None,  # we issue BEGIN IMMEDIATE ourselves
                 check_same_thread=False,

@@ -26,8 +26,10 @@ def source_status(reference: str) -> dict[str, Any]:
 
     source = load(reference)
     now = time.time()
-    with open_backends(source, readonly_sink=True) as stores:  # beside a run: no writer lock
+    # beside a run: no writer lock; a source never run here: no store files made by a look
+    with open_backends(source, readonly_sink=True, existing_only=True) as stores:
         counts = stores.frontier.counts(source.name)
+        ran_here = getattr(stores.frontier, "existed", True)  # False: no SQLite file yet
         holders = [
             {
                 "holder": held.holder,
@@ -48,13 +50,17 @@ def source_status(reference: str) -> dict[str, Any]:
             "frontier": stores.frontier.location(),
             "deadletter_store": stores.deadletters.location(),
             "sink": stores.sink.location(),
+            "ran_here": ran_here,
         }
 
 
 def _print(reference: str, status: dict[str, Any]) -> None:
     items = status["items"]
     states = ("queued", "leased", "done", "dead", "expired", "retired")
-    print(f"{reference} ({status['source']}): {items['total']} items in {status['frontier']}")
+    if not status.get("ran_here", True):
+        print(f"{reference} ({status['source']}): not run here yet (no {status['frontier']})")
+    else:
+        print(f"{reference} ({status['source']}): {items['total']} items in {status['frontier']}")
     print("  " + "  ".join(f"{state} {items[state]}" for state in states))
     for held in status["holders"]:
         beat = held["beat_s_ago"]
