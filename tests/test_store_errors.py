@@ -4,11 +4,12 @@ that cannot open is said before anything else starts, in one line naming the fil
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
 
-from flows.cli import EXIT_OK, main
+from flows.cli import EXIT_FAILED, EXIT_OK, main
 from tests.helpers import write_source
 
 
@@ -45,3 +46,31 @@ def test_status_after_the_stores_exist_reads_them(
     assert status["ran_here"] is True
     assert main(["status", str(path)]) == EXIT_OK
     assert "0 items in" in capsys.readouterr().out
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on (bound, then let go)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_retry_with_an_unreachable_frontier_says_so_before_any_prefect_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock lives on a Prefect server, which is started when none runs: a Redis frontier
+    that does not answer must be said first, not after that start (and its wait)."""
+    import flows.cli.recovery as recovery
+
+    def no_server() -> None:  # a tripwire: reaching the lock's server is the bug
+        raise AssertionError("a Prefect server was started before the frontier was opened")
+
+    monkeypatch.setattr(recovery, "_prefect_server", no_server)
+    url = f"redis://127.0.0.1:{_closed_port()}/0"
+    path = write_source(
+        tmp_path, seeds={"urls": ["http://127.0.0.1/a"]}, frontier={"type": "redis", "url": url}
+    )
+    assert main(["deadletters", "retry", str(path), "--all"]) == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert err.startswith("collector: ") and "frontier" in err and "connect" in err, err
+    assert len(err.splitlines()) == 1, err

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from collector.config import Source
     from collector.deadletter import DeadLetter
     from collector.deadletter.base import DeadLetters
+    from collector.frontier.base import Frontier
     from flows.cli._common import Commands
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
@@ -124,12 +125,16 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.action == "discard":
             return _discard(source, store, args)
+        from collector.backends import open_frontier
         from flows.cli.recovery import under_source_lock
 
         entries = _selected(source, store, args)  # a bad selection: one line before any wait
-        return under_source_lock(
-            source, "deadletters retry", lambda: _retry(source, store, entries)
-        )
+        # The frontier opens first: one unreachable says so before a Prefect server is started
+        # for the lock (and before any wait for it).
+        with open_frontier(source) as frontier:
+            return under_source_lock(
+                source, "deadletters retry", lambda: _retry(source, store, frontier, entries)
+            )
     finally:
         store.close()
 
@@ -234,32 +239,32 @@ def _discard(source: Source, store: DeadLetters, args: argparse.Namespace) -> in
     return EXIT_OK
 
 
-def _retry(source: Source, store: DeadLetters, entries: list[DeadLetter]) -> int:
+def _retry(
+    source: Source, store: DeadLetters, frontier: Frontier, entries: list[DeadLetter]
+) -> int:
     """Fetch the entries' pages again: back to the frontier's queue if dead (or expired),
     whatever the entry's status (a repaired entry's page may still be dead); each entry not
     resolved yet is resolved once, through the same engine code as triage's re-enqueue
     (:mod:`collector.recovery.requeue`). Exit 1 when a page was not dead, so nothing was done.
     Called under the source's lock (``under_source_lock``): a run in progress counts dead
     pages in its account."""
-    from collector.backends import open_frontier
     from collector.recovery.requeue import reenqueue
 
     requeued = refused = 0
     queued_urls: set[str] = set()
-    with open_frontier(source) as frontier:
-        for entry in entries:
-            if entry.url in queued_urls:  # a page named by several entries: queued once
-                if entry.status != "resolved":
-                    store.resolve(entry.id, "reenqueued", "operator retry", requeued=True)
-                requeued += 1
-                continue
-            if not reenqueue(store, frontier, source, entry, detail="operator retry",
-                             now=time.time()):  # fmt: skip
-                refused += 1
-                print(_not_requeued(entry), file=sys.stderr)
-                continue
-            queued_urls.add(entry.url)
+    for entry in entries:
+        if entry.url in queued_urls:  # a page named by several entries: queued once
+            if entry.status != "resolved":
+                store.resolve(entry.id, "reenqueued", "operator retry", requeued=True)
             requeued += 1
+            continue
+        if not reenqueue(store, frontier, source, entry, detail="operator retry",
+                         now=time.time()):  # fmt: skip
+            refused += 1
+            print(_not_requeued(entry), file=sys.stderr)
+            continue
+        queued_urls.add(entry.url)
+        requeued += 1
     if requeued:
         print(f"re-enqueued {requeued} of {_letters(len(entries))}; the next run fetches them")
     else:
