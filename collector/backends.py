@@ -45,6 +45,20 @@ def _redis_url(
     return redis_url_checked(source.resolve(settings.url, field=f"{field}.url"), field=field)
 
 
+@contextlib.contextmanager
+def _naming(field: str, store: str) -> Iterator[None]:
+    """A server store that cannot open names the setting that points at it, so the operator
+    knows what to fix: ``frontier redis://h:1/0: cannot connect: ...`` becomes ``frontier.url
+    redis://h:1/0: cannot connect: ...`` (the store's own message, URL already scrubbed; the
+    CLI puts the source file in front, flows.cli)."""
+    from collector.errors import BackendError
+
+    try:
+        yield
+    except BackendError as exc:
+        raise BackendError(f"{field} {str(exc).removeprefix(store + ' ')}") from exc
+
+
 def open_frontier(source: Source, *, existing_only: bool = False) -> Frontier:
     """``existing_only`` for commands that only read: an embedded (SQLite) frontier that does
     not exist yet is not created; it reads as empty (see SqliteFrontier)."""
@@ -52,7 +66,10 @@ def open_frontier(source: Source, *, existing_only: bool = False) -> Frontier:
     if settings.type == "redis":
         from collector.frontier.redis import RedisFrontier
 
-        return RedisFrontier(_redis_url(source, settings, field="frontier"))
+        url = _redis_url(source, settings, field="frontier")
+        field = "frontier.block" if settings.block is not None else "frontier.url"
+        with _naming(field, "frontier"):
+            return RedisFrontier(url)
     from collector.frontier.sqlite import SqliteFrontier
 
     return SqliteFrontier(source.frontier_path, existing_only=existing_only)

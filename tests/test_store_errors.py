@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,25 @@ def test_retry_with_an_unreachable_frontier_says_so_before_any_prefect_server(
     err = capsys.readouterr().err
     assert err.startswith("collector: ") and "frontier" in err and "connect" in err, err
     assert len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("command", [["status"], ["run"], ["deadletters", "retry"]])
+def test_an_unreachable_redis_frontier_names_the_file_and_setting(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """`collector: <file>: frontier.url redis://...: cannot connect ...`, exit 1, one line,
+    the password still scrubbed (run through the real command, as a user types it)."""
+    url = f"redis://app:hunter2@127.0.0.1:{_closed_port()}/0"
+    path = write_source(
+        tmp_path, seeds={"urls": ["http://127.0.0.1/a"]}, frontier={"type": "redis", "url": url}
+    )
+    extra = ["--all"] if command[0] == "deadletters" else []
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", *command, str(path), *extra],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == EXIT_FAILED, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    scrubbed = url.replace("hunter2", "[redacted]")
+    assert line.startswith(f"collector: {path}: frontier.url {scrubbed}: cannot connect: "), line
+    assert "hunter2" not in done.stderr

@@ -60,6 +60,7 @@ from flows.cli._common import (
     EXIT_INVALID,
     EXIT_OK,
     EXIT_PIPE_CLOSED,
+    in_source,
     print_source_problems,
 )
 from flows.cli.deadletters import parse_age
@@ -120,6 +121,17 @@ def _describe(parser: argparse.ArgumentParser) -> None:
             _describe(sub)
 
 
+def _one_source(args: argparse.Namespace) -> str | None:
+    """The source file (or ``block:NAME``) the command names, when it names one."""
+    source = getattr(args, "source", None)
+    if isinstance(source, str):
+        return source
+    sources = getattr(args, "sources", None)
+    if isinstance(sources, list) and len(sources) == 1 and isinstance(sources[0], str):
+        return sources[0]
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -133,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"collector: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except BackendError as exc:  # a store that cannot open (Redis down, a sink folder refused)
-        print(f"collector: {exc}", file=sys.stderr)
+        print(f"collector: {in_source(_one_source(args), str(exc))}", file=sys.stderr)
         return EXIT_FAILED
     except BrokenPipeError:
         # `collector ... | head`: the reader has all it wanted. Point stdout at /dev/null so the

@@ -130,6 +130,18 @@ def load(reference: str) -> Source:
     return resolve_source(reference)
 
 
+STORE_FIELDS = ("frontier.", "deadletters.", "sink.")
+
+
+def in_source(reference: str | None, message: str) -> str:
+    """A store error that names its setting (``frontier.url redis://...: cannot connect``, from
+    collector.backends) gets the source file in front, as source problems do: ``items.yaml:
+    frontier.url ...``. Other messages (already naming a path) stay as they are."""
+    if reference is None or not message.startswith(STORE_FIELDS):
+        return message
+    return f"{reference}: {message}"
+
+
 def print_source_problems(error: SourceError) -> int:
     """Print each problem of an invalid source on its own line; the exit code for it."""
     for problem in error.problems:

@@ -24,6 +24,7 @@ from flows.cli._common import (
     _prefect_environment,
     _prefect_server,
     add_source,
+    in_source,
     load,
     positive_int,
     print_warnings,
@@ -121,8 +122,8 @@ def _checked_before_the_flow(
     except ConfigError as exc:  # a missing variable or Secret / RedisDatabase block
         print(f"{source}: {exc}", file=sys.stderr)
         return EXIT_INVALID, None, None
-    except CollectorError as exc:
-        print(f"collector: {exc}", file=sys.stderr)
+    except CollectorError as exc:  # a store that does not answer: its file and setting first
+        print(f"collector: {in_source(source, str(exc))}", file=sys.stderr)
         return EXIT_FAILED, None, None
     print_warnings(loaded, source)  # e.g. every seed refused: said before, not discovered after
     return loaded

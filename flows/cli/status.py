@@ -14,7 +14,8 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from flows.cli._common import EXIT_OK, add_json, add_source, load
+from collector.errors import BackendError
+from flows.cli._common import EXIT_OK, add_json, add_source, in_source, load
 
 if TYPE_CHECKING:
     from flows.cli._common import Commands
@@ -87,7 +88,12 @@ def _print(reference: str, status: dict[str, Any]) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     for reference in args.sources:
         load(reference)  # every source valid before any store is opened (else exit 2, main)
-    found = {reference: source_status(reference) for reference in args.sources}
+    found = {}
+    for reference in args.sources:
+        try:
+            found[reference] = source_status(reference)
+        except BackendError as exc:  # which of several sources: its file in front (main prints)
+            raise BackendError(in_source(reference, str(exc))) from exc
     if args.json:
         print(json.dumps(list(found.values())))
         return EXIT_OK
