@@ -98,3 +98,13 @@ def test_an_unreachable_redis_frontier_names_the_file_and_setting(
     scrubbed = url.replace("hunter2", "[redacted]")
     assert line.startswith(f"collector: {path}: frontier.url {scrubbed}: cannot connect: "), line
     assert "hunter2" not in done.stderr
+
+
+def test_deadletters_list_of_a_source_never_run_here_creates_no_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """list only reads: an empty listing, and no .collector/ folder left behind."""
+    path = write_source(tmp_path, seeds={"urls": ["http://127.0.0.1/a"]})
+    assert main(["deadletters", "list", str(path)]) == EXIT_OK
+    assert "Traceback" not in capsys.readouterr().err
+    assert not (tmp_path / ".collector").exists()

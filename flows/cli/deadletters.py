@@ -115,7 +115,8 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
     from collector.backends import open_deadletters
 
     source = load(args.source)
-    store = open_deadletters(source)
+    # list and show only read: a source never run here gets no store file made by a look
+    store = open_deadletters(source, existing_only=args.action in ("list", "show"))
     try:
         if args.action == "list":
             return _list(source, store, args)
