@@ -81,11 +81,14 @@ def open_deadletters(source: Source, *, existing_only: bool = False) -> DeadLett
     if settings.type == "redis":
         from collector.deadletter.redis import RedisDeadLetterStore
 
-        return RedisDeadLetterStore(
-            _redis_url(source, settings, field="deadletters"),
-            archive=source.deadletter_archive_path,
-            archive_max_bytes=settings.archive_max_bytes,
-        )
+        url = _redis_url(source, settings, field="deadletters")
+        field = "deadletters.block" if settings.block is not None else "deadletters.url"
+        with _naming(field, "dead letters"):
+            return RedisDeadLetterStore(
+                url,
+                archive=source.deadletter_archive_path,
+                archive_max_bytes=settings.archive_max_bytes,
+            )
     from collector.deadletter.sqlite import SqliteDeadLetterStore
 
     return SqliteDeadLetterStore(
@@ -112,9 +115,9 @@ def open_sink(source: Source, *, readonly: bool = False) -> Sink:
     if settings.type == "postgres":
         from collector.sinks.postgres import PostgresSink
 
-        return PostgresSink(
-            source.resolve(settings.dsn, field="sink.dsn"), source=source.name, table=settings.table
-        )
+        dsn = source.resolve(settings.dsn, field="sink.dsn")
+        with _naming("sink.dsn", "sink"):
+            return PostgresSink(dsn, source=source.name, table=settings.table)
     from collector.sinks.jsonl import JsonlSink
 
     return JsonlSink(source.sink_path, source=source.name, readonly=readonly)

@@ -368,7 +368,8 @@ def test_an_unreachable_redis_stops_the_run_at_once_with_one_line(tmp_path: Path
     assert done.returncode == 1
     lines = [line for line in done.stderr.splitlines() if line.startswith("collector:")]
     assert len(lines) == 1, done.stderr[-2000:]
-    assert "dead letters redis://" in lines[0] and "cannot connect" in lines[0]
+    assert lines[0].startswith(f"collector: {source_path}: deadletters.url redis://"), lines
+    assert "cannot connect" in lines[0]
     assert "hunter2" not in done.stderr
 
 

@@ -128,7 +128,8 @@ def test_an_unreachable_postgres_stops_the_run_at_once_with_one_line(tmp_path: P
     assert done.returncode == 1
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(
-        f"collector: sink postgresql://app@127.0.0.1:{port}/db table collector_records: "
+        f"collector: {source_path}: sink.dsn postgresql://app@127.0.0.1:{port}/db table "
+        "collector_records: "
         "cannot connect: "
     ), line
     assert "hunter2" not in done.stderr
