@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from collector.config import SourceError, load_source, source_warnings
+from collector.errors import BackendError
 from collector.run.summary import RunSummary
-from flows.cli import EXIT_FAILED, main
+from flows.cli import EXIT_OK, main
 from tests.helpers import write_source
 
 
@@ -53,17 +54,33 @@ def test_a_variable_in_user_agent_is_refused_not_sent_as_written(tmp_path: Path)
 
 
 @pytest.mark.parametrize("command", [["status"], ["batches"]])
-def test_a_sink_folder_that_cannot_be_made_is_one_line_not_a_traceback(
+def test_a_sink_folder_not_made_yet_is_read_as_empty_and_not_made(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
 ) -> None:
+    """Commands that only look leave nothing behind: no sink folder (nor store files)."""
+    path = write_source(tmp_path, seeds={"urls": ["http://127.0.0.1/a"]}, sink={"path": "out"})
+    assert main([*command, str(path)]) == EXIT_OK, capsys.readouterr()
+    assert "Traceback" not in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sink_folder_that_cannot_be_made_is_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where the sink is written (a run, a retry), the folder it cannot make is one line."""
+    from collector.backends import open_sink
+
     (tmp_path / "blocker").write_text("a file where the sink's folder should be\n", "utf-8")
     path = write_source(
         tmp_path, seeds={"urls": ["http://127.0.0.1/a"]}, sink={"path": "blocker/out"}
     )
-    assert main([*command, str(path)]) == EXIT_FAILED
-    err = capsys.readouterr().err
-    assert err.startswith(f"collector: sink {tmp_path / 'blocker' / 'out'}: cannot create folder")
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    with pytest.raises(BackendError) as info:
+        open_sink(load_source(path))
+    message = str(info.value)
+    assert message.startswith(f"sink {tmp_path / 'blocker' / 'out'}: cannot create folder")
+    assert len(message.splitlines()) == 1, message
+    # a reader finds nothing there, and says so without failing
+    assert main(["status", str(path)]) == EXIT_OK, capsys.readouterr()
 
 
 def test_a_run_stopped_before_its_first_fetch_does_not_call_itself_a_no_op(

@@ -18,7 +18,8 @@ records wrong and could lose lines. A writer holds an exclusive ``flock`` on
 ``.<source>.lock`` in the folder while open (released by the kernel when the process dies,
 SIGKILL included); a second writer is refused in one line naming the holder (helpers need a
 Postgres sink). Readers (``collector status``, ``batches``) open ``readonly``: no lock, no
-truncation, no compaction, complete lines only.
+truncation, no compaction, complete lines only, and no folder made (one that does not exist
+holds no records: a command that only looks leaves nothing behind).
 """
 
 from __future__ import annotations
@@ -68,10 +69,11 @@ class JsonlSink(Closing):
         self.folder = Path(folder)
         self.source = source
         self.readonly = readonly
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise BackendError(f"sink {self.folder}: cannot create folder: {exc}") from exc
+        if not readonly:
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise BackendError(f"sink {self.folder}: cannot create folder: {exc}") from exc
         self._pattern = re.compile(rf"^{re.escape(source)}-(\d{{5}})\.jsonl$")
         self._index: dict[str, _Entry] = {}
         self._superseded: set[int] = set()  # segments holding superseded lines
@@ -139,6 +141,8 @@ class JsonlSink(Closing):
         return self.folder / f"{self.source}-{segment:05d}.jsonl"
 
     def _segments(self) -> list[int]:
+        if self.readonly and not self.folder.is_dir():
+            return []  # not made yet (or not a folder): nothing stored here
         found = []
         for path in self.folder.iterdir():
             match = self._pattern.match(path.name)
