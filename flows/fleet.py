@@ -467,6 +467,7 @@ async def fleet(
     finally:  # closed off the loop (a Redis or SQLite close may wait)
         await asyncio.gather(*(asyncio.to_thread(d.frontier.close) for d in deployed.values()))
     tally["tables_shown"] = pacer.versions
+    tally["table_figure_versions"] = pacer.figure_versions
     tally["helper_start_s"] = round(starts.expected_s, 2)  # the last estimate
     tally["starts_measured"] = starts.measured
     logger.info("fleet: %s", tally)

@@ -54,7 +54,7 @@ def test_what_is_written_follows_the_rule(
     shown: list[Any] | None = None
     shown_at = float("-inf")
     last: list[Any] | None = None
-    writes = 0
+    writes = figure_writes = 0
     for table, gap in steps:
         now += gap
         last = table
@@ -68,6 +68,7 @@ def test_what_is_written_follows_the_rule(
         else:
             assert due == (now - shown_at >= every)  # figures alone: paced
         if due:
+            figure_writes += was == substance
             pacer.written(table, now)
             shown, shown_at, writes = table, now, writes + 1
     assert pacer.held_back(last) == (last is not None and last != shown)
@@ -76,3 +77,5 @@ def test_what_is_written_follows_the_rule(
         writes += 1
     assert pacer.shown == last  # the last version is the last table computed
     assert pacer.versions == writes
+    assert pacer.figure_versions >= figure_writes  # the end's write may be one more
+    assert pacer.figure_versions <= figure_writes + 1

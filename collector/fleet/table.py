@@ -38,6 +38,7 @@ class TablePacer:
     shown: list[dict[str, Any]] | None = None  # the version written last
     shown_at: float = -math.inf
     versions: int = 0  # written so far (the fleet's result says it: ``tables_shown``)
+    figure_versions: int = 0  # of those, the ones for figures alone (``table_figure_versions``)
 
     def due(self, table: Table, now: float) -> bool:
         """Whether ``table``, computed at ``now`` (seconds), should be written now."""
@@ -48,6 +49,8 @@ class TablePacer:
         return now - self.shown_at >= self.figures_every_s
 
     def written(self, table: Table, now: float) -> None:
+        if self.shown is not None and _substance(table) == _substance(self.shown):
+            self.figure_versions += 1
         self.shown = list(table)
         self.shown_at = now
         self.versions += 1
