@@ -396,8 +396,8 @@ async def fleet(
         float | None,
         Field(
             ge=0,
-            description="End early once every source had nothing due and no helper "
-            "this long (None: run for duration_s).",
+            description="End early once every source had nothing due, no helper and no "
+            "live run of its own this long (None: run for duration_s).",
         ),
     ] = None,
 ) -> dict[str, Any]:
@@ -452,7 +452,13 @@ async def fleet(
                     next_decision = max(next_decision, now + decide_every_s)
                     tally["api_errors"] += 1
                     logger.warning("fleet: round skipped, will retry: %s", _first_line(exc))
-                busy = any(d.tracker.backlog for d in deployed.values()) or any(helpers.values())
+                # a source's own run still starting or planning is work on its way: its backlog
+                # shows only once it planned (a play's big runs, late on a loaded worker)
+                busy = (
+                    any(d.tracker.backlog for d in deployed.values())
+                    or any(helpers.values())
+                    or any(own.values())
+                )
                 seen_work = seen_work or busy
                 idle_since = None if busy else (now if idle_since is None else idle_since)
                 idle_for = 0.0 if idle_since is None or not seen_work else now - idle_since
