@@ -198,7 +198,8 @@ def register(commands: Any) -> None:
     )  # fmt: skip
     fleet.add_argument(
         "--until-idle", type=float, default=None, metavar="SECONDS",
-        help="end sooner, once every source was drained and helper-free this long",
+        help="end sooner, once every source was drained, helper-free and without a live "
+        "run of its own this long",
     )  # fmt: skip
     fleet.add_argument(
         "--pool", default=defaults.FLEET_POOL, metavar="NAME",
