@@ -13,10 +13,24 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from collector.errors import BackendError
 
-__all__ = ["write_transaction"]
+__all__ = ["open_target", "write_transaction"]
+
+
+def open_target(path: str, *, existing_only: bool) -> tuple[str, bool]:
+    """Where a SQLite store connects, and whether its file existed. ``existing_only`` (commands
+    that only read, ``status``): a missing file is not made, nor its folder; the store connects
+    to ``:memory:`` and reads as empty. Otherwise the folder is made for the file."""
+    existed = path == ":memory:" or Path(path).exists()
+    if existed:
+        return path, True
+    if existing_only:
+        return ":memory:", False
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return path, False
 
 
 @contextmanager

@@ -41,7 +41,7 @@ from collector.deadletter.base import (
     count_status_kinds,
 )
 from collector.errors import BackendError
-from collector.sqlite_tx import write_transaction
+from collector.sqlite_tx import open_target, write_transaction
 
 __all__ = ["JsonlArchive", "SqliteDeadLetterStore", "split_legacy"]
 
@@ -205,10 +205,7 @@ class SqliteDeadLetterStore(Closing):
         """``existing_only``: for commands that only read (``status``). A file that does not
         exist is then not made (nor its folder, nor the archive): the store reads as empty."""
         self.path = str(path)
-        self.existed = self.path == ":memory:" or Path(self.path).exists()
-        if not self.existed and not existing_only:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        opened = self.path if self.existed or not existing_only else ":memory:"
+        opened, self.existed = open_target(self.path, existing_only=existing_only)
         if existing_only and archive is not None and not Path(archive).exists():
             archive = None  # its folder would be made; nothing was archived there yet
         self._lock = threading.Lock()

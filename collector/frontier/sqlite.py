@@ -64,7 +64,7 @@ from collector.frontier.base import (
     plan_decision,
 )
 from collector.frontier.url_key import url_key
-from collector.sqlite_tx import write_transaction
+from collector.sqlite_tx import open_target, write_transaction
 
 __all__ = ["SqliteFrontier", "url_key"]
 
@@ -211,15 +211,13 @@ class SqliteFrontier(Closing):
         exist is then neither made nor its folder: the frontier reads as empty (an in-memory
         one) and :attr:`existed` is False, so the source "has not run here yet"."""
         self.path = str(path)
-        self.existed = self.path == ":memory:" or Path(self.path).exists()
-        if not self.existed and not existing_only:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        opened, self.existed = open_target(self.path, existing_only=existing_only)
         self._lock = threading.Lock()
         self._sources: dict[str, int] = {}
         self._runs: dict[str, int] = {}
         try:
             self._db = sqlite3.connect(
-                self.path if self.existed or not existing_only else ":memory:",
+                opened,
                 timeout=busy_timeout_s,
                 isolation_level=None,  # we issue BEGIN IMMEDIATE ourselves
                 check_same_thread=False,
