@@ -39,4 +39,15 @@ def real_parts() -> Iterator[tuple[str, Any, Any, Any, str]]:
             with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
                 yield folder, postgres, redis, site, server.api_url
         finally:
+            _drain_prefect_workers()
             server.stop()
+
+
+def _drain_prefect_workers() -> None:
+    """Send Prefect's queued events and logs while the server still answers: drained only at
+    exit, after ``server.stop()``, they are retried against a closed port for minutes."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    EventsWorker.drain_all(timeout=30)
+    APILogWorker.drain_all(timeout=30)
