@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -175,29 +176,43 @@ async def test_a_dead_holders_slot_is_taken_back_after_its_heartbeat_goes_stale(
 async def test_shared_domain_slots_cap_every_batch_at_the_limits_size(
     tmp_path: Path, prefect_api: str
 ) -> None:
+    """A ``domain:<host>`` limit of 3 caps every batch at 3 requests in flight on the host.
+
+    The host is this test's own (``localhost``, the site's 127.0.0.1 by another name, so a
+    ``domain:`` limit of its own) and its limit is made anew: an earlier test on this worker's
+    session API (the fleet's) runs on 127.0.0.1 and SIGKILLs helpers that may hold its slots,
+    and this API (a temporary server, without Prefect's repossessor) never frees those. Once,
+    sharing 127.0.0.1, this test waited its 600 s for them in a full run."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.exceptions import ObjectNotFound
+
     with WorkerSite() as site:
         site.set_delay(0.05)
+        template = site.url("/items/{i}.json").replace("//127.0.0.1:", "//localhost:")
         source = write_source(
             tmp_path,
             name="locks-domain",
-            seeds={"template": site.url("/items/{i}.json"), "range": [0, 60]},
+            seeds={"template": template, "range": [0, 60]},
             limits={"concurrency": 16, "per_domain_concurrency": 16,
                     "shared_domain_concurrency": True},
         )  # fmt: skip
-        from prefect.client.orchestration import get_client
-
-        name = domain_lock_name("127.0.0.1")
-        # a limit smaller than the per-worker cap; set, not created: the session's API is
-        # shared, and an earlier test's run on 127.0.0.1 may have made the host's limit already
-        # (CI: the fleet test ran first on this worker, and creating it again was a 409)
+        name = domain_lock_name("localhost")
+        # a limit smaller than the per-worker cap, with no slot held: made anew, whatever an
+        # earlier run on this host left on it
         async with get_client() as client:
-            await client.upsert_global_concurrency_limit_by_name(name, 3)
+            with contextlib.suppress(ObjectNotFound):
+                await client.delete_global_concurrency_limit_by_name(name)
+            await client.create_global_concurrency_limit(
+                GlobalConcurrencyLimitCreate(name=name, limit=3)
+            )
         try:
             summary = summary_of(await collect(source=str(source), batch_size=30))
             assert summary["balanced"] and summary["stored"] == 60
+            assert {item for item, _ in site.fetches()} == set(range(60))
             assert site.max_in_flight == 3
             assert await _active_slots(name) == 0
-        finally:  # a later test's runs on 127.0.0.1 are not to be held to 3
+        finally:  # a later test's runs on localhost are not to be held to 3
             async with get_client() as client:
                 await client.delete_global_concurrency_limit_by_name(name)
 
