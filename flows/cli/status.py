@@ -4,6 +4,13 @@ Reads the source's own stores (no Prefect): the frontier's items per state and w
 leases, whether the next run plans the seed list in full or only what is due, the dead letters
 per status and reason, and the sink's record count. What an operator looks at before a rerun,
 after a crash, or when a scheduled run "did nothing".
+
+A holder of leased items is judged by its heartbeat in the frontier, as every run judges the
+others (:mod:`collector.run.heartbeat`): silent for ``HOLDER_DEAD_AFTER_S``, it is presumed dead
+and the next run revokes its leases at once (its items go back to the queue, none lost or done
+twice). A run's pid lives with its source lock in Prefect, which status does not ask; so a
+holder killed a moment ago reads as alive until its heartbeat is that old, and the line says
+when it stops counting.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from collector import defaults
 from collector.errors import BackendError
 from flows.cli._common import EXIT_OK, add_json, add_source, in_source, load
 
@@ -27,6 +35,7 @@ def source_status(reference: str) -> dict[str, Any]:
 
     source = load(reference)
     now = time.time()
+    dead_after_s = defaults.HOLDER_DEAD_AFTER_S
     # beside a run: no writer lock; a source never run here: no store files made by a look
     with open_backends(source, readonly_sink=True, existing_only=True) as stores:
         counts = stores.frontier.counts(source.name)
@@ -36,6 +45,10 @@ def source_status(reference: str) -> dict[str, Any]:
                 "holder": held.holder,
                 "leased": held.leased,
                 "beat_s_ago": None if held.beat_at is None else round(now - held.beat_at, 1),
+                # what the next run will judge (judge_holders): silent too long, its leases are
+                # revoked; a holder that never beat is left to its leases' end
+                "presumed_dead": held.beat_at is not None and now - held.beat_at > dead_after_s,
+                "dead_after_s": dead_after_s,
             }
             for held in stores.frontier.holders(source.name)
         ]
@@ -64,9 +77,7 @@ def _print(reference: str, status: dict[str, Any]) -> None:
         print(f"{reference} ({status['source']}): {items['total']} items in {status['frontier']}")
     print("  " + "  ".join(f"{state} {items[state]}" for state in states))
     for held in status["holders"]:
-        beat = held["beat_s_ago"]
-        alive = "no heartbeat" if beat is None else f"last heartbeat {beat:g}s ago"
-        print(f"  held by {held['holder']}: {held['leased']} leased ({alive})")
+        print(f"  held by {held['holder']}: {held['leased']} leased ({holder_liveness(held)})")
     print(
         "  next run plans "
         + (
@@ -83,6 +94,19 @@ def _print(reference: str, status: dict[str, Any]) -> None:
         + (f" (open: {reasons})" if reasons else "")
     )
     print(f"  sink: {status['records_in_sink']} records in {status['sink']}")
+
+
+def holder_liveness(held: dict[str, Any]) -> str:
+    """What a holder's heartbeat says, and what becomes of its items (one holder of --json)."""
+    beat, dead_after_s = held["beat_s_ago"], held["dead_after_s"]
+    if beat is None:
+        return "no heartbeat: its items come back when their lease ends"
+    if held["presumed_dead"]:
+        return f"silent {beat:g}s: presumed dead, the next run takes its items back"
+    return (
+        f"last heartbeat {beat:g}s ago; its items are taken back if it stays silent "
+        f"{dead_after_s:g}s"
+    )
 
 
 def cmd_status(args: argparse.Namespace) -> int:
