@@ -133,10 +133,10 @@ def test_a_sigkilled_run_reads_as_held_then_as_presumed_dead(
         # a bound of 1 s: once its last beat is older, the dead run is called so
         monkeypatch.setattr(defaults, "HOLDER_DEAD_AFTER_S", 1.0)
         deadline = time.monotonic() + 60
-        while not (status := _status(path, capsys))[0]["holders"][0]["presumed_dead"]:
-            assert time.monotonic() < deadline, status  # a killed run beats no more
+        while not (seen := _status(path, capsys))[0]["holders"][0]["presumed_dead"]:
+            assert time.monotonic() < deadline, seen  # a killed run beats no more
             time.sleep(0.5)
-        status, text = _status(path, capsys)
+        status, text = seen
         (later,) = status["holders"]
         assert later["holder"] == held["holder"] and later["leased"] == held["leased"], later
         dead_words = rf"silent {SECONDS}: presumed dead, the next run takes its items back"
