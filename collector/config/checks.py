@@ -211,7 +211,9 @@ def source_warnings(source: Source) -> list[str]:
     * a public host would get a User-Agent that names no one to contact (Collector's own,
       while ``politeness.user_agent`` is unset, or one without a URL or an email);
     * a queue TTL shorter than the per-host rate needs to fetch the seeds of one host: the
-      rest would expire in the queue unfetched, run after run.
+      rest would expire in the queue unfetched, run after run;
+    * a ``retry.max_retry_after_s`` set above every retry window (``max_total_s``, a profile's
+      ``max_duration_s``): a Retry-After that long ends the page, it is never waited.
     """
     warnings = [
         f"{problem} here; the run fails unless it is set where it runs"
@@ -225,7 +227,37 @@ def source_warnings(source: Source) -> list[str]:
         )
     warnings += user_agent_warnings(source)
     warnings += queue_ttl_warnings(source)
+    warnings += retry_after_warnings(source)
     return warnings
+
+
+def retry_after_warnings(source: Source) -> list[str]:
+    """``retry.max_retry_after_s``, set by the user, above the longest retry window.
+
+    No retry is scheduled past ``max_total_s`` (a profile's ``max_duration_s``) after the first
+    attempt, so a Retry-After longer than that window dead-letters the page at once
+    (``max_total_exceeded``), whatever the clamp: a clamp above every window promises waits that
+    never happen. The defaults (3600 above 900) are not warned about: the clamp is the ceiling
+    for a profile given a longer window (an hour's reconciliation export), and a user who only
+    shortened a window asked to give up sooner. Without ``respect_retry_after`` there is
+    nothing to wait.
+    """
+    retry = source.retry
+    if "max_retry_after_s" not in retry.model_fields_set or not retry.respect_retry_after:
+        return []
+    windows = {"retry.max_total_s": retry.max_total_s}
+    windows |= {f"retry.profiles.{name}": retry.named(name).max_total_s for name in retry.profiles}
+    longest, window = max(windows.items(), key=lambda named: named[1])
+    clamp = retry.max_retry_after_s
+    if clamp <= window:
+        return []
+    field = longest if longest == "retry.max_total_s" else f"{longest}'s max_duration_s"
+    return [
+        f"retry.max_retry_after_s ({clamp:g} s) is above {field} ({window:g} s), the longest "
+        f"retry window: a Retry-After over {window:g} s ends the page at once as a dead letter "
+        f"(max_total_exceeded), never waited; raise the window to {clamp:g} s to wait that long, "
+        f"or lower max_retry_after_s below {window:g} s to retry sooner than such a server asks"
+    ]
 
 
 def queue_ttl_warnings(source: Source) -> list[str]:

@@ -126,7 +126,12 @@ class RetrySettings(BaseModel):
         defaults.MAX_ATTEMPTS, ge=1, description="Attempts per item, across runs (1 = no retry)."
     )
     max_total_s: float = Field(
-        defaults.MAX_TOTAL_S, gt=0, description="No retry later than this after the first attempt."
+        defaults.MAX_TOTAL_S,
+        gt=0,
+        description=(
+            "No retry later than this after the first attempt: a page whose next wait (its "
+            "backoff or Retry-After) would pass it is dead-lettered at once."
+        ),
     )
     budget_ratio: float = Field(
         defaults.RETRY_BUDGET_RATIO, ge=0, le=1, description="Max share of requests that retry."
@@ -136,7 +141,12 @@ class RetrySettings(BaseModel):
     )
     respect_retry_after: bool = Field(True, description="Honour the server's Retry-After.")
     max_retry_after_s: float = Field(
-        defaults.MAX_RETRY_AFTER_S, gt=0, description="Clamp for Retry-After."
+        defaults.MAX_RETRY_AFTER_S,
+        gt=0,
+        description=(
+            "Clamp for Retry-After (a longer one is waited this long); only waits within "
+            "max_total_s (a profile's max_duration_s) happen, longer ones end the page."
+        ),
     )
     max_inline_delay_s: float = Field(
         defaults.MAX_INLINE_DELAY_S,
