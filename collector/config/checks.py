@@ -338,9 +338,16 @@ def has_contact(text: str) -> bool:
 def user_agent_warnings(source: Source) -> list[str]:
     """A User-Agent that names no one to contact, while a public host would get it: a site's
     operator who sees the requests cannot say who to ask (or block) instead of the network."""
-    agent = source.user_agent
-    named = agent != defaults.USER_AGENT
-    if named and (has_contact(agent) or "${" in agent):  # a variable's value is not here
+    header = source.user_agent_header
+    written = header[1] if header is not None else None
+    if written is not None and "${secret:" in written:
+        return []  # its Secret block is loaded by a run, never by a check
+    try:
+        agent = source.user_agent  # what the requests carry: ${env:...} resolved
+    except ConfigError:
+        return []  # its variable is not set here: unset_variables says so
+    named = written is not None or agent != defaults.USER_AGENT
+    if named and has_contact(agent):
         return []
     host = _public_seed_host(source)
     if host is None:
@@ -351,8 +358,9 @@ def user_agent_warnings(source: Source) -> list[str]:
             "own, which names no one the site can reach; set it to your crawler and a contact, "
             f"e.g. user_agent: {_UA_EXAMPLE!r}"
         ]
+    sent = repr(agent) if written in (None, agent) else f"{written!r} ({agent!r} here)"
     return [
-        f"the User-Agent {agent!r} sent to {host} names no contact: add a URL or an email, e.g. "
+        f"the User-Agent {sent} sent to {host} names no contact: add a URL or an email, e.g. "
         f"{_UA_EXAMPLE!r}"
     ]
 

@@ -278,11 +278,28 @@ class Source(_Section):
 
     @property
     def user_agent(self) -> str:
-        """The User-Agent the source's requests carry (a header's, the setting, the default)."""
+        """The User-Agent the source's requests carry and robots.txt is matched against: a
+        header's, resolved as :meth:`resolved_headers` resolves it for the engine, else the
+        setting, else the default. As written, a ``${env:UA}`` header was a name no site sees
+        and no robots.txt rule matches.
+
+        A ``${secret:...}`` in it loads its Secret block, as a run's start does (a ConfigError
+        naming the header when a variable or block is missing): callers that only check a
+        source look at :attr:`user_agent_header` first.
+        """
+        header = self.user_agent_header
+        if header is not None:
+            name, value = header
+            return self.resolve(value, field=f"limits.headers.{name}")
+        return self.politeness.user_agent or defaults.USER_AGENT
+
+    @property
+    def user_agent_header(self) -> tuple[str, str] | None:
+        """The ``limits.headers`` User-Agent as written, (its name as spelt, its value)."""
         for name, value in self.limits.headers.items():
             if name.lower() == "user-agent":
-                return value
-        return self.politeness.user_agent or defaults.USER_AGENT
+                return name, value
+        return None
 
     def secret_values(self) -> list[str]:
         """Values that must never appear in logs, artifacts or dead letters."""
