@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from collector.settle import validation_worker
 from collector.settle.rowsplit import BatchValidation
 from collector.settle.validation import SuiteValidator
 from collector.settle.validation_worker import ValidationWorker, prewarm
+from collector.settle.worker_pool import pool
 
 SUITE = {
     "name": "items",
@@ -31,6 +32,14 @@ RECORDS: list[dict[str, Any]] = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _empty_pool() -> Iterator[None]:
+    """Each test starts and ends with no idle worker in this process (none from other tests)."""
+    pool.close_all()
+    yield
+    pool.close_all()
+
+
 @pytest.fixture
 def suite(tmp_path: Path) -> Path:
     path = tmp_path / "suite.json"
@@ -46,13 +55,15 @@ def _shape(result: BatchValidation) -> tuple[list[int], list[tuple[int, tuple[st
 
 async def test_worker_answers_like_the_in_process_validator(suite: Path) -> None:
     prewarm(suite)
+    (prewarmed,) = pool.idle()
     worker = ValidationWorker(suite)
     try:
         remote = await worker.validate(RECORDS)
-        assert worker._process is not None and worker._process.poll() is None
+        assert worker._process is prewarmed.process and worker._process.poll() is None
+        assert pool.idle() == []  # the prewarmed process was adopted, not shared
     finally:
         await worker.aclose()
-    assert validation_worker._prewarmed == {}  # the prewarmed process was adopted
+    assert [idle.process for idle in pool.idle()] == [prewarmed.process]  # back, for the next
     assert _shape(remote) == _shape(SuiteValidator(suite).validate(RECORDS))
     assert _shape(remote) == (
         [1, 4],
@@ -75,6 +86,7 @@ async def test_a_dead_worker_falls_back_to_in_process_validation(suite: Path) ->
         await worker.aclose()
     assert worker._failed is True
     assert _shape(result)[0] == [1, 4]
+    assert pool.idle() == []  # a dead worker is never kept
 
 
 async def test_ready_waits_for_the_worker_and_is_not_a_gx_call(suite: Path) -> None:
@@ -104,3 +116,4 @@ async def test_ready_gives_up_on_a_worker_that_died_during_start_up(suite: Path)
         await worker.aclose()
     assert worker._failed is True
     assert _shape(result)[0] == [1, 4]
+    assert pool.idle() == []  # a dead worker is never kept

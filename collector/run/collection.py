@@ -245,6 +245,8 @@ class Run:
         run whose sink could not finish says so instead of ending as if it had.
         """
         self.stores.close()  # every call the loop made is done before its store closes
+        if self._validator is not None:  # a run closed without aclose (``with Run(...)``)
+            self._validator.close()  # back to the pool, or closed (validation_worker)
         failed: list[tuple[str, Exception]] = []
         stores = (
             ("sink", self._sink),
@@ -307,7 +309,8 @@ class Run:
 
     @property
     def validator(self) -> ValidationWorker | None:
-        """The source's suite in a worker process, started on first use (see validation_worker)."""
+        """The source's suite in a worker process, started on first use: an idle one of this
+        process for the same suite content when there is one (see validation_worker)."""
         if self._validator is None and self.source.suite_path is not None:
             from collector.settle.validation_worker import ValidationWorker
 
