@@ -317,7 +317,8 @@ def _active_runs(url: str) -> int:
 
 
 def server_environment(port: int) -> dict[str, str]:
-    """The uvicorn process's environment: the UI told its own API, this install's database.
+    """The uvicorn process's environment: the UI told its own API, this install's database
+    and, with it, leases kept on disk beside it (``flows/_lease_storage.py``).
 
     Prefect computes the UI's API URL (``GET /ui-settings``) from ``PREFECT_UI_API_URL``, else
     ``PREFECT_API_URL``, else ``PREFECT_SERVER_API_HOST``:``PREFECT_SERVER_API_PORT`` (4200 by
@@ -344,6 +345,13 @@ def server_environment(port: int) -> dict[str, str]:
     if "connection_url" not in settings.server.database.model_fields_set:
         database = state_folder() / "prefect.db"
         env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{database}"
+        if "lease_storage" not in settings.server.concurrency.model_fields_set:
+            # leases outlive the server, so slots of a run that died with it come back
+            # (flows/_lease_storage.py); beside the database whose slots they count
+            from flows import _lease_storage
+
+            env["PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE"] = _lease_storage.MODULE
+            env[_lease_storage.LEASES_FOLDER_VARIABLE] = str(state_folder() / "leases")
     return env
 
 
