@@ -63,6 +63,7 @@ LONGEST_FIRST = (
     "test_recovery_locks.py",  # 77
     "test_metrics_end_to_end.py",  # 75*: 99, less the end of its run's 30 s metrics hold
     "test_redis_restart.py",  # 75
+    "test_domain_slot_recovery.py",  # 75, most of it waiting for a lease to expire
     "test_seed_changes.py",  # 62
     "test_tracing.py",  # 61
     "test_locks.py",  # 60
