@@ -5,6 +5,7 @@ wider than the terminal (the terminal would cut a word in two)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -17,8 +18,8 @@ from typing import Any
 from collector.run.summary import RunSummary
 from flows.cli._progress import Progress, account_words, wrapped
 from tests.change_site import ChangeSite
-from tests.helpers import write_source
-from tests.test_cli_terminal import COLLECTOR, ROOT, collector, env
+from tests.helpers import summary_of, write_source
+from tests.test_cli_terminal import COLLECTOR, ROOT, env
 
 PAGES = 20
 
@@ -63,11 +64,12 @@ def _on_a_terminal(args: list[str], api: str, columns: int = 80) -> tuple[int, s
 
 
 def test_a_run_of_304s_at_80_columns_says_what_it_did(tmp_path: Path, prefect_api: str) -> None:
+    from flows.collect import collect
+
     with ChangeSite() as site:
         path = _source(tmp_path, site)
-        first = collector("run", str(path), "--json", api=prefect_api)
-        assert first.returncode == 0, first.stderr[-2000:]
-        assert json.loads(first.stdout.splitlines()[-1])["stored"] == PAGES
+        first = summary_of(asyncio.run(collect(source=str(path))))  # setup: in this process
+        assert first["stored"] == PAGES, first
         code, screen = _on_a_terminal(["run", str(path)], prefect_api)
     assert code == 0, screen[-3000:]
     lines = [line for line in re.split(r"[\r\n]", screen) if line.strip()]
