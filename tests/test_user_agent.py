@@ -5,6 +5,7 @@ public host would get Collector's own, which names no one; ``init`` writes one f
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from collector.config import SourceError, load_source, source_warnings
 from collector.defaults import USER_AGENT
-from tests.helpers import write_source
+from tests.helpers import summary_of, write_source
 from tests.robots_site import RobotsSite
 from tests.test_cli_terminal import collector
 
@@ -64,6 +65,8 @@ def test_validate_warns_and_init_writes_the_contact(tmp_path: Path) -> None:
 def test_every_request_carries_the_agent_and_robots_names_it(
     tmp_path: Path, prefect_api: str
 ) -> None:
+    from flows.collect import collect
+
     with RobotsSite() as site:
         site.robots = (200, "User-agent: acme-prices\nDisallow: /p/secret\n")
         path = write_source(
@@ -71,11 +74,9 @@ def test_every_request_carries_the_agent_and_robots_names_it(
             seeds={"urls": [site.url("/p/1"), site.url("/p/secret")]},
             politeness={"user_agent": AGENT},
         )
-        done = collector("run", str(path), "--json", api=prefect_api)
-        assert done.returncode == 0, done.stderr[-2000:]
+        summary = summary_of(asyncio.run(collect(source=str(path))))  # the flow, in-process
         agents = {agent for _, _, agent, _ in site.log}
     assert agents == {AGENT}, agents  # robots.txt and the pages alike
-    summary = json.loads(done.stdout.splitlines()[-1])
     assert (summary["stored"], summary["dead_lettered"]) == (1, 1), summary
     listed = collector("deadletters", "list", str(path), "--json")
     (letter,) = json.loads(listed.stdout)
