@@ -75,6 +75,9 @@ ADAPTIVE_RATE_FLOOR = 1.0  # requests/s: 429/503s never pace a host below this u
 #                            throttling at this rate (collector.fetch.pacing)
 
 # --- Run -----------------------------------------------------------------------------------
+FETCH_AHEAD = 2  # batches a run fetches at once: the next is claimed once every request of the
+#                 current one has started, so request slots stay busy through a batch's tail
+#                 (collector.run.drain says why no deadline can be missed); 1: one at a time
 SETTLE_BACKLOG = 8  # fetched batches that may wait for settling (validation, sink, ack) while
 #                    the next ones are fetched; bounds memory at SETTLE_BACKLOG x BATCH_SIZE bodies
 PROGRESS_EVERY_S = 2.0  # the UI progress artifact is updated at most this often

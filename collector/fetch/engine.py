@@ -32,6 +32,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Self
@@ -75,7 +76,17 @@ from collector.policy.urls import HostPolicy, shown
 if TYPE_CHECKING:
     from collector.config import AdaptiveSettings, Source
 
-__all__ = ["FetchEngine", "FetchResult", "HostSlot", "host_of"]
+__all__ = ["BATCH_STARTED", "FetchEngine", "FetchResult", "HostSlot", "host_of"]
+
+BATCH_STARTED: ContextVar[Callable[[], None] | None] = ContextVar(
+    "collector_batch_started", default=None
+)
+"""Called once when every item of a batch fetched in this context has sent its first request
+or ended: none waits for a request slot (its host's window, rate, a client) any more.
+
+The run loop (collector.run.drain) sets it around its fetch step to claim the next batch while
+this one's last requests are in flight; a context variable, so it reaches the engine through
+the flow's Prefect task (which runs in a copy of the caller's context) without a parameter."""
 
 # Shares of the batch timeout: attempts start no later than _START_BY of it (minus one request
 # deadline) and anything still running at _STOP_AT is cut off, so the batch returns its results
@@ -135,6 +146,7 @@ class _Progress:
     item: ClaimedItem
     slot: HostSlot
     cap: asyncio.Semaphore | None = None
+    starts: _Starts | None = None  # the batch's count of items not yet sent, until this one is
     attempts: int = 0
     first_attempt_at: float = 0.0
     last_error: FetchError | None = None
@@ -143,6 +155,26 @@ class _Progress:
     def __post_init__(self) -> None:
         self.attempts = self.item.attempts
         self.first_attempt_at = self.item.first_attempt_at or time.time()
+
+
+class _Starts:
+    """A batch's items that have not sent a request yet (nor ended): ``then`` is called once
+    when none is left (see :data:`BATCH_STARTED`)."""
+
+    __slots__ = ("left", "then")
+
+    def __init__(self, left: int, then: Callable[[], None]) -> None:
+        self.left = left
+        self.then = then
+
+    def one(self, progress: _Progress) -> None:
+        """``progress`` sent its first request, or ended: counted once."""
+        if progress.starts is not self:
+            return
+        progress.starts = None
+        self.left -= 1
+        if self.left == 0:
+            self.then()
 
 
 @dataclass(frozen=True, slots=True)
@@ -515,6 +547,11 @@ class FetchEngine:
         progress = self._progress(items, host_slots)
         tail = BatchTail(len(progress))
         on_item = self.on_item
+        all_started = BATCH_STARTED.get()
+        if all_started is not None and progress:
+            starts = _Starts(len(progress), all_started)
+            for p in progress:
+                p.starts = starts
 
         async def fetch_one(p: _Progress) -> FetchResult:
             try:
@@ -525,6 +562,8 @@ class FetchEngine:
                         result = await self._fetch_item(p, budget, start_by, tail)
             finally:
                 tail.finished()
+                if p.starts is not None:
+                    p.starts.one(p)
             if on_item is not None:
                 on_item(result)
             return result
@@ -747,6 +786,8 @@ class FetchEngine:
         attempt's FetchError when it failed.
         """
         async with self._admitted(progress, start_by) as admitted:
+            if progress.starts is not None:  # past its host's limits: no longer waiting
+                progress.starts.one(progress)
             progress.attempts += 1
             progress.sent_at = time.monotonic()
             budget.record_request()

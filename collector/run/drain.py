@@ -24,7 +24,38 @@ once and their items fetched by this run (see :mod:`collector.run.heartbeat`).
 
 Settling (validation in the GX worker, sink write, ack) runs behind fetching: up to
 ``defaults.SETTLE_BACKLOG`` fetched batches wait to be settled, in order, while the next ones are
-fetched. Each keeps its lease alive until it is acked.
+fetched (at most ``SETTLE_BACKLOG + 1`` batches are claimed and not yet settled, as when one batch
+was fetched at a time). Each keeps its lease alive until it is acked.
+
+**Fetching ahead** (``DrainPolicy.fetch_ahead``, ``defaults.FETCH_AHEAD`` = 2): the next batch is
+claimed and its fetch started once no item of the batch being fetched still waits for a request
+slot (each has sent its first request or ended: the engine's
+:data:`~collector.fetch.engine.BATCH_STARTED`), with at most ``fetch_ahead`` batches fetching.
+So the tail of a batch (its last requests, one slow page among 200) no longer leaves the other
+slots idle. ``fetch_ahead=1`` is the plain reference: one batch fetched at a time.
+
+Why no batch can miss its deadline for it: the slots, the rate, robots and the breakers are the
+engine's, per host, shared by both batches, so fetching ahead never sends more than they let
+through. The new batch's items queue behind what is already in flight: the older batch's
+requests, each cut at ``request_deadline_s``, and its inline retries. The engine starts an
+attempt no later than ``max(0.85 batch_timeout_s - request_deadline_s, batch_timeout_s / 2)``
+after its batch began, and the load-time order ``request_deadline_s <= batch_timeout_s <
+lease_s`` (collector.policy.ttl) leaves that time at least half the batch timeout: the older
+batch's requests take one request deadline of it, as a batch's own first wave always did. The
+batch still returns by 95 % of its timeout (before Prefect's ``timeout_seconds``, counted per
+task from its own start), whatever waits; an item that could not start in time goes back to the
+queue unchanged (``skipped``), never lost; each lease is renewed from its claim until its ack.
+Under shared domain limits (``limits.shared_domain_concurrency``) each batch still takes its own
+``domain:<host>`` slots before its fetch and holds them until the fetch ends: a batch fetching
+ahead waits for slots the older one holds (taken in sorted host order by a batch that waits for
+nothing else, so no cycle), and the two batches' grants together stay within the limit.
+
+Interruptions with two batches in flight: a stop (or lost footing) halts the engine, which cuts
+both batches' requests after its grace; both are settled in claim order, the cut-off items going
+back unchanged. A fetch that raises gives its lease back, the loop cancels the other batch still
+being fetched (its lease given back too; a batch fetched after the failing one is given back
+instead of settled) and raises the error once the batches before are settled. A SIGKILL loses
+nothing: every lease expires unrenewed.
 
 Every store call of the loop (claim, renew, ack, release, holders, revoke, the sink write and
 the dead letters) is awaited on the store's own thread (:mod:`collector.offloop`): a slow store
@@ -43,7 +74,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from collector import defaults
-from collector.fetch.engine import FetchResult
+from collector.fetch.engine import BATCH_STARTED, FetchResult
 from collector.frontier import Lease
 from collector.run.collection import BatchReport, Run
 from collector.run.heartbeat import judge_holders
@@ -71,6 +102,11 @@ class DrainPolicy:
     poll_s: float = defaults.DRAIN_POLL_S
     heartbeat_s: float = defaults.HEARTBEAT_S
     holder_dead_after_s: float = defaults.HOLDER_DEAD_AFTER_S
+    fetch_ahead: int = defaults.FETCH_AHEAD  # batches fetching at once; 1: one at a time
+
+    def __post_init__(self) -> None:
+        if self.fetch_ahead < 1:
+            raise ValueError(f"DrainPolicy.fetch_ahead must be at least 1, not {self.fetch_ahead}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,11 +188,15 @@ class _Loop:
         self.waited_s = 0.0  # idle waiting for retry-later items and silent holders
         self.stopped = asyncio.Event()
         self.lost = StopRequest()  # a lease or the heartbeat lost: the first loss, said once
-        self.backlog: collections.deque[asyncio.Task[BatchReport]] = collections.deque()
+        # every batch claimed and not yet settled, in claim order (None: given back unsettled)
+        self.backlog: collections.deque[asyncio.Task[BatchReport | None]] = collections.deque()
+        self.fetching: list[_Batch] = []  # the batches being fetched (at most fetch_ahead)
+        self.changed = asyncio.Event()  # a fetch started all its requests, or ended, or a stop
 
     def halt(self) -> None:
         """The stop request's callback, on the loop: no more claims, cut fetches short."""
         self.stopped.set()
+        self.changed.set()
         self.run.halt()
 
     def lock_lost(self) -> None:
@@ -197,6 +237,9 @@ class _Loop:
     async def go(self) -> Ending:
         try:
             return await self._claim_until_done()
+        except BaseException:
+            self._give_up_fetching()  # the loop fails: no batch goes on being fetched for it
+            raise
         finally:
             # Settle everything fetched, even when the loop is failing: those results are real.
             outcomes = await self.run.wait_settled(
@@ -219,14 +262,18 @@ class _Loop:
                 return "stopped"
             if policy.max_items is not None and self.claimed >= policy.max_items:
                 return "max_items"
+            if not await self._room_to_fetch():
+                continue  # stopped meanwhile
             while self.backlog and self.backlog[0].done():
                 self.backlog.popleft().result()
+            while len(self.backlog) > defaults.SETTLE_BACKLOG:
+                await run.wait_settled(self.backlog.popleft())
             limit = policy.batch_size
             if policy.max_items is not None:
                 limit = min(limit, policy.max_items - self.claimed)
             lease = await run.claim(limit)
             if lease.items:
-                await self._fetch_and_queue_settle(lease)
+                self._start(lease)
                 continue
             if self.backlog:  # settling may make retry-later items due: look again after it
                 await run.wait_settled(self.backlog.popleft())
@@ -250,27 +297,92 @@ class _Loop:
             await self._pause(pause, reason="retries")
             self.waited_s += pause
 
-    async def _fetch_and_queue_settle(self, lease: Lease) -> None:
-        run = self.run
+    async def _room_to_fetch(self) -> bool:
+        """Wait until another batch may be fetched: fewer than ``fetch_ahead`` are, and each of
+        them has started all its requests. False when a stop came first; raises the error of a
+        fetch that failed."""
+        while True:
+            self.changed.clear()
+            for batch in self.fetching:
+                fetching = batch.fetching
+                if fetching.done() and not fetching.cancelled() and fetching.exception():
+                    raise fetching.exception()  # type: ignore[misc]
+            self.fetching = [b for b in self.fetching if not b.fetching.done()]
+            if self.stopped.is_set():
+                return False
+            if len(self.fetching) < self.policy.fetch_ahead and all(
+                b.started.is_set() for b in self.fetching
+            ):
+                return True
+            await self.changed.wait()
+
+    def _start(self, lease: Lease) -> None:
+        """Start fetching a claimed batch, and queue its settle behind the previous batch's."""
         self.claimed += len(lease.items)
-        renewer = run.keep_alive(lease, on_lost=self.lost.request)
+        batch = _Batch(lease, self.run.keep_alive(lease, on_lost=self.lost.request))
+        batch.fetching = asyncio.create_task(self._fetch(batch), name=f"fetch-{lease.token}")
+        batch.fetching.add_done_callback(lambda _: self.changed.set())
+        previous = self.backlog[-1] if self.backlog else None
+        self.backlog.append(asyncio.create_task(self._fetch_then_settle(batch, previous)))
+        self.fetching.append(batch)
+
+    async def _fetch(self, batch: _Batch) -> list[FetchResult]:
+        """The fetch step, telling the loop when no item of the batch waits for a slot any more
+        (through the engine's BATCH_STARTED, set in this task's own context)."""
+
+        def started() -> None:
+            if not batch.started.is_set():
+                batch.started.set()
+                self.changed.set()
+
+        BATCH_STARTED.set(started)
         try:
-            results = await self.fetch(lease)
-        except BaseException:
-            await _stop_renewing(renewer)
+            return await self.fetch(batch.lease)
+        finally:
+            started()
+
+    def _give_up_fetching(self) -> None:
+        """Cancel the fetches still running: their batches are given back unsettled."""
+        for batch in self.fetching:
+            batch.fetching.cancel()
+
+    async def _fetch_then_settle(
+        self, batch: _Batch, before: asyncio.Task[BatchReport | None] | None
+    ) -> BatchReport | None:
+        """The batch's whole way: its fetch, then its settle after the previous batch's.
+
+        Returns None when the batch was given back unsettled: its fetch was cancelled by the
+        loop (another fetch failed), or the batch before it failed (nothing of this one was
+        written then: a settle writes only once the previous one ended well)."""
+        run, lease = self.run, batch.lease
+        try:
+            await asyncio.wait([batch.fetching])
+        except asyncio.CancelledError:  # this task itself is cancelled: its fetch too, and the
+            batch.fetching.cancel()  # batch is given back before the cancellation goes on
+            await asyncio.wait([batch.fetching])
+            await _stop_renewing(batch.renewer)
             await run.release(lease)
             raise
-        previous = self.backlog[-1] if self.backlog else None
-        self.backlog.append(asyncio.create_task(self._settle(lease, results, renewer, previous)))
-        if len(self.backlog) > defaults.SETTLE_BACKLOG:
-            await run.wait_settled(self.backlog.popleft())
+        if _failed(batch.fetching):
+            await _stop_renewing(batch.renewer)
+            await run.release(lease)
+            if not batch.fetching.cancelled():
+                raise batch.fetching.exception()  # type: ignore[misc]
+            return None
+        try:
+            return await self._settle(lease, batch.fetching.result(), batch.renewer, before)
+        except Exception:
+            if before is not None and before.done() and _failed(before):
+                await run.release(lease)  # stopped before its writes: given back as it was
+                return None
+            raise
 
     async def _settle(
         self,
         lease: Lease,
         results: list[FetchResult],
         renewer: asyncio.Task[None],
-        before: asyncio.Task[BatchReport] | None,
+        before: asyncio.Task[BatchReport | None] | None,
     ) -> BatchReport:
         try:
             # Validated at once (with other batches), stored and acked in claim order.
@@ -301,6 +413,24 @@ class _Loop:
             revoked += await run.stores.frontier.revoke(run.source.name, dead, now=now)
         run.ledger.reclaimed(revoked)
         return revoked, verdict.live_leased
+
+
+class _Batch:
+    """A claimed batch on its way: its lease's renewal, its fetch and when that fetch has no
+    item waiting for a request slot any more."""
+
+    __slots__ = ("fetching", "lease", "renewer", "started")
+
+    def __init__(self, lease: Lease, renewer: asyncio.Task[None]) -> None:
+        self.lease = lease
+        self.renewer = renewer
+        self.started = asyncio.Event()
+        self.fetching: asyncio.Task[list[FetchResult]]
+
+
+def _failed(task: asyncio.Task[Any]) -> bool:
+    """An ended task that raised (a cancelled one included)."""
+    return task.cancelled() or task.exception() is not None
 
 
 async def _stop_renewing(renewer: asyncio.Task[None]) -> None:
