@@ -47,6 +47,10 @@ def suite(tmp_path: Path) -> Path:
     return path
 
 
+# Every test sends at once (linger_s=0): lingering is tests/test_validation_many.py's subject,
+# and here it only waited 5 s per validate.
+
+
 def _shape(result: BatchValidation) -> tuple[list[int], list[tuple[int, tuple[str, ...]]]]:
     good = [r["id"] for r in result.good]
     bad = [(b.index, tuple(f.expectation for f in b.failed)) for b in result.bad]
@@ -56,7 +60,7 @@ def _shape(result: BatchValidation) -> tuple[list[int], list[tuple[int, tuple[st
 async def test_worker_answers_like_the_in_process_validator(suite: Path) -> None:
     prewarm(suite)
     (prewarmed,) = pool.idle()
-    worker = ValidationWorker(suite)
+    worker = ValidationWorker(suite, linger_s=0)
     try:
         remote = await worker.validate(RECORDS)
         assert worker._process is prewarmed.process and worker._process.poll() is None
@@ -75,7 +79,7 @@ async def test_worker_answers_like_the_in_process_validator(suite: Path) -> None
 
 
 async def test_a_dead_worker_falls_back_to_in_process_validation(suite: Path) -> None:
-    worker = ValidationWorker(suite)
+    worker = ValidationWorker(suite, linger_s=0)
     try:
         worker.start()
         assert worker._process is not None
@@ -90,7 +94,7 @@ async def test_a_dead_worker_falls_back_to_in_process_validation(suite: Path) ->
 
 
 async def test_ready_waits_for_the_worker_and_is_not_a_gx_call(suite: Path) -> None:
-    worker = ValidationWorker(suite)
+    worker = ValidationWorker(suite, linger_s=0)
     try:
         await worker.ready()  # GX imported in the worker: its greeting has been read
         assert worker._greeted is not None and worker._greeted is worker._process
@@ -104,7 +108,7 @@ async def test_ready_waits_for_the_worker_and_is_not_a_gx_call(suite: Path) -> N
 
 
 async def test_ready_gives_up_on_a_worker_that_died_during_start_up(suite: Path) -> None:
-    worker = ValidationWorker(suite)
+    worker = ValidationWorker(suite, linger_s=0)
     try:
         worker.start()
         assert worker._process is not None

@@ -101,7 +101,7 @@ def _idle_for(path: Path) -> list[Idle]:
 
 async def _used_once(path: Path) -> int:
     """A run's worker: started (or taken), used, given back; its pid."""
-    worker = ValidationWorker(path)
+    worker = ValidationWorker(path, linger_s=0)
     try:
         await worker.ready()
         await worker.validate(RECORDS)
@@ -136,7 +136,7 @@ async def test_the_same_content_gets_the_same_worker_under_any_path(
     twin = tmp_path / "elsewhere" / "copy.json"
     twin.parent.mkdir()
     twin.write_bytes(suite.read_bytes())
-    worker = ValidationWorker(twin)
+    worker = ValidationWorker(twin, linger_s=0)
     try:
         await worker.ready()
         assert worker.reused and worker._process is not None and worker._process.pid == latest
@@ -155,7 +155,7 @@ async def test_changed_content_never_gets_the_old_worker(suite: Path) -> None:
     old = {idle.process.pid for idle in _idle_for(suite)}
     _write(suite, OTHER)  # same path, other bytes
     assert _idle_for(suite) == []
-    worker = ValidationWorker(suite)
+    worker = ValidationWorker(suite, linger_s=0)
     try:
         await worker.ready()
         assert not worker.reused and worker._process is not None
@@ -172,7 +172,7 @@ async def test_changed_content_never_gets_the_old_worker(suite: Path) -> None:
 @slow
 async def test_two_runs_at_once_never_share_a_worker(suite: Path) -> None:
     await _idle_one(suite)
-    one, two = ValidationWorker(suite), ValidationWorker(suite)
+    one, two = ValidationWorker(suite, linger_s=0), ValidationWorker(suite, linger_s=0)
     try:
         await asyncio.gather(one.ready(), two.ready())
         assert one._process is not None and two._process is not None
@@ -191,7 +191,7 @@ async def test_a_worker_killed_while_idle_is_not_handed_out(suite: Path) -> None
     dead = _idle_for(suite)[-1].process  # the one the next run would take
     os.kill(dead.pid, signal.SIGKILL)
     dead.wait()
-    worker = ValidationWorker(suite)
+    worker = ValidationWorker(suite, linger_s=0)
     try:
         await worker.ready()
         assert worker._process is not None and worker._process is not dead
@@ -203,7 +203,7 @@ async def test_a_worker_killed_while_idle_is_not_handed_out(suite: Path) -> None
 
 @slow
 async def test_a_worker_killed_during_a_run_is_closed_not_kept(suite: Path) -> None:
-    worker = ValidationWorker(suite)
+    worker = ValidationWorker(suite, linger_s=0)
     try:
         await worker.ready()
         assert worker._process is not None
@@ -296,7 +296,7 @@ async def test_a_prewarmed_worker_built_from_other_bytes_is_replaced(suite: Path
     )
     _forget(suite)  # the stand-in is the only one for this content
     pool.give(Idle(stale, suite_digest(suite) or "", greeted=False))
-    worker = ValidationWorker(suite)
+    worker = ValidationWorker(suite, linger_s=0)
     try:
         await worker.ready()
         assert worker._process is not None and worker._process is not stale
