@@ -135,6 +135,38 @@ def parse_source(data: Any, *, label: str, base_dir: Path) -> Source:
     return source
 
 
+_SOURCE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _nearby(file: Path) -> str:
+    """A hint for a source file not found: the file a user most likely meant beside it.
+
+    The commonest slips are the source's name given for its file (``collector status shop``
+    for ``shop.yaml``) and a misspelt name; both leave the right file in the same folder (the
+    suite and deployment files ``collector init`` writes beside a source are not sources)."""
+    try:
+        names = sorted(
+            p.name
+            for p in file.parent.iterdir()
+            if p.suffix in _SOURCE_SUFFIXES
+            and not p.name.endswith((".suite.json", ".deployment.yaml"))
+            and p.is_file()
+        )
+    except OSError:  # the folder itself is missing or unreadable: nothing to suggest
+        return ""
+
+    def shown(name: str) -> str:
+        return name if file.parent == Path() else str(file.parent / name)
+
+    exact = [name for name in names if name in {file.name + s for s in _SOURCE_SUFFIXES}]
+    if exact:
+        return f" ({shown(exact[0])} is there: give the source's file, not its name)"
+    import difflib
+
+    close = difflib.get_close_matches(file.name, names, n=1, cutoff=0.75)
+    return f" (did you mean {shown(close[0])}?)" if close else ""
+
+
 def load_source(path: str | os.PathLike[str]) -> Source:
     """Read and check a source file (YAML or JSON)."""
     file = Path(path)
@@ -142,7 +174,7 @@ def load_source(path: str | os.PathLike[str]) -> Source:
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SourceError([f"{label}: file not found"]) from None
+        raise SourceError([f"{label}: file not found{_nearby(file)}"]) from None
     except IsADirectoryError:
         raise SourceError([f"{label}: is a folder; give the source's .yaml file in it"]) from None
     except (OSError, UnicodeDecodeError) as exc:
