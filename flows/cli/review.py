@@ -230,6 +230,22 @@ def _decision(args: argparse.Namespace) -> tuple[str, Any] | None:
     return None
 
 
+def _no_record(entry: DeadLetter) -> str | None:
+    """Why ``entry`` has no record to accept as it is (None: it has one).
+
+    Only a record that failed its key or the suite is kept as the payload (stage ``validate``);
+    a fetch, parse or plan failure keeps the HTTP status and a body excerpt, which accepted "as
+    is" would be refused for its missing key, a reason that sends a reviewer looking for a
+    record that was never there."""
+    if entry.stage == "validate":
+        return None
+    return (
+        f"entry {entry.id[:12]} is a {entry.stage} failure ({entry.error_class}): it kept no"
+        " record to accept as is; give one (--accept JSON|@FILE), --discard REASON, or fetch"
+        " its page again (`collector deadletters retry`)"
+    )
+
+
 def _one(session: _Review, args: argparse.Namespace, action: str, value: Any) -> int:
     taken = session.take(args)
     if taken is None:
@@ -242,6 +258,8 @@ def _one(session: _Review, args: argparse.Namespace, action: str, value: Any) ->
             done = True
             session.store.put_back(message, entry.id)
             outcome: dict[str, Any] = {"done": True, "detail": "put back"}
+        elif action == "accept" and value is None and (missing := _no_record(entry)):
+            outcome = {"done": False, "detail": missing, "failed": []}
         else:
             decided = session.decide(
                 message, entry, action, entry.payload if value is None else value
@@ -279,6 +297,9 @@ def _interactive(session: _Review, args: argparse.Namespace) -> int:
                 if choice == "d":
                     reason = _ask(session, "Reason for discarding (kept with the entry): ")
                     decided = session.decide(message, entry, "discard", reason)
+                elif choice == "a" and (missing := _no_record(entry)):
+                    print("refused: " + missing)
+                    continue
                 elif choice in ("a", "e"):
                     record = entry.payload
                     if choice == "e":
