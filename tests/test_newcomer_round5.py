@@ -3,6 +3,8 @@ deleted sink, a renamed source): each now says in one line what is wrong and whe
 
 from __future__ import annotations
 
+import argparse
+import shutil
 import time
 from pathlib import Path
 
@@ -11,6 +13,10 @@ import pytest
 from collector.backends import open_deadletters
 from collector.config import load_source
 from collector.deadletter import DeadLetter
+from collector.frontier import Completed, Offer
+from collector.frontier.sqlite import SqliteFrontier
+from collector.sinks import SinkRecord
+from collector.sinks.jsonl import JsonlSink
 from flows.cli import main
 from tests.helpers import write_source
 
@@ -54,3 +60,71 @@ def test_accepting_as_is_an_entry_that_kept_no_record_says_so(
     with open_deadletters(source) as store:
         entry = store.get(gone.id)
     assert entry is not None and entry.status == "review"  # still waiting for a person
+
+
+def _done_pages(path: Path, *urls: str) -> None:
+    """The frontier as a run leaves it: ``urls`` fetched, done and fresh for an hour."""
+    source = load_source(path)
+    now = time.time()
+    with SqliteFrontier(source.frontier_path) as frontier:
+        frontier.offer(source.name, [Offer(u, 60) for u in urls], now=now, queue_ttl_s=600,
+                       rank_for=lambda *a: 1.0, run_id="r")  # fmt: skip
+        lease = frontier.claim(source.name, len(urls), now=now, lease_s=60)
+        frontier.ack(lease, [Completed(u, now + 3600, now) for u in urls], now=now)
+
+
+def _before_the_run(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """What `collector run` says on stderr before Prefect starts (the flow is not started)."""
+    from flows.cli.running import _checked_before_the_flow
+
+    loaded = _checked_before_the_flow(str(path), argparse.Namespace(role="run"))
+    assert not isinstance(loaded, tuple)  # the run would go ahead: a warning, not a refusal
+    return capsys.readouterr().err
+
+
+def test_a_deleted_sink_folder_beside_done_pages_is_said_by_status_and_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The folder deleted to "start again": the next run found every page fresh, fetched
+    nothing, said "a no-op run" and left the sink empty; status showed 0 records, no more."""
+    urls = [f"http://127.0.0.1:9/items/{i}.json" for i in range(3)]
+    path = write_source(tmp_path, seeds={"urls": urls})
+    _done_pages(path, *urls)
+    (tmp_path / "out").mkdir()
+    assert main(["status", str(path)]) == 0
+    assert "note:" not in capsys.readouterr().out  # the folder is there: nothing to say
+    shutil.rmtree(tmp_path / "out")
+    gone = (
+        f"sink folder {tmp_path / 'out'} does not exist, yet 3 pages are done in the frontier: "
+        "their records went with it (deleted or moved? sink.path changed?), and runs fetch those"
+        " pages again only as they go stale"
+    )
+    assert main(["status", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"  note: {gone}"
+    assert main(["status", str(path), "--json"]) == 0
+    assert '"notes": ["sink folder' in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()  # status only looks
+    assert _before_the_run(path, capsys) == f"{path}: warning: {gone}\n"
+
+
+def test_a_renamed_source_is_said_before_it_fetches_everything_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Renamed between runs, a source starts with an empty frontier under its new name and
+    wrote every record a second time into new files beside the old ones."""
+    urls = [f"http://127.0.0.1:9/items/{i}.json" for i in range(2)]
+    path = write_source(tmp_path, name="shop", seeds={"urls": urls})
+    _done_pages(path, *urls)
+    with JsonlSink(tmp_path / "out", source="shop") as sink:  # the records of that run
+        sink.write([SinkRecord(str(i), {"id": i}, u) for i, u in enumerate(urls)], token=1,
+                   batch_id="r:1")  # fmt: skip
+    assert _before_the_run(path, capsys) == ""  # its own records, its own frontier
+    path.write_text(path.read_text("utf-8").replace("name: shop", "name: shop2"), "utf-8")
+    renamed = (
+        f"{tmp_path / 'out'} holds records of shop but none of shop2, whose frontier is empty: "
+        "if the source was renamed, its items, dead letters and records stay under the old name,"
+        " and a run fetches every page again into shop2-*.jsonl beside them"
+    )
+    assert main(["status", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"  note: {renamed}"
+    assert _before_the_run(path, capsys) == f"{path}: warning: {renamed}\n"

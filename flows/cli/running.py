@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from flows.cli._common import Commands
 
 
-def _preflight(loaded: Source, *, role: str) -> None:
+def _preflight(loaded: Source, *, role: str) -> list[str]:
     """Reach the stores and resolve every ``${env:}`` / ``${secret:}`` before Prefect starts,
     so a server that is down or a variable that is not set is one line, not a traceback.
 
@@ -47,17 +47,25 @@ def _preflight(loaded: Source, *, role: str) -> None:
     that too, and this one is about to wait for (or skip) the source lock, not be refused by the
     sink (and runs starting together would refuse each other here). A ``work`` helper takes no
     source lock, so the sink's one-writer refusal is its one line, said before Prefect starts.
+
+    Returns the warnings the stores give (:mod:`flows.cli._sink_hints`: a deleted sink folder,
+    a renamed source), said before the run, which goes ahead: they change nothing.
     """
     from collector.backends import open_backends
     from collector.config import redis_url_checked
+    from flows.cli._sink_hints import sink_folder, sink_hints
 
-    with open_backends(loaded, readonly_sink=role != "work"):
-        pass
+    folder = sink_folder(loaded)
+    existed = folder is None or folder.is_dir()  # before a helper's writable sink makes it
+    with open_backends(loaded, readonly_sink=role != "work") as stores:
+        counts = stores.frontier.counts(loaded.name)
+        hints = sink_hints(loaded, folder, existed=existed, done=counts.done, total=counts.total)
     loaded.resolved_headers()
     storage = loaded.limits.rate_storage
     resolved = loaded.resolve(storage, field="limits.rate_storage")
     if resolved != storage and resolved != "memory://":
         redis_url_checked(resolved, field="limits.rate_storage")
+    return hints
 
 
 def _run(source: str, args: argparse.Namespace) -> tuple[int, RunSummary | None, str | None]:
@@ -118,7 +126,7 @@ def _checked_before_the_flow(
             print(f"{source}: {problem}", file=sys.stderr)
         return EXIT_INVALID, None, None
     try:
-        _preflight(loaded, role=getattr(args, "role", "run"))
+        hints = _preflight(loaded, role=getattr(args, "role", "run"))
     except ConfigError as exc:  # a missing variable or Secret / RedisDatabase block
         print(f"{source}: {exc}", file=sys.stderr)
         return EXIT_INVALID, None, None
@@ -126,6 +134,8 @@ def _checked_before_the_flow(
         print(f"collector: {in_source(source, str(exc))}", file=sys.stderr)
         return EXIT_FAILED, None, None
     print_warnings(loaded, source)  # e.g. every seed refused: said before, not discovered after
+    for hint in hints:  # records a frontier holds done that the sink folder lacks
+        print(f"{source}: warning: {hint}", file=sys.stderr)
     return loaded
 
 

@@ -32,8 +32,11 @@ if TYPE_CHECKING:
 def source_status(reference: str) -> dict[str, Any]:
     """The status of one source, as plain data (what ``--json`` prints)."""
     from collector.backends import open_backends
+    from flows.cli._sink_hints import sink_folder, sink_hints
 
     source = load(reference)
+    folder = sink_folder(source)
+    existed = folder is None or folder.is_dir()  # before the stores, which may make it
     now = time.time()
     dead_after_s = defaults.HOLDER_DEAD_AFTER_S
     # beside a run: no writer lock; a source never run here: no store files made by a look
@@ -53,6 +56,7 @@ def source_status(reference: str) -> dict[str, Any]:
             for held in stores.frontier.holders(source.name)
         ]
         unchanged = stores.frontier.plan_mark(source.name) == source.seed_mark()
+        notes = sink_hints(source, folder, existed=existed, done=counts.done, total=counts.total)
         return {
             "source": source.name,
             "items": {**dataclasses.asdict(counts), "total": counts.total},
@@ -65,6 +69,7 @@ def source_status(reference: str) -> dict[str, Any]:
             "deadletter_store": stores.deadletters.location(),
             "sink": stores.sink.location(),
             "ran_here": ran_here,
+            "notes": notes,
         }
 
 
@@ -94,6 +99,8 @@ def _print(reference: str, status: dict[str, Any]) -> None:
         + (f" (open: {reasons})" if reasons else "")
     )
     print(f"  sink: {status['records_in_sink']} records in {status['sink']}")
+    for note in status.get("notes", []):
+        print(f"  note: {note}")
 
 
 def holder_liveness(held: dict[str, Any]) -> str:
