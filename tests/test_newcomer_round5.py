@@ -13,8 +13,10 @@ import pytest
 from collector.backends import open_deadletters
 from collector.config import load_source
 from collector.deadletter import DeadLetter
+from collector.errors import PermanentFetchError
 from collector.frontier import Completed, Offer
 from collector.frontier.sqlite import SqliteFrontier
+from collector.settle.parse import RecordParser
 from collector.sinks import SinkRecord
 from collector.sinks.jsonl import JsonlSink
 from flows.cli import main
@@ -128,3 +130,25 @@ def test_a_renamed_source_is_said_before_it_fetches_everything_again(
     assert main(["status", str(path)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"  note: {renamed}"
     assert _before_the_run(path, capsys) == f"{path}: warning: {renamed}\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (  # a latin-1 page: orjson said "surrogates not allowed: line 1 column 1 (char 0)"
+            b'{"id": 7, "name": "caf\xe9"}',
+            "invalid JSON: the body is not UTF-8 (byte 0xe9 at offset 22); JSON is UTF-8: a page"
+            " in another charset needs a record.parser that decodes it",
+        ),
+        (b'{"id": 7,', "invalid JSON: unexpected end of data: line 1 column 10 (char 9)"),
+        (  # markup first: it is not JSON in any charset
+            b"<html>caf\xe9</html>",
+            "invalid JSON (the body starts with '<': an HTML or XML page, not JSON): str is not"
+            " valid UTF-8: surrogates not allowed: line 1 column 1 (char 0)",
+        ),
+    ],
+)
+def test_a_page_that_is_not_utf8_names_the_byte_and_where(body: bytes, said: str) -> None:
+    with pytest.raises(PermanentFetchError) as info:
+        RecordParser().parse("http://127.0.0.1/x", body)
+    assert str(info.value) == said

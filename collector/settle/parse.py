@@ -71,8 +71,9 @@ class RecordParser:
             try:
                 parsed = _json.parse(body)
             except ValueError as exc:
+                markup = _markup_hint(body)  # said first: an HTML page is not JSON in any charset
                 raise PermanentFetchError(
-                    f"invalid JSON{_markup_hint(body)}: {exc}",
+                    f"invalid JSON{markup}: {(not markup and _not_utf8(body)) or exc}",
                     error_class="parse_error",
                     stage="parse",
                 ) from exc
@@ -102,3 +103,18 @@ def _markup_hint(body: bytes) -> str:
     if body.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"<":
         return " (the body starts with '<': an HTML or XML page, not JSON)"
     return ""
+
+
+def _not_utf8(body: bytes) -> str | None:
+    """Where a body stops being UTF-8 (None: it is UTF-8), said instead of orjson's "str is not
+    valid UTF-8: surrogates not allowed: line 1 column 1 (char 0)", which names neither the byte
+    nor where it is. JSON is UTF-8 (RFC 8259); a page in another charset (latin-1 and the like)
+    needs a ``record.parser`` that decodes it."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return (
+            f"the body is not UTF-8 (byte 0x{body[exc.start]:02x} at offset {exc.start}); JSON "
+            "is UTF-8: a page in another charset needs a record.parser that decodes it"
+        )
+    return None
