@@ -152,3 +152,19 @@ def test_a_page_that_is_not_utf8_names_the_byte_and_where(body: bytes, said: str
     with pytest.raises(PermanentFetchError) as info:
         RecordParser().parse("http://127.0.0.1/x", body)
     assert str(info.value) == said
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (  # "record 2" was read as the second, an object: the third is the list
+            b'[{"id": 1, "a": 1}, {"id": 2, "b": "x"}, [1, 2], "s"]',
+            "record 2 (counted from 0) of 4 is a list, not an object",
+        ),
+        (b"null", "the document is null, not an object"),  # not "record 0"
+    ],
+)
+def test_a_record_that_is_not_an_object_is_placed_without_doubt(body: bytes, said: str) -> None:
+    with pytest.raises(PermanentFetchError) as info:
+        RecordParser().parse("http://127.0.0.1/x", body)
+    assert str(info.value) == said

@@ -174,7 +174,7 @@ def test_custom_parser_recursion_error_is_parse_error(tmp_path, monkeypatch):
 def test_custom_parser_returning_non_dicts(tmp_path, monkeypatch):
     module = _module(tmp_path, monkeypatch, "def parse(url, body):\n    return ['a']\n")
     error = _parse_error(RecordParser(parser=f"{module}:parse"), b"")
-    assert "record 0 is a str" in str(error)
+    assert "record 0 (counted from 0) of 1 is a string" in str(error)
 
 
 def test_custom_parser_that_does_not_import():

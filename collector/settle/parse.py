@@ -89,8 +89,13 @@ class RecordParser:
         records = parsed if isinstance(parsed, list) else [parsed]
         for index, record in enumerate(records):
             if not isinstance(record, dict):
+                where = (  # "record 2" read as the second to a person counting from 1
+                    f"record {index} (counted from 0) of {len(records)}"
+                    if isinstance(parsed, list)
+                    else "the document"
+                )
                 raise PermanentFetchError(
-                    f"record {index} is {_JSON_KIND.get(type(record), 'a value')}, not an object",
+                    f"{where} is {_JSON_KIND.get(type(record), 'a value')}, not an object",
                     error_class="parse_error",
                     stage="parse",
                 )
