@@ -41,10 +41,12 @@ requests, each cut at ``request_deadline_s``, and its inline retries. The engine
 attempt no later than ``max(0.85 batch_timeout_s - request_deadline_s, batch_timeout_s / 2)``
 after its batch began, and the load-time order ``request_deadline_s <= batch_timeout_s <
 lease_s`` (collector.policy.ttl) leaves that time at least half the batch timeout: the older
-batch's requests take one request deadline of it, as a batch's own first wave always did. The
-batch still returns by 95 % of its timeout (before Prefect's ``timeout_seconds``, counted per
-task from its own start), whatever waits; an item that could not start in time goes back to the
-queue unchanged (``skipped``), never lost; each lease is renewed from its claim until its ack.
+batch's requests hold the new batch's first items back by at most one request deadline, as a
+batch's own first wave always held back its later items (a fetched-ahead batch is, for the
+slots, what a longer batch was). The batch still returns by 95 % of its timeout (before
+Prefect's ``timeout_seconds``, counted per task from its own start), whatever waits; an item
+that could not start in time goes back to the queue unchanged (``skipped``), never lost; each
+lease is renewed from its claim until its ack.
 Under shared domain limits (``limits.shared_domain_concurrency``) each batch still takes its own
 ``domain:<host>`` slots before its fetch and holds them until the fetch ends: a batch fetching
 ahead waits for slots the older one holds (taken in sorted host order by a batch that waits for
