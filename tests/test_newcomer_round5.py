@@ -168,3 +168,24 @@ def test_a_record_that_is_not_an_object_is_placed_without_doubt(body: bytes, sai
     with pytest.raises(PermanentFetchError) as info:
         RecordParser().parse("http://127.0.0.1/x", body)
     assert str(info.value) == said
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value"),
+    [
+        ("run", "--drain-wait", "-1"),  # was Prefect's ParameterTypeError traceback, exit 1
+        ("run", "--lock-wait", "nan"),
+        ("run", "--metrics-hold", "-5"),
+        ("work", "--idle-wait", "-1"),
+    ],
+)
+def test_a_negative_wait_is_refused_by_the_usage_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, option: str, value: str
+) -> None:
+    path = write_source(tmp_path, seeds={"urls": ["http://127.0.0.1:9/a"]})
+    with pytest.raises(SystemExit) as info:
+        main([command, str(path), option, value])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"collector {command}: error: argument {option}: must be 0 seconds or more, not {value}"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -614,6 +615,20 @@ def _show_dead_letters(source_path: Path, console: Console) -> None:
         )
 
 
+def seconds(text: str) -> float:
+    """An argparse type for waits (``--drain-wait``, ``--lock-wait``, ``--idle-wait``,
+    ``--metrics-hold``): a finite number of seconds, 0 or more, refused with the subcommand's
+    usage line. A negative one reached the flow's parameters and ended in Prefect's traceback
+    (exit 1) after the server had started."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 seconds or more, not {text}")
+    return value
+
+
 def register(commands: Commands) -> None:
     """Add this group's subcommands to ``collector``'s parser."""
 
@@ -627,7 +642,7 @@ def register(commands: Commands) -> None:
             help="stop claiming after N items (default: until the frontier drains)",
         )  # fmt: skip
         p.add_argument(
-            "--drain-wait", type=float, default=defaults.DRAIN_WAIT_S, metavar="SECONDS",
+            "--drain-wait", type=seconds, default=defaults.DRAIN_WAIT_S, metavar="SECONDS",
             help="how long to wait for retry-later items and others' leases",
         )  # fmt: skip
         p.add_argument("--json", action="store_true", help="one JSON summary on stdout's last line")
@@ -636,7 +651,7 @@ def register(commands: Commands) -> None:
             help="serve Prometheus metrics on this port while running (docs/observability.md)",
         )  # fmt: skip
         p.add_argument(
-            "--metrics-hold", type=float, default=0.0, metavar="SECONDS",
+            "--metrics-hold", type=seconds, default=0.0, metavar="SECONDS",
             help="with --metrics-port: keep serving this long after the run (a last scrape)",
         )  # fmt: skip
 
@@ -648,7 +663,7 @@ def register(commands: Commands) -> None:
         help="when another run holds the source lock (default: the source's locks.on_busy)",
     )  # fmt: skip
     run.add_argument(
-        "--lock-wait", type=float, default=None, metavar="SECONDS",
+        "--lock-wait", type=seconds, default=None, metavar="SECONDS",
         help="how long 'wait' waits for the source lock, then exit 3 (default: locks.wait_s)",
     )  # fmt: skip
     run.set_defaults(func=cmd_run, role="run")
@@ -659,7 +674,7 @@ def register(commands: Commands) -> None:
     add_source(work)
     run_options(work)
     work.add_argument(
-        "--idle-wait", type=float, default=defaults.WORK_IDLE_WAIT_S, metavar="SECONDS",
+        "--idle-wait", type=seconds, default=defaults.WORK_IDLE_WAIT_S, metavar="SECONDS",
         help="how long to wait for items to appear when the frontier has none",
     )  # fmt: skip
     work.set_defaults(func=cmd_run, role="work")
