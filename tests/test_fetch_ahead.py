@@ -487,3 +487,61 @@ async def test_the_collect_flow_fetches_ahead_through_its_prefect_tasks(
         async with get_client() as client:
             for name in names:
                 await client.delete_global_concurrency_limit_by_name(name)
+
+
+def test_a_lease_lost_with_two_batches_in_flight_ends_the_run_with_nothing_leased(
+    tmp_path: Path,
+) -> None:
+    """Another holder revokes this run's leases while two batches are fetched (its clock an hour
+    ahead): the renewals find them gone, the run stops as for a stop and raises LostFooting;
+    nothing stays leased, and a rerun stores every item once."""
+    from collector.run.stop import LostFooting
+    from tests.test_lost_footing import _revoke_as_jumped_clock
+
+    revoked = False
+
+    async def wrap(lease: Lease, plain: Callable[[], Awaitable[list[FetchResult]]]) -> Any:
+        nonlocal revoked
+        fetching = asyncio.ensure_future(plain())
+        if lease.token == 2 and not revoked:  # the second batch: the first is in flight
+            revoked = True
+            await asyncio.to_thread(_revoke_as_jumped_clock, holder[0])
+        return await fetching
+
+    holder: list[Collection] = []
+    with CountingSite() as site:
+        urls = [site.url(HOSTS[i % 2], i, delay=0.8) for i in range(20)]
+        path = _source(
+            tmp_path,
+            urls,
+            # renewed every second: a renewal meets the revoked leases while they are fetched
+            ttl={"http_timeout_s": 1, "request_deadline_s": 1, "batch_timeout_s": 2.5,
+                 "lease_s": 3},
+        )  # fmt: skip
+
+        async def scenario() -> tuple[BaseException | None, StateCounts]:
+            with Collection(load_source(path), run_id="run-1") as run:
+                holder.append(run)
+                run.plan()
+                async with run.engine() as engine:
+
+                    async def fetch(lease: Lease) -> list[FetchResult]:
+                        return await wrap(lease, lambda: run.fetch(engine, lease))  # type: ignore[no-any-return]
+
+                    error: BaseException | None = None
+                    try:
+                        await drain(run, fetch, DrainPolicy(batch_size=5))
+                    except LostFooting as lost:
+                        error = lost
+                    finally:
+                        await run.aclose()
+                return error, run.frontier.counts(run.source.name)
+
+        error, counts = asyncio.run(scenario())
+        assert isinstance(error, LostFooting), error
+        assert counts.leased == 0, counts
+        site.delays = False
+        rerun = asyncio.run(_run(path, DrainPolicy(batch_size=8), run_id="run-2"))
+    assert rerun.summary.balanced, rerun.summary.problems
+    rows = sink_lines(tmp_path / "out")
+    assert len({r["id"] for r in rows}) == 20 and duplicate_keys(rows) == []
