@@ -96,8 +96,9 @@ def test_a_whole_run_drains_and_balances_without_prefect(tmp_path: Path) -> None
     assert 0 < timings["drain"] <= summary.seconds and timings["drain_cpu"] > 0
 
 
+@pytest.mark.parametrize("ahead", [1, 2], ids=["one-batch-at-a-time", "fetching-ahead"])
 def test_a_stop_request_settles_what_was_fetched_and_returns_the_rest_unchanged(
-    tmp_path: Path,
+    tmp_path: Path, ahead: int
 ) -> None:
     stop = StopRequest()
 
@@ -111,7 +112,10 @@ def test_a_stop_request_settles_what_was_fetched_and_returns_the_rest_unchanged(
         stopper = asyncio.create_task(once_a_batch_is_stored())
         try:
             return await _run(
-                path, policy=DrainPolicy(batch_size=8), stop=stop, interrupted="SIGINT"
+                path,
+                policy=DrainPolicy(batch_size=8, fetch_ahead=ahead),
+                stop=stop,
+                interrupted="SIGINT",
             )
         finally:
             stopper.cancel()
