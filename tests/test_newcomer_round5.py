@@ -130,6 +130,10 @@ def test_a_renamed_source_is_said_before_it_fetches_everything_again(
     assert main(["status", str(path)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"  note: {renamed}"
     assert _before_the_run(path, capsys) == f"{path}: warning: {renamed}\n"
+    # Not renamed, only beside another source whose file still names it (init gives every
+    # source `out`): no warning on a new source's first run.
+    (tmp_path / "shop.yaml").write_text("name: shop\n", encoding="utf-8")
+    assert _before_the_run(path, capsys) == ""
 
 
 @pytest.mark.parametrize(

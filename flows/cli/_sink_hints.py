@@ -50,13 +50,39 @@ def sink_hints(
     writers = {m["name"] for name in _listing(folder) if (m := _SEGMENT.match(name))}
     if not writers or source.name in writers:
         return []
-    others = sorted(writers)
+    # Sources side by side share a folder's `out` (init's default): a writer some source file
+    # beside this one still names is that source, not this one's old name.
+    others = sorted(writers - _names_declared_beside(Path(source.base_dir)))
+    if not others:
+        return []
     names = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
     return [
         f"{folder} holds records of {names} but none of {source.name}, whose frontier is "
         "empty: if the source was renamed, its items, dead letters and records stay under the "
         f"old name, and a run fetches every page again into {source.name}-*.jsonl beside them"
     ]
+
+
+_NAME_LINE = re.compile(rb"""^name:[ \t]*["']?([A-Za-z0-9_.-]+)""", re.MULTILINE)
+_NAME_KEY = re.compile(rb'"name"[ \t]*:[ \t]*"([A-Za-z0-9_.-]+)"')
+
+
+def _names_declared_beside(folder: Path) -> set[str]:
+    """The ``name:`` of the source files in ``folder`` (the first 64 KiB of each, no YAML
+    parse: a look, not a load; a file that cannot be read names nothing)."""
+    names: set[str] = set()
+    for entry in _listing(folder):
+        if not entry.endswith((".yaml", ".yml", ".json")) or entry.endswith(".suite.json"):
+            continue
+        try:
+            with (folder / entry).open("rb") as handle:
+                head = handle.read(65536)
+        except OSError:
+            continue
+        found = (_NAME_KEY if entry.endswith(".json") else _NAME_LINE).search(head)
+        if found:
+            names.add(found[1].decode())
+    return names
 
 
 def _listing(folder: Path) -> list[str]:
