@@ -39,8 +39,39 @@ def resolve_source(source: str) -> Source:
         # _sync=True: the sync variant, so the result is the block (never a coroutine)
         block: CollectorSource = CollectorSource.load(name, _sync=True)  # type: ignore[call-arg,assignment]
     except ValueError as exc:  # Prefect: "Unable to find block document named ..."
-        raise SourceError([f"block {name!r}: {exc}"]) from None
+        if "Unable to find" not in str(exc):
+            raise SourceError([f"block {name!r}: {exc}"]) from None
+        raise SourceError([f"block {name!r}: {_no_such_block(name)}"]) from None
     return parse_source(block.as_document(), label=f"block {name}", base_dir=block.base_path)
+
+
+def _no_such_block(name: str) -> str:
+    """What a user needs when ``block:NAME`` names nothing: which server was asked (the local
+    background one, or theirs), the closest saved name, and how a block is saved. Prefect's
+    own "Unable to find block document named X for block type collector-source" said none."""
+    import difflib
+
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    saved: list[str] = []
+    try:
+        with get_client(sync_client=True) as client:
+            documents = client.read_block_documents_by_type(
+                "collector-source", include_secrets=False
+            )
+        saved = sorted(d.name for d in documents if d.name)
+    except Exception:  # the listing is a courtesy: the line still says what is missing
+        pass
+    close = difflib.get_close_matches(name, saved, n=1, cutoff=0.6)
+    where = f"no CollectorSource block of that name on {PREFECT_API_URL.value() or 'Prefect'}"
+    how = f"`collector blocks save {name} SOURCE.yaml` saves one"
+    if close:
+        return f"{where}: did you mean block:{close[0]}? ({how})"
+    if saved:
+        listed = ", ".join(saved[:5]) + (", ..." if len(saved) > 5 else "")
+        return f"{where} (saved there: {listed}); {how}"
+    return f"{where}, where none is saved; {how}"
 
 
 def source_reference(source: str) -> str:

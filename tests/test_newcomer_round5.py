@@ -193,3 +193,28 @@ def test_a_negative_wait_is_refused_by_the_usage_line(
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"collector {command}: error: argument {option}: must be 0 seconds or more, not {value}"
     )
+
+
+def test_a_block_that_does_not_exist_says_where_it_looked_and_what_is_there(
+    prefect_api: str,
+) -> None:
+    """`block:NAME` misspelt said only Prefect's "Unable to find block document named X for
+    block type collector-source": not which server was asked, nor what is saved there."""
+    from blocks.source import CollectorSource
+    from collector.config import SourceError
+    from flows.sources import resolve_source
+
+    definition = {
+        "name": "shop-items",
+        "seeds": {"urls": ["http://127.0.0.1:9/items/1.json"]},
+        "record": {"key": "id"},
+        "sink": {"type": "jsonl", "path": "out"},
+        "allow_private_networks": True,
+    }
+    CollectorSource(definition=definition).save("shop-items", overwrite=True)
+    with pytest.raises(SourceError) as missing:
+        resolve_source("block:shop-itens")
+    assert missing.value.problems == [
+        f"block 'shop-itens': no CollectorSource block of that name on {prefect_api}: did you"
+        " mean block:shop-items? (`collector blocks save shop-itens SOURCE.yaml` saves one)"
+    ]
