@@ -14,13 +14,13 @@ from collector.backends import open_deadletters
 from collector.config import load_source
 from collector.deadletter import DeadLetter
 from collector.errors import PermanentFetchError
-from collector.frontier import Completed, Offer
+from collector.frontier import Completed, DeadLettered, Offer
 from collector.frontier.sqlite import SqliteFrontier
 from collector.settle.parse import RecordParser
 from collector.sinks import SinkRecord
 from collector.sinks.jsonl import JsonlSink
 from flows.cli import main
-from tests.helpers import write_source
+from tests.helpers import sink_lines, write_source
 
 
 def test_a_source_given_by_its_name_or_misspelt_names_the_file_beside_it(
@@ -218,3 +218,35 @@ def test_a_block_that_does_not_exist_says_where_it_looked_and_what_is_there(
         f"block 'shop-itens': no CollectorSource block of that name on {prefect_api}: did you"
         " mean block:shop-items? (`collector blocks save shop-itens SOURCE.yaml` saves one)"
     ]
+
+
+def test_a_correction_that_changes_the_records_key_is_refused(
+    prefect_api: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Correcting a record's missing field, a reviewer typed another id: it was stored under
+    that key (a record the page never had), and the page's own record stayed missing."""
+    url = "http://127.0.0.1:9/items/12.json"
+    path = write_source(tmp_path, seeds={"urls": [url]})
+    source = load_source(path)
+    now = time.time()
+    with SqliteFrontier(source.frontier_path) as frontier:  # the page dead, as a run leaves it
+        frontier.offer(source.name, [Offer(url, 60)], now=now, queue_ttl_s=600,
+                       rank_for=lambda *a: 1.0, run_id="r")  # fmt: skip
+        lease = frontier.claim(source.name, 1, now=now, lease_s=60)
+        frontier.ack(lease, [DeadLettered(url, 1, "validation")], now=now)
+    failed = DeadLetter(source=source.name, url=url, stage="validate", error_class="schema",
+                        message="a: key missing", attempts=1, first_seen=now, last_seen=now,
+                        record_key="12", payload={"id": 12, "name": "y"})  # fmt: skip
+    with open_deadletters(source) as store:
+        store.put([failed])
+        assert store.escalate(failed.id, "still fails after repair")
+    retyped = '{"id": 99, "a": 0, "name": "y"}'
+    assert main(["review", str(path), "--id", failed.id, "--accept", retyped]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "refused, put back: the corrected record's key is '99', not the entry's '12' (at 'id'):"
+        " a correction keeps its record's key; fix it back, or discard this entry"
+    )
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").glob("*.jsonl"))
+    fixed = '{"id": 12, "a": 0, "name": "y"}'
+    assert main(["review", str(path), "--id", failed.id, "--accept", fixed]) == 0
+    assert [r["id"] for r in sink_lines(tmp_path / "out")] == [12]

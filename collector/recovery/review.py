@@ -70,7 +70,9 @@ def accept(
     with tracing.recovery_span(
         "review", source.name, [entry], decision="accept", reviewer=reviewer
     ) as span:
-        decision = _refusal(source.record.key, record, validator)
+        decision = _refusal(source.record.key, record, validator) or _rekeyed(
+            source.record.key, record, entry.record_key
+        )
         if decision is None:
             key = str(dotted_get(record, source.record.key, None))
 
@@ -120,6 +122,23 @@ def _refusal(key_path: str, record: Any, validator: RecordValidator | None) -> D
         if failed:
             return Decision(False, "the record fails " + ", ".join(failed), failed=failed)
     return None
+
+
+def _rekeyed(key_path: str, record: dict[str, Any], kept_key: str) -> Decision | None:
+    """A correction that changed the record's key is refused (None: the key is the kept one,
+    or the entry kept none: its record failed for having no usable key).
+
+    Stored, it would be a record under a key the page never had: the page's own record stays
+    missing, and when the page is fetched again it fails again under its old key, while the
+    typo stays in the sink for good (seen: id 12 corrected as 999, stored without a word)."""
+    key = str(dotted_get(record, key_path, None))
+    if not kept_key or key == kept_key:
+        return None
+    return Decision(
+        False,
+        f"the corrected record's key is {key!r}, not the entry's {kept_key!r} (at {key_path!r}):"
+        " a correction keeps its record's key; fix it back, or discard this entry",
+    )
 
 
 def discard(
