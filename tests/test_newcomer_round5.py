@@ -250,3 +250,23 @@ def test_a_correction_that_changes_the_records_key_is_refused(
     fixed = '{"id": 12, "a": 0, "name": "y"}'
     assert main(["review", str(path), "--id", failed.id, "--accept", fixed]) == 0
     assert [r["id"] for r in sink_lines(tmp_path / "out")] == [12]
+
+
+def test_review_takes_a_block_as_every_command_does_and_a_list_makes_nothing(
+    prefect_api: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`collector review block:NAME` said "block:NAME: file not found" (it read only files),
+    and `review --list` of a source never run made its dead-letter store to say "0"."""
+    from blocks.source import CollectorSource
+
+    definition = {
+        "name": "reviewed",
+        "seeds": {"urls": ["http://127.0.0.1:9/items/1.json"]},
+        "record": {"key": "id"},
+        "sink": {"type": "jsonl", "path": "out"},
+        "allow_private_networks": True,
+    }
+    CollectorSource(definition=definition, base_dir=str(tmp_path)).save("reviewed", overwrite=True)
+    assert main(["review", "block:reviewed", "--list"]) == 0
+    assert capsys.readouterr().out == "0 in review in reviewed\n"
+    assert list(tmp_path.iterdir()) == []  # only looked: no .collector/, no out/

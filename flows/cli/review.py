@@ -46,6 +46,7 @@ from flows.cli._common import (
     EXIT_INVALID,
     EXIT_OK,
     SOURCE_HELP,
+    load,
     positive_int,
     print_source_problems,
 )
@@ -343,10 +344,10 @@ def _list(source: Source, store: DeadLetters, args: argparse.Namespace) -> int:
 
 def cmd_review(args: argparse.Namespace) -> int:
     from collector.backends import open_deadletters, open_frontier, open_sink
-    from collector.config import SourceError, load_source
+    from collector.config import SourceError
 
     try:
-        source = load_source(args.source)
+        source = load(args.source)  # a file or block:NAME, as every command takes
     except SourceError as exc:
         return print_source_problems(exc)
     from flows.cli.recovery import operator_name
@@ -357,7 +358,8 @@ def cmd_review(args: argparse.Namespace) -> int:
         print("collector: review needs a terminal, or a decision: --accept JSON|@FILE,"
               " --accept-as-is, --discard REASON or --put-back", file=sys.stderr)  # fmt: skip
         return EXIT_INVALID
-    with open_deadletters(source) as store:
+    # --list only looks: a source never run here gets no store file made by it
+    with open_deadletters(source, existing_only=args.list) as store:
         if args.list:
             return _list(source, store, args)
         if args.id is not None:
