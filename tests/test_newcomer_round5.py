@@ -270,3 +270,14 @@ def test_review_takes_a_block_as_every_command_does_and_a_list_makes_nothing(
     assert main(["review", "block:reviewed", "--list"]) == 0
     assert capsys.readouterr().out == "0 in review in reviewed\n"
     assert list(tmp_path.iterdir()) == []  # only looked: no .collector/, no out/
+
+
+def test_deploy_dir_over_the_folder_init_wrote_skips_its_companion_files(tmp_path: Path) -> None:
+    """`collector deploy --dir .` where `collector init` wrote shop.yaml refused the folder:
+    shop.deployment.yaml and shop.suite.json were read as sources ("name: required key")."""
+    from flows.cli.deploy import references
+
+    for name in ("shop.yaml", "shop.suite.json", "shop.deployment.yaml", "other.json"):
+        (tmp_path / name).write_text("{}", encoding="utf-8")
+    found = references(argparse.Namespace(sources=[], dir=str(tmp_path)))
+    assert found == [str(tmp_path / "other.json"), str(tmp_path / "shop.yaml")]

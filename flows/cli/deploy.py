@@ -31,6 +31,9 @@ from flows.cli._common import (
 )
 
 SOURCE_SUFFIXES = (".yaml", ".yml", ".json")
+COMPANIONS = (".suite.json", ".deployment.yaml")
+"""The files ``collector init`` writes beside a source (its GX suite, its deployment entry):
+not sources, so ``--dir`` over the folder init wrote skips them instead of refusing them."""
 WARM_BY_DEFAULT = True  # runs start warm unless --cold-start (docs/workers.md "Warm starts")
 
 
@@ -43,7 +46,8 @@ def references(args: argparse.Namespace) -> list[str]:
             raise ConfigError(f"--dir {args.dir}: not a folder")
         found += sorted(
             str(path) for path in folder.iterdir()
-            if path.suffix in SOURCE_SUFFIXES and path.is_file()
+            if path.suffix in SOURCE_SUFFIXES and not path.name.endswith(COMPANIONS)
+            and path.is_file()
         )  # fmt: skip
     if not found:
         raise ConfigError("name at least one SOURCE, or --dir DIR with source files in it")
@@ -154,7 +158,8 @@ def register(commands: Any) -> None:
     deploy.add_argument("sources", nargs="*", metavar="SOURCE", help=SOURCE_HELP)
     deploy.add_argument(
         "--dir", default=None, metavar="DIR",
-        help="also every source file (*.yaml, *.yml, *.json) directly in DIR",
+        help="also every source file (*.yaml, *.yml, *.json) directly in DIR (not the"
+        " *.suite.json and *.deployment.yaml files `collector init` writes beside them)",
     )  # fmt: skip
     deploy.add_argument(
         "--pool", default=defaults.FLEET_POOL, metavar="NAME",
