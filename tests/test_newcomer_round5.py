@@ -281,3 +281,17 @@ def test_deploy_dir_over_the_folder_init_wrote_skips_its_companion_files(tmp_pat
         (tmp_path / name).write_text("{}", encoding="utf-8")
     found = references(argparse.Namespace(sources=[], dir=str(tmp_path)))
     assert found == [str(tmp_path / "other.json"), str(tmp_path / "shop.yaml")]
+
+
+def test_a_helper_on_a_source_never_planned_says_why_it_claimed_nothing(
+    prefect_api: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`collector work` on a source never run ended "claimed 0 = ... balanced", exit 0: read
+    as a source with nothing to do, by a user who expected the helper to collect it."""
+    path = write_source(tmp_path, seeds={"urls": ["http://127.0.0.1:9/items/1.json"]})
+    assert main(["work", str(path), "--idle-wait", "0"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[-1] == (
+        "nothing claimed: no item of test-items was queued within --idle-wait; a worker only "
+        "helps drain what `collector run` planned (it never plans the seeds)"
+    )

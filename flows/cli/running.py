@@ -347,6 +347,13 @@ def _print_worker(summary: RunSummary, console: Console) -> None:
     )
     for problem in summary.problems:
         console.print(f"[red]  {problem}")
+    if summary.claimed == 0 and not (summary.interrupted or summary.lost):
+        # "claimed 0 ... balanced" alone read as a source with nothing to do; on a source
+        # never run, a newcomer expected the helper to collect it
+        console.print(
+            f"nothing claimed: no item of {summary.source} was queued within --idle-wait; a "
+            "worker only helps drain what `collector run` planned (it never plans the seeds)"
+        )
     _print_key_collisions(summary, console)
 
 
