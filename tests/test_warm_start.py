@@ -465,7 +465,9 @@ def test_a_zygote_ends_once_the_workers_it_served_are_gone(warm_env: dict[str, s
 ITEMS = 150
 # A source whose own run outlasts a warm helper's start (a fork: a helper claimed ~5 s after the
 # plan at load 13) by far, and little more: once its helper is cancelled or killed, the own run
-# fetches the rest alone (it was 200 items, ~55 s of the run alone at load 13).
+# fetches the rest alone (it was 200 items, ~55 s of the run alone at load 13). Pages answer in
+# 0.3 s: at 0.2 s a run fetching ahead (collector.run.drain, 1.36 x a process's pace) drained the
+# source at load 10 before the second helper's fork claimed (a full run, 2026-12-06).
 SHORT_ITEMS = 120
 
 
@@ -523,7 +525,7 @@ class Scene:
     the fleet starts them), its frontier and sink."""
 
     def __init__(self, pool: Any, folder: Path, site: str, redis: str, dsn: str, name: str,
-                 *, items: int = ITEMS, delay_s: float = 0.2) -> None:  # fmt: skip
+                 *, items: int = ITEMS, delay_s: float = 0.3) -> None:  # fmt: skip
         from collector.backends import open_frontier
         from collector.config import load_source
         from tests.fleet_world import Spec, _deployment_ids, deploy, write_source
@@ -577,6 +579,11 @@ class Scene:
 
     def holding(self, run: Any) -> bool:
         return any(h.holder == str(run.id) and h.leased for h in self.frontier.holders(self.name))
+
+    def left(self) -> int:
+        """Items queued or leased: the work a helper could still claim."""
+        counts = self.frontier.counts(self.name)
+        return counts.queued + counts.leased
 
     def planned(self) -> bool:
         return self.frontier.counts(self.name).queued > 0
@@ -654,7 +661,11 @@ def test_helpers_start_warm_on_a_process_worker_and_the_source_ends_exact(
             helpers = []
             for _ in range(2):  # one after another, as the fleet starts them
                 helper = scene.helper()
-                warm_pool.wait_for("the helper to claim", lambda h=helper: scene.holding(h))
+                warm_pool.wait_for(
+                    "the helper to claim or the source to drain",
+                    lambda h=helper: scene.holding(h) or not scene.left(),
+                )
+                assert scene.holding(helper), "the source drained before the helper claimed"
                 helpers.append(helper)
             finals = [scene.end(r) for r in [own, *helpers]]
             assert [_state(r) for r in finals] == ["COMPLETED"] * 3, [
