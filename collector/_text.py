@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["one_line", "quoted"]
+__all__ = ["counted", "one_line", "quoted"]
 
 _LINE_BREAKS = re.compile(r"[ \t]*[\r\n]+[ \t]*")
 
@@ -32,3 +32,12 @@ def one_line(text: object, limit: int = 300) -> str:
     spaces inside a line are kept, since they may be what the message is about."""
     flat = _LINE_BREAKS.sub(" ", str(text)).strip()
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 batch``, ``2 batches``, ``1 record``: a count and its noun, in the number it takes
+    (an ``s``, or ``es`` after s, x, ch, sh)."""
+    if count == 1:
+        return f"{count} {noun}"
+    plural = noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
+    return f"{count} {plural}"

@@ -29,6 +29,7 @@ from prefect.events import emit_event
 from prefect.runtime import flow_run
 from pydantic import Field
 
+from collector._text import counted
 from collector.backends import open_backends
 from collector.config import Source
 from collector.errors import CollectorError, ConfigError
@@ -163,11 +164,12 @@ def _audit(
 
 def _audit_markdown(report: AuditReport, where: str) -> str:
     verb = "would compensate" if report.dry_run else "compensated"
-    lines = [f"# Audit of {report.source}\n", f"{len(report.batches)} batches checked in {where},"
+    checked = counted(len(report.batches), "batch")
+    lines = [f"# Audit of {report.source}\n", f"{checked} checked in {where},"
              f" {len(report.failed)} failing table-level expectations.\n"]  # fmt: skip
     for batch in report.failed:
         names = ", ".join(f["expectation"] for f in batch.failed)
-        removed = "" if batch.removed is None else f" ({batch.removed} records removed)"
+        removed = "" if batch.removed is None else f" ({counted(batch.removed, 'record')} removed)"
         lines.append(f"- `{batch.batch_id}` fails {names}: {verb}{removed}")
     for batch in report.batches:
         if batch.rows_failing:

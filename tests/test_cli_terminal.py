@@ -131,6 +131,7 @@ def test_compensate_refuses_an_unknown_batch_and_records_nothing(
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["BATCH", "RUN", "TOKEN", "RECORDS", "WRITTEN", "(UTC)"]
     assert lines[1].split()[-2:] == rows[0]["written_at"].split()
+    assert table.stderr.startswith("2 batches in ")
 
     dry = collector("compensate", str(path), "--batch", second, "--dry-run")
     assert dry.returncode == 0 and "would remove 3 records" in dry.stdout

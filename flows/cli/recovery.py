@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from collector import defaults
+from collector._text import counted
 from collector.errors import CollectorError, ConfigError
 from flows.cli._common import (
     EXIT_BUSY,
@@ -167,7 +168,7 @@ def cmd_batches(args: argparse.Namespace) -> int:
     for row in table:
         line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
         print(line.rstrip())
-    print(f"{len(rows)} batches in {where}", file=sys.stderr)
+    print(f"{counted(len(rows), 'batch')} in {where}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -359,12 +360,13 @@ def _print_audit(report: dict[str, Any], *, dry_run: bool) -> None:
     failed = [b for b in batches if b["failed"]]
     for batch in failed:
         names = ", ".join(f["expectation"] for f in batch["failed"])
-        removed = "" if batch["removed"] is None else f": {batch['removed']} records removed"
-        print(f"batch {batch['batch_id']} ({batch['records']} records) fails {names}: {verb}"
-              f"{removed}")  # fmt: skip
+        removed = "" if batch["removed"] is None else f": {counted(batch['removed'], 'record')}"
+        records = counted(batch["records"], "record")
+        print(f"batch {batch['batch_id']} ({records}) fails {names}: {verb}"
+              f"{removed and removed + ' removed'}")  # fmt: skip
     rows = [b for b in batches if b["rows_failing"]]
     for batch in rows:
-        print(f"batch {batch['batch_id']} ({batch['records']} records):"
+        print(f"batch {batch['batch_id']} ({counted(batch['records'], 'record')}):"
               f" {batch['rows_failing']} records fail row-level expectations"
               " (reported only; triage handles records)")  # fmt: skip
     failing_rows = sum(b["rows_failing"] for b in batches)
