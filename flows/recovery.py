@@ -148,7 +148,8 @@ def _audit(
     validator = _validator(source)
     if validator is None:
         raise ConfigError(f"{source.name}: validation.suite: the source has no suite to audit with")
-    with open_backends(source) as stores:
+    # a dry run only reads: no store files made for a source never run here, no writer lock
+    with open_backends(source, readonly_sink=dry_run, existing_only=dry_run) as stores:
         report = audit_batches(
             stores.sink,
             validator,

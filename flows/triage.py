@@ -53,10 +53,12 @@ def _triage(source: Source, run_id: str, limit: int, dry_run: bool) -> TriageRep
         from collector.settle.validation import SuiteValidator  # GX is imported only where it runs
 
         validator = SuiteValidator(source.suite_path)
+    # A dry run only reads: on a source never run here it makes no store files (status then
+    # still says "not run here yet") and takes no sink writer lock beside a run.
     with (
-        open_deadletters(source) as store,
-        open_frontier(source) as frontier,
-        open_sink(source) as sink,
+        open_deadletters(source, existing_only=dry_run) as store,
+        open_frontier(source, existing_only=dry_run) as frontier,
+        open_sink(source, readonly=dry_run) as sink,
     ):
         engine = Triage(
             source,

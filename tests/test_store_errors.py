@@ -108,3 +108,26 @@ def test_deadletters_list_of_a_source_never_run_here_creates_no_store(
     assert main(["deadletters", "list", str(path)]) == EXIT_OK
     assert "Traceback" not in capsys.readouterr().err
     assert not (tmp_path / ".collector").exists()
+
+
+@pytest.mark.usefixtures("prefect_api")  # both commands run their flow
+def test_dry_runs_of_triage_and_audit_on_a_source_never_run_here_make_no_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dry run only reads: after `triage --dry-run` and `audit --dry-run` on a source never
+    run here there is no .collector/ and no sink folder, and status still says so."""
+    (tmp_path / "suite.json").write_text(
+        json.dumps({"name": "items", "expectations": [
+            {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}}]}),
+        encoding="utf-8",
+    )  # fmt: skip
+    path = write_source(
+        tmp_path, seeds={"urls": ["http://127.0.0.1/a"]}, validation={"suite": "suite.json"}
+    )
+    assert main(["triage", str(path), "--dry-run"]) == EXIT_OK
+    assert main(["audit", str(path), "--dry-run"]) == EXIT_OK
+    capsys.readouterr()
+    assert not (tmp_path / ".collector").exists(), sorted((tmp_path / ".collector").iterdir())
+    assert not (tmp_path / "out").exists()
+    assert main(["status", str(path)]) == EXIT_OK
+    assert "not run here yet" in capsys.readouterr().out

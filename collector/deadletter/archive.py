@@ -40,8 +40,7 @@ class JsonlArchive:
     def __init__(self, path: str | Path, *, max_bytes: int = defaults.DEADLETTER_ARCHIVE_BYTES):
         if max_bytes < 1:
             raise ValueError("max_bytes must be at least 1")
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = Path(path)  # its folder is made by the first append: readers make nothing
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
 
@@ -75,6 +74,7 @@ class JsonlArchive:
         now = time.time()
         data = b"".join(dumps({"event": event, "at": now, **row}) + b"\n" for row in rows)
         with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             try:
                 size = self.path.stat().st_size
             except FileNotFoundError:
