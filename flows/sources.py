@@ -26,12 +26,13 @@ def block_name_of(source: str) -> str | None:
     return None
 
 
-def resolve_source(source: str) -> Source:
+def resolve_source(source: str, *, deep: bool = True) -> Source:
     """A source from a file path, or from a ``CollectorSource`` block named
-    ``block:<name>`` / ``collector-source/<name>`` (checked by the same model as a file)."""
+    ``block:<name>`` / ``collector-source/<name>`` (checked by the same model as a file;
+    ``deep`` as for :func:`collector.config.parse_source`)."""
     name = block_name_of(source)
     if name is None:
-        return load_source(Path(source).expanduser())
+        return load_source(Path(source).expanduser(), deep=deep)
     from blocks.source import CollectorSource
     from collector.config import SourceError, parse_source
 
@@ -42,7 +43,9 @@ def resolve_source(source: str) -> Source:
         if "Unable to find" not in str(exc):
             raise SourceError([f"block {name!r}: {exc}"]) from None
         raise SourceError([f"block {name!r}: {_no_such_block(name)}"]) from None
-    return parse_source(block.as_document(), label=f"block {name}", base_dir=block.base_path)
+    return parse_source(
+        block.as_document(), label=f"block {name}", base_dir=block.base_path, deep=deep
+    )
 
 
 def _no_such_block(name: str) -> str:

@@ -131,3 +131,34 @@ def test_dry_runs_of_triage_and_audit_on_a_source_never_run_here_make_no_store(
     assert not (tmp_path / "out").exists()
     assert main(["status", str(path)]) == EXIT_OK
     assert "not run here yet" in capsys.readouterr().out
+
+
+def test_look_only_commands_answer_while_the_suite_is_broken(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A suite half-edited (invalid JSON) does not hide where the items are: status, batches and
+    deadletters list answer with one note naming the problem; validate and a run still refuse."""
+    (tmp_path / "suite.json").write_text('{"name": "shop", "expectations": [', encoding="utf-8")
+    path = write_source(
+        tmp_path, seeds={"urls": ["http://127.0.0.1/a"]}, validation={"suite": "suite.json"}
+    )
+    for command in (["status"], ["batches"], ["deadletters", "list"]):
+        assert main([*command, str(path)]) == EXIT_OK, command
+        err = capsys.readouterr().err
+        notes = [line for line in err.splitlines() if line.startswith("note: ")]
+        assert len(notes) == 1 and "suite" in notes[0], (command, err)
+        assert f"collector validate {path}" in notes[0]
+    assert main(["status", str(path), "--json"]) == EXIT_OK
+    (status,) = json.loads(capsys.readouterr().out)  # stdout stays the JSON alone
+    assert status["ran_here"] is False
+    assert main(["validate", str(path)]) == 2
+    assert "suite" in capsys.readouterr().err
+
+
+def test_look_only_commands_still_refuse_a_source_whose_model_is_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only what a run alone uses is let through: a wrong key is still exit 2."""
+    path = write_source(tmp_path, seeds={"urls": ["http://127.0.0.1/a"]}, colour="blue")
+    assert main(["status", str(path)]) == 2
+    assert "colour" in capsys.readouterr().err

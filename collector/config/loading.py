@@ -114,8 +114,13 @@ def _problems_from(exc: ValidationError, label: str) -> list[str]:
     return lines
 
 
-def parse_source(data: Any, *, label: str, base_dir: Path) -> Source:
-    """Check a parsed YAML/JSON document as a source; raise SourceError with every problem."""
+def parse_source(data: Any, *, label: str, base_dir: Path, deep: bool = True) -> Source:
+    """Check a parsed YAML/JSON document as a source; raise SourceError with every problem.
+
+    ``deep=False`` skips the checks of what only a run uses (the suite, seed files, hooks):
+    commands that only look at a source's stores (``status``, ``batches``, ``deadletters
+    list``) still answer while the user is fixing one of those.
+    """
     if not isinstance(data, dict):
         raise SourceError([f"{label}: the file must be a mapping of keys (name, seeds, ...)"])
     unresolved = [f"{label}: {problem}" for problem in unresolved_references(data)]
@@ -129,7 +134,7 @@ def parse_source(data: Any, *, label: str, base_dir: Path) -> Source:
             # so every problem is reported at once.
             problems += [f"{label}: ttl: {problem}" for problem in alignment_problems(ttl)]
         raise SourceError(_capped(problems, label)) from None
-    problems = unresolved + _deep_checks(source, label)
+    problems = unresolved + (_deep_checks(source, label) if deep else [])
     if problems:
         raise SourceError(_capped(problems, label))
     return source
@@ -167,8 +172,8 @@ def _nearby(file: Path) -> str:
     return f" (did you mean {shown(close[0])}?)" if close else ""
 
 
-def load_source(path: str | os.PathLike[str]) -> Source:
-    """Read and check a source file (YAML or JSON)."""
+def load_source(path: str | os.PathLike[str], *, deep: bool = True) -> Source:
+    """Read and check a source file (YAML or JSON); ``deep`` as for :func:`parse_source`."""
     file = Path(path)
     label = str(file)
     try:
@@ -186,7 +191,7 @@ def load_source(path: str | os.PathLike[str]) -> Source:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SourceError([f"{label}: invalid YAML: {where}{problem}"]) from None
-    return parse_source(data, label=label, base_dir=file.resolve().parent)
+    return parse_source(data, label=label, base_dir=file.resolve().parent, deep=deep)
 
 
 def source_json_schema() -> dict[str, Any]:

@@ -116,18 +116,37 @@ def _console_class() -> type[Console]:
     return PipeAwareConsole
 
 
-def load(reference: str) -> Source:
+def load(reference: str, *, look_only: bool = False) -> Source:
     """The source a command names: a file path or ``block:NAME`` (the flows' own resolver).
 
     An invalid source raises SourceError; ``main`` prints its problems, one per line, and exits
     2, so no command repeats that. Prefect is set up only when a block must be read.
+
+    ``look_only`` for commands that only show a source's stores (status, batches, dead letters):
+    a problem in what only a run uses (a suite being edited, a seed file, a hook) does not hide
+    where the items are. The source's problems are then one note on stderr, not an exit 2.
     """
+    from collector.config import SourceError
     from flows.sources import block_name_of, resolve_source
 
     if block_name_of(reference) is not None:
         _prefect_environment()
         _prefect_server()
-    return resolve_source(reference)
+    try:
+        return resolve_source(reference)
+    except SourceError as error:
+        if not look_only:
+            raise
+        source = resolve_source(reference, deep=False)  # the model itself is wrong: raises
+        count = len(error.problems)
+        print(
+            f"note: {error.problems[0]}"
+            + (f" (and {count - 1} more)" if count > 1 else "")
+            + f"; `collector validate {reference}` lists them, a run refuses the source until "
+            "they are fixed",
+            file=sys.stderr,
+        )
+        return source
 
 
 STORE_FIELDS = ("frontier.", "deadletters.", "sink.")

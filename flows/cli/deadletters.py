@@ -114,7 +114,7 @@ def _discard_reason(args: argparse.Namespace) -> str | None:
 def cmd_deadletters(args: argparse.Namespace) -> int:
     from collector.backends import open_deadletters
 
-    source = load(args.source)
+    source = load(args.source, look_only=args.action in ("list", "show"))
     # list and show only read: a source never run here gets no store file made by a look
     store = open_deadletters(source, existing_only=args.action in ("list", "show"))
     try:

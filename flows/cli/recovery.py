@@ -148,7 +148,7 @@ def cmd_batches(args: argparse.Namespace) -> int:
     audit name)."""
     from collector.backends import open_sink
 
-    source = load(args.source)
+    source = load(args.source, look_only=True)
     sink = open_sink(source, readonly=True)  # only looks: works beside a run
     try:
         rows = sorted((_batch_row(s) for s in sink.batch_summaries()), key=_batch_order)

@@ -26,15 +26,18 @@ from collector.errors import BackendError
 from flows.cli._common import EXIT_OK, add_json, add_source, in_source, load
 
 if TYPE_CHECKING:
+    from collector.config import Source
     from flows.cli._common import Commands
 
 
-def source_status(reference: str) -> dict[str, Any]:
-    """The status of one source, as plain data (what ``--json`` prints)."""
+def source_status(reference: str, source: Source | None = None) -> dict[str, Any]:
+    """The status of one source, as plain data (what ``--json`` prints); ``source``: already
+    loaded from ``reference``."""
     from collector.backends import open_backends
     from flows.cli._sink_hints import sink_folder, sink_hints
 
-    source = load(reference)
+    if source is None:
+        source = load(reference, look_only=True)
     folder = sink_folder(source)
     existed = folder is None or folder.is_dir()  # before the stores, which may make it
     now = time.time()
@@ -117,12 +120,12 @@ def holder_liveness(held: dict[str, Any]) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    for reference in args.sources:
-        load(reference)  # every source valid before any store is opened (else exit 2, main)
+    # every source readable before any store is opened (else exit 2, main)
+    loaded = {reference: load(reference, look_only=True) for reference in args.sources}
     found = {}
     for reference in args.sources:
         try:
-            found[reference] = source_status(reference)
+            found[reference] = source_status(reference, loaded[reference])
         except BackendError as exc:  # which of several sources: its file in front (main prints)
             raise BackendError(in_source(reference, str(exc))) from exc
     if args.json:
