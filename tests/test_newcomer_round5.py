@@ -142,7 +142,8 @@ def test_a_renamed_source_is_said_before_it_fetches_everything_again(
         (  # a latin-1 page: orjson said "surrogates not allowed: line 1 column 1 (char 0)"
             b'{"id": 7, "name": "caf\xe9"}',
             "invalid JSON: the body is not UTF-8 (byte 0xe9 at offset 22); JSON is UTF-8: a page"
-            " in another charset needs a record.parser that decodes it",
+            " in another charset must declare it (Content-Type: ...; charset=) or needs a"
+            " record.parser that decodes it",
         ),
         (b'{"id": 7,', "invalid JSON: unexpected end of data: line 1 column 10 (char 9)"),
         (  # markup first: it is not JSON in any charset

@@ -72,7 +72,7 @@ def decide(
             outcomes[url] = completed(result, source=source, now=now)
         elif result.status == "ok":
             try:
-                decided.parsed.append((result, parser.parse(url, result.body)))
+                decided.parsed.append((result, parser.parse(url, result.body, result.content_type)))
             except PermanentFetchError as error:
                 decided.letters.append(letters.fetch(result, error, body=result.body))
                 outcomes[url] = DeadLettered(url, result.attempts, "parse_error")

@@ -136,7 +136,7 @@ def read_example(source: Source, url: str) -> tuple[list[dict[str, Any]] | None,
         return None, f"could not fetch it: {why or result.status}"
     parser = RecordParser(parser=source.record.parser, records_path=source.record.records_path)
     try:
-        records = parser.parse(url, result.body)
+        records = parser.parse(url, result.body, result.content_type)
     except Exception as exc:
         hint = _records_list_hint(result.body)
         also = f" (its {hint!r} holds a list of records: set record.records_path)" if hint else ""
