@@ -9,7 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, get_args
 
-from collector.deadletter.base import CAUSES, Stage
+from collector.deadletter.base import CAUSES, RESOLUTION_KINDS, Stage
 from collector.errors import ConfigError
 from flows.cli._common import EXIT_FAILED, EXIT_OK, add_json, add_source, load, positive_int, when
 
@@ -23,7 +23,11 @@ if TYPE_CHECKING:
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 STAGES: tuple[str, ...] = get_args(Stage)
-STATUSES = ("open", "review", "resolved", "all")
+# What the STATUS column shows for a resolved entry, per resolution kind (see status_of).
+_SHOWN_KIND = {kind: "re-enqueued" if kind == "reenqueued" else kind for kind in RESOLUTION_KINDS}
+_KIND_SHOWN = {shown: kind for kind, shown in _SHOWN_KIND.items()}
+# Every value the STATUS column can show is a --status filter ("resolved": every resolved kind).
+STATUSES = ("open", "review", "resolved", *_SHOWN_KIND.values(), "all")
 _ID_SHOWN = 12  # id characters shown in the table; any unique prefix names an entry
 _PREFIX_SCAN = 1_000_000  # entries looked through to match an id prefix
 
@@ -75,19 +79,32 @@ def error_filter(value: str | None) -> tuple[str | None, str | None]:
 def _matching(
     source: Source, store: DeadLetters, args: argparse.Namespace, status: str | None, limit: int
 ) -> list[DeadLetter]:
-    """The entries the filters select, newest first, at most ``limit``."""
+    """The entries the filters select, newest first, at most ``limit``; ``status`` is a
+    ``--status`` value (a resolution kind as the table shows it: resolved entries of that kind)
+    or None for all."""
     cause, error_class = error_filter(args.error_class)
+    kind = _KIND_SHOWN.get(status or "")
     found = store.list(
         source=source.name,
         stage=args.stage,
         error_class=error_class,
-        status=status,
-        limit=limit if cause is None else _PREFIX_SCAN,  # the cause is checked here
+        status=store_status(status),
+        # the cause and the resolution kind are checked here, so the store's limit cannot apply
+        limit=limit if cause is None and kind is None else _PREFIX_SCAN,
         first_seen_before=None if args.older_than is None else time.time() - args.older_than,
     )
-    if cause is not None:
-        found = [entry for entry in found if entry.cause == cause][:limit]
+    if cause is not None or kind is not None:
+        found = [
+            entry for entry in found
+            if (cause is None or entry.cause == cause)
+            and (kind is None or entry.resolution_kind == kind)
+        ][:limit]  # fmt: skip
     return list(found)
+
+
+def store_status(status: str | None) -> str | None:
+    """The store's status for a ``--status`` value: a resolution kind is ``resolved``."""
+    return "resolved" if status in _KIND_SHOWN else status
 
 
 def _selected(source: Source, store: DeadLetters, args: argparse.Namespace) -> list[DeadLetter]:
@@ -168,7 +185,7 @@ def status_of(entry: DeadLetter) -> str:
     re-enqueued, repaired, ...), so ``--status resolved`` tells them apart."""
     if entry.status != "resolved" or not entry.resolution_kind:
         return str(entry.status)
-    return "re-enqueued" if entry.resolution_kind == "reenqueued" else str(entry.resolution_kind)
+    return _SHOWN_KIND.get(entry.resolution_kind, str(entry.resolution_kind))
 
 
 def print_table(entries: list[DeadLetter]) -> None:
@@ -207,15 +224,17 @@ def _say_none(source: Source, store: DeadLetters, args: argparse.Namespace) -> N
         filters.append(f"older than {args.older_than:g}s")
     print(f"no dead letters of {source.name} match ({', '.join(filters)})", file=sys.stderr)
     counts = store.counts(source.name)
-    elsewhere = [f"{n} {s}" for s, n in sorted(counts.items()) if n and s != args.status]
+    kind = args.status in _KIND_SHOWN  # "none discarded": the other resolved ones are elsewhere
+    elsewhere = [f"{n} {s}" for s, n in sorted(counts.items()) if n and (kind or s != args.status)]
     if elsewhere and args.status != "all":
         hint = "; ".join(
-            f"--status {s}" for s, n in sorted(counts.items()) if n and s != args.status
-        )
+            f"--status {s}" for s, n in sorted(counts.items())
+            if n and (kind or s != args.status)
+        )  # fmt: skip
         print(f"the source has {', '.join(elsewhere)} (see {hint} or --status all)",
               file=sys.stderr)  # fmt: skip
     if args.error_class:
-        status = None if args.status == "all" else args.status
+        status = None if args.status == "all" else store_status(args.status)
         known = sorted({_class_of(r) for r in store.reasons(source.name, status=status)})
         if known:
             print(f"error classes of {args.status} entries: {', '.join(known)}", file=sys.stderr)
@@ -318,7 +337,9 @@ def register(commands: Commands) -> None:
     filters(listing, 100)
     listing.add_argument(
         "--status", default="open", choices=STATUSES,
-        help="open (default), review (escalated by triage), resolved, or all",
+        help="open (default), review (escalated by triage), resolved (every resolved entry),"
+        " one way of resolving as the STATUS column shows it"
+        f" ({', '.join(_SHOWN_KIND.values())}), or all",
     )  # fmt: skip
     add_json(listing, "the entries")
     show = letter_actions.add_parser("show", help="every field of one dead letter, as JSON")
