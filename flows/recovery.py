@@ -68,11 +68,13 @@ def _compensate(
     from collector.run.ledger import LedgerBook
 
     validator = _validator(source) if replacements else None
+    book = LedgerBook(source.ledger_path)
     with open_backends(source) as stores:
+        batch = _full_id(batch, stores.sink.batches(), book, source, stores.sink.location())
         report = compensate_batch(
             source,
             sink=stores.sink,
-            book=LedgerBook(source.ledger_path),
+            book=book,
             deadletters=stores.deadletters,
             frontier=stores.frontier,
             validator=validator,
@@ -84,6 +86,15 @@ def _compensate(
             dry_run=dry_run,
         )
         return report, stores.sink.location(), stores.deadletters.location()
+
+
+def _full_id(batch: str, held: list[str], book: Any, source: Source, where: str) -> str:
+    """The full id a unique abbreviation names (a run started from the UI with one; the CLI
+    resolves before it starts the flow): collector.recovery.batch_ids."""
+    from collector.recovery.batch_ids import resolve_batch_id
+
+    done = [entry.batch_id for entry in book.compensations(source.name)]
+    return resolve_batch_id(batch, [*held, *done], where=where)
 
 
 @flow(
@@ -149,11 +160,15 @@ def _audit(
     if validator is None:
         raise ConfigError(f"{source.name}: validation.suite: the source has no suite to audit with")
     # a dry run only reads: no store files made for a source never run here, no writer lock
+    book = LedgerBook(source.ledger_path)
     with open_backends(source, readonly_sink=dry_run, existing_only=dry_run) as stores:
+        if batches:
+            held, where = stores.sink.batches(), stores.sink.location()
+            batches = [_full_id(b, held, book, source, where) for b in batches]
         report = audit_batches(
             stores.sink,
             validator,
-            LedgerBook(source.ledger_path),
+            book,
             source=source.name,
             batch_ids=batches,
             dry_run=dry_run,

@@ -192,11 +192,11 @@ def _batch_row(summary: BatchSummary) -> dict[str, Any]:
 
 def cmd_compensate(args: argparse.Namespace) -> int:
     """Exit 0 when the batch was compensated (or would be, with --dry-run); 1 when it is not in
-    the sink, was compensated already, or the flow failed; 2 without a reason or for a
-    replacement that names no record of the batch."""
+    the sink, was compensated already, or the flow failed; 2 without a reason, for a
+    replacement that names no record of the batch, or for an ambiguous abbreviated id."""
     source = load(args.source)
     replacements = _replacements(args.replace) if args.replace else []
-    found = _compensation_target(
+    found, args.batch = _compensation_target(  # from here on, the full id
         source, args.source, args.batch, replacements, dry_run=args.dry_run
     )
     if found is not None:
@@ -237,9 +237,10 @@ def cmd_compensate(args: argparse.Namespace) -> int:
 
 def _compensation_target(
     source: Source, reference: str, batch: str, replacements: list[Any], *, dry_run: bool
-) -> int | None:
+) -> tuple[int | None, str]:
     """The checks that need no flow: an exit code when there is nothing to do (compensated
-    already, not in the sink) or on a dry run (what it would do); None to go on."""
+    already, not in the sink) or on a dry run (what it would do), None to go on; and the full
+    id ``batch`` abbreviates (collector.recovery.batch_ids), resolved before anything else."""
     from collector.backends import open_backends
     from collector.recovery.compensation import compensate_batch, done_before, replacement_batch
     from collector.run.ledger import LedgerBook
@@ -248,16 +249,17 @@ def _compensation_target(
     with open_backends(source, readonly_sink=True) as stores:
         where = stores.sink.location()
         held = stores.sink.batches()
+        batch = _resolved(batch, held, book, source, where)
         already = done_before(book, source.name, batch, holds=batch in held)
         if already is not None:
             print(f"batch {batch} was already compensated ({already.removed} records removed:"
                   f" {already.reason})", file=sys.stderr)  # fmt: skip
-            return EXIT_FAILED
+            return EXIT_FAILED, batch
         if batch not in held and replacement_batch(batch) not in held:
             print(f"batch {batch}: not in {where} (never written, or every record since"
                   f" overwritten); list them with: collector batches {reference}",
                   file=sys.stderr)  # fmt: skip
-            return EXIT_FAILED
+            return EXIT_FAILED, batch
         validator = None  # the keys are checked below in any case (exit 2 before Prefect)
         if dry_run and replacements and source.suite_path is not None:
             from collector.settle.validation import SuiteValidator
@@ -269,11 +271,37 @@ def _compensation_target(
             by="", run_id="", replacements=replacements, dry_run=True,
         )  # fmt: skip
     if not dry_run:
-        return None
+        return None, batch
     print(f"dry run: compensating batch {batch} would remove {report.removed} records"
           f" from {where}; nothing changed")  # fmt: skip
     _print_replacements(report.as_dict(), str(source.name), dry_run=True)
-    return EXIT_OK
+    return EXIT_OK, batch
+
+
+def _resolved(batch: str, held: list[str], book: Any, source: Source, where: str) -> str:
+    """The full id of the batch ``batch`` abbreviates, among those the sink holds and those
+    the ledger says were compensated (so "already compensated" is said for a short id too)."""
+    from collector.recovery.batch_ids import resolve_batch_id
+
+    done = [entry.batch_id for entry in book.compensations(source.name)]
+    return resolve_batch_id(batch, [*held, *done], where=where)
+
+
+def _audit_targets(source: Source, batches: list[str]) -> list[str]:
+    """The full ids of the batches ``audit --batch`` names (an ambiguous one: exit 2 before
+    Prefect starts), read from the sink without taking its writer's lock."""
+    if not batches:
+        return batches
+    from collector.backends import open_sink
+    from collector.run.ledger import LedgerBook
+
+    sink = open_sink(source, readonly=True)
+    try:
+        held, where = sink.batches(), sink.location()
+    finally:
+        sink.close()
+    book = LedgerBook(source.ledger_path)
+    return [_resolved(batch, held, book, source, where) for batch in batches]
 
 
 def _print_replacements(report: dict[str, Any], reference: str, *, dry_run: bool) -> None:
@@ -318,6 +346,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     source = load(args.source)
     if source.suite_path is None:
         raise ConfigError(f"{args.source}: validation.suite: the source has no suite to audit with")
+    args.batch = _audit_targets(source, args.batch)
     _prefect_environment()
     _prefect_server()
     from flows._locks import quiet_console_for_the_command
@@ -399,7 +428,9 @@ def register(commands: Commands) -> None:
     comp = commands.add_parser("compensate", help="undo exactly one batch's writes in the sink")
     add_source(comp)
     comp.add_argument("--batch", required=True, metavar="ID",
-                      help="batch id (run:token; see collector batches SOURCE)")  # fmt: skip
+                      help="batch id (run:token; see collector batches SOURCE), or a unique"
+                      " prefix of it (f26a7169-4d1e, or f26a7169:67: the run's, with the"
+                      " token)")  # fmt: skip
     comp.add_argument("--reason", default=None,
                       help="why, kept in the ledger (asked for on a terminal)")  # fmt: skip
     comp.add_argument(
@@ -418,7 +449,8 @@ def register(commands: Commands) -> None:
     add_source(check)
     check.add_argument(
         "--batch", action="append", default=[], metavar="ID",
-        help="audit only this batch (repeatable); default: every batch in the sink",
+        help="audit only this batch (repeatable; a unique prefix, as compensate's --batch);"
+        " default: every batch in the sink",
     )  # fmt: skip
     check.add_argument("--dry-run", action="store_true", help="report only, remove nothing")
     add_json(check, "the report")
