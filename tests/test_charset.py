@@ -18,6 +18,11 @@ from hypothesis import strategies as st
 from collector.config import load_source
 from collector.deadletter import SqliteDeadLetterStore
 from collector.errors import PermanentFetchError
+from collector.fetch.engine import FetchEngine
+from collector.fetch.transport import TransportKind
+from collector.frontier.base import ClaimedItem
+from collector.policy.retry import RetryBudget, RetrySettings
+from collector.policy.urls import HostPolicy
 from collector.settle.parse import RecordParser, declared_charset
 from tests.helpers import sink_lines, summary_of, write_source
 
@@ -186,3 +191,24 @@ async def test_a_run_stores_pages_in_their_declared_charsets(
         store.close()
     assert "not UTF-8 (byte 0xe9 at offset 22)" in said["undeclared.json"]
     assert "charset 'klingon', which is not a text encoding" in said["unknown.json"]
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_both_pools_carry_the_declared_charset_to_the_parser(
+    charset_site: str, transport: TransportKind
+) -> None:
+    """The engine keeps each response's Content-Type on either HTTP pool (FetchResult)."""
+    engine = FetchEngine(
+        transport=transport,
+        retry=RetrySettings(base_s=0.01, cap_s=0.05, max_attempts=1),
+        host_policy=HostPolicy(allow_private_networks=True),
+    )
+    urls = [charset_site + p for p in ("/latin1.json", "/utf16.json")]
+    async with engine:
+        results = await engine.fetch_batch(
+            [ClaimedItem(u, 0, None, 0.0) for u in urls],
+            budget=RetryBudget(ratio=1.0, min_retries=10),
+        )
+    parser = RecordParser()
+    names = [parser.parse(r.url, r.body, r.content_type)[0]["name"] for r in results]
+    assert names == ["café", "ß"]
