@@ -326,7 +326,7 @@ def test_audit_text_counts_what_the_json_counts(tmp_path: Path, prefect_api: str
         collector("audit", str(path), "--json", api=prefect_api).stdout.strip().splitlines()[-1]
     )
     assert [b["rows_failing"] for b in as_json["batches"]] == [0, 2]
-    assert "2 records in 1 batches failing row-level expectations" in done.stdout
+    assert "2 records in 1 batch failing row-level expectations" in done.stdout
     assert "0 failing table-level expectations" in done.stdout
     assert "recorded in" not in done.stdout  # nothing was removed, nothing recorded
 

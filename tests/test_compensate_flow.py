@@ -284,7 +284,7 @@ async def test_collector_compensate_and_audit_run_named_tagged_flows_with_artifa
     assert [(r["key"], r["outcome"]) for r in rows] == [("b", "written"), ("c", "review")]
 
     assert await _in_thread(lambda: main(["audit", str(path)])) == 0
-    assert f"audit of {name}: 1 batches checked" in capsys.readouterr().out
+    assert f"audit of {name}: 1 batch checked" in capsys.readouterr().out
     runs, artifacts = await _runs_and_artifacts("audit", f"source:{name}")
     (run_,) = runs
     assert run_.name == f"audit-{name}" and {"audit", f"source:{name}"} <= set(run_.tags)

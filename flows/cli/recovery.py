@@ -400,10 +400,11 @@ def _print_audit(report: dict[str, Any], *, dry_run: bool) -> None:
               " (reported only; triage handles records)")  # fmt: skip
     failing_rows = sum(b["rows_failing"] for b in batches)
     recorded = f" (recorded in {report['ledger']})" if report["compensated"] and not dry_run else ""
-    print(f"audit of {report['source']}: {len(batches)} batches checked in {report['sink']},"
+    checked = counted(len(batches), "batch")
+    print(f"audit of {report['source']}: {checked} checked in {report['sink']},"
           f" {len(failed)} failing table-level expectations, {report['compensated']}"
-          f" compensated{recorded}; {failing_rows} records in {len(rows)} batches failing"
-          " row-level expectations")  # fmt: skip
+          f" compensated{recorded}; {counted(failing_rows, 'record')} in"
+          f" {counted(len(rows), 'batch')} failing row-level expectations")  # fmt: skip
 
 
 def register(commands: Commands) -> None:
