@@ -79,6 +79,17 @@ def _wait_for_records(folder: Path, at_least: int, proc: subprocess.Popen[str]) 
     raise AssertionError(f"fewer than {at_least} records after 180 s")
 
 
+def _wait_for_fetches(site: WorkerSite, at_least: int, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended before it could be interrupted: {proc.stderr}")
+        if len(site.fetches()) >= at_least:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {at_least} pages fetched after 180 s")
+
+
 def _summary(stdout: str) -> dict[str, Any]:
     summary: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     return summary
@@ -110,7 +121,10 @@ def test_a_signal_stops_the_run_gracefully_and_a_rerun_completes_exactly(
         # the Ctrl-C case validates, so the terminal's SIGINT also reaches a GX worker
         source = _source(tmp_path, site, f"lifecycle-{signum.name.lower()}", validated=to_group)
         proc = _start(source, prefect_api)
-        _wait_for_records(tmp_path / "out", 80, proc)
+        # Fetched, not written: the run fetches ahead of its settles (up to SETTLE_BACKLOG
+        # batches, two batches fetching at once), so by 80 records written under load every
+        # page had been fetched and the stop found nothing queued (a full run, 2026-12-06).
+        _wait_for_fetches(site, 80, proc)
         # Slow the site down (1 s a page, under the 2 s HTTP timeout: no retry) just before the
         # signal, so the run cannot finish the remaining 320 items while a loaded machine takes
         # seconds to deliver the stop (at 0.05 s a page, a CI run under load 12 drained them

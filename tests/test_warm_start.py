@@ -652,7 +652,11 @@ def test_helpers_start_warm_on_a_process_worker_and_the_source_ends_exact(
     from collector.demo.site import FaultSite
 
     with FaultSite() as site:
-        scene = Scene(warm_pool, tmp_path, site.base_url, redis_url, postgres_dsn, "warm-a")
+        # two helpers one after another, each a worker's pick-up and a fork on a loaded box:
+        # 250 items keep the source busy past the second (at 150 a full run's load drained it
+        # while the second was still Scheduled)
+        scene = Scene(warm_pool, tmp_path, site.base_url, redis_url, postgres_dsn, "warm-a",
+                      items=250)  # fmt: skip
         try:
             assert scene.written[0]["command"] == portable_warm_command()
             own = scene.run()
