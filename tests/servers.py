@@ -94,7 +94,15 @@ def numbered_pages(answer: Callable[[int], tuple[int, bytes]]) -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Pages)
+    with serving(Pages) as base_url:
+        yield base_url
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` on a real local HTTP server on a free port, from a thread; yields its base
+    URL and shuts it down on leaving."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

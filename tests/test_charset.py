@@ -5,9 +5,8 @@ records, and end to end through a real collect flow run against a real local HTT
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from collector.policy.retry import RetryBudget, RetrySettings
 from collector.policy.urls import HostPolicy
 from collector.settle.parse import RecordParser, declared_charset
 from tests.helpers import sink_lines, summary_of, write_source
+from tests.servers import serving
 
 CHARSETS = ["iso-8859-1", "cp1252", "utf-16", "utf-8"]
 
@@ -162,14 +162,8 @@ def charset_site() -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as base_url:
+        yield base_url
 
 
 @pytest.mark.usefixtures("prefect_api")
