@@ -101,12 +101,19 @@ def test_a_deleted_sink_folder_beside_done_pages_is_said_by_status_and_run(
         "their records went with it (deleted or moved? sink.path changed?), and runs fetch those"
         " pages again only as they go stale"
     )
-    assert main(["status", str(path)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == f"  note: {gone}"
+    assert _status_note(path, capsys) == gone
     assert main(["status", str(path), "--json"]) == 0
     assert '"notes": ["sink folder' in capsys.readouterr().out
     assert not (tmp_path / "out").exists()  # status only looks
     assert _before_the_run(path, capsys) == f"{path}: warning: {gone}\n"
+
+
+def _status_note(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """The note `collector status` ends with (exit 0), without its `  note: ` lead."""
+    assert main(["status", str(path)]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("  note: "), last
+    return last.removeprefix("  note: ")
 
 
 def test_a_renamed_source_is_said_before_it_fetches_everything_again(
@@ -127,8 +134,7 @@ def test_a_renamed_source_is_said_before_it_fetches_everything_again(
         "if the source was renamed, its items, dead letters and records stay under the old name,"
         " and a run fetches every page again into shop2-*.jsonl beside them"
     )
-    assert main(["status", str(path)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == f"  note: {renamed}"
+    assert _status_note(path, capsys) == renamed
     assert _before_the_run(path, capsys) == f"{path}: warning: {renamed}\n"
     # Not renamed, only beside another source whose file still names it (init gives every
     # source `out`): no warning on a new source's first run.
