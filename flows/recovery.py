@@ -91,10 +91,9 @@ def _compensate(
 def _full_id(batch: str, held: list[str], book: Any, source: Source, where: str) -> str:
     """The full id a unique abbreviation names (a run started from the UI with one; the CLI
     resolves before it starts the flow): collector.recovery.batch_ids."""
-    from collector.recovery.batch_ids import resolve_batch_id
+    from collector.recovery.batch_ids import resolve_written_batch
 
-    done = [entry.batch_id for entry in book.compensations(source.name)]
-    return resolve_batch_id(batch, [*held, *done], where=where)
+    return resolve_written_batch(batch, held, book, source.name, where=where)
 
 
 @flow(

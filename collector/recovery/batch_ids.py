@@ -12,10 +12,14 @@ batches changes nothing and names them. One matching none is returned as given: 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from collector.errors import ConfigError
 
-__all__ = ["resolve_batch_id"]
+if TYPE_CHECKING:
+    from collector.run.ledger import LedgerBook
+
+__all__ = ["resolve_batch_id", "resolve_written_batch"]
 
 _SHOWN = 3  # candidates named when an abbreviation is ambiguous
 _SHORTEST = 4  # a shorter reference is only ever taken whole (as dead-letter ids)
@@ -39,6 +43,15 @@ def resolve_batch_id(reference: str, known: Iterable[str], *, where: str) -> str
         f"batch id {reference!r} is ambiguous in {where}: {len(matches)} batches match it"
         f" ({shown}); give more characters"
     )
+
+
+def resolve_written_batch(
+    reference: str, held: Iterable[str], book: LedgerBook, source: str, *, where: str
+) -> str:
+    """:func:`resolve_batch_id` among the batches the sink holds (``held``) and those the
+    ledger says were compensated, so "already compensated" is said for a short id too."""
+    done = [entry.batch_id for entry in book.compensations(source)]
+    return resolve_batch_id(reference, [*held, *done], where=where)
 
 
 def _abbreviates(reference: str, batch_id: str) -> bool:

@@ -279,12 +279,9 @@ def _compensation_target(
 
 
 def _resolved(batch: str, held: list[str], book: Any, source: Source, where: str) -> str:
-    """The full id of the batch ``batch`` abbreviates, among those the sink holds and those
-    the ledger says were compensated (so "already compensated" is said for a short id too)."""
-    from collector.recovery.batch_ids import resolve_batch_id
+    from collector.recovery.batch_ids import resolve_written_batch
 
-    done = [entry.batch_id for entry in book.compensations(source.name)]
-    return resolve_batch_id(batch, [*held, *done], where=where)
+    return resolve_written_batch(batch, held, book, source.name, where=where)
 
 
 def _audit_targets(source: Source, batches: list[str]) -> list[str]:
