@@ -10,11 +10,14 @@ bulk source of 600, pages answered after 0.5 s by a local site, 2 requests at on
 on real parts: one Prefect server (on Postgres), one process worker of a pool of its own,
 Redis frontiers, a Postgres sink. All but the critical `urgent` source are requested at once;
 `urgent` (200 items; 40 until 2026-12-05, docs/fleet.md) is requested once the budget is
-full. Three plays, each on a fresh Redis database and a fresh sink database:
+full. Four plays, each on a fresh Redis database and a fresh sink database:
 
 1. autoscaler: the ``fleet`` flow with a budget of ``--budget`` helpers, preemption on;
 2. autoscaler without preemption (``preempt=False``);
-3. fixed: ``--budget`` helpers started by hand with the runs, half to the burst and half to the
+3. the same with the arrival rule before 2026-12-06 (``arrival_work=0``: a helper whenever
+   work is left at its arrival, the processes on their way not counted), the reference of
+   ``arrival_work``;
+4. fixed: ``--budget`` helpers started by hand with the runs, half to the burst and half to the
    bulk source (what an operator would do; the small sources need none), no fleet.
 
 It prints the time until every source's records are all in the sink (from the first request),
@@ -372,20 +375,23 @@ def real(budget: int, scenario: str = "capped") -> list[Play]:
         try:
             warm_up(pool, Path(folder), site.base_url, redis.url, postgres.create_database())
             half = budget // 2
+            old_rule = {"arrival_work": 0.0}  # a helper whenever work is left at its arrival
             setups = [
-                ("autoscaler, preemption on", "autoscaler", True, None),
-                ("autoscaler, preemption off", "autoscaler", False, None),
+                ("autoscaler, preemption on", "autoscaler", True, None, None),
+                ("autoscaler, preemption off", "autoscaler", False, None, None),
+                ("autoscaler off, old arrival", "autoscaler", False, None, old_rule),
                 (f"fixed {budget} helpers", "fixed", True,
-                 {"burst": half, "bulk-low": budget - half}),
+                 {"burst": half, "bulk-low": budget - half}, None),
             ]  # fmt: skip
-            for index, (label, mode, preempt, fixed) in enumerate(setups, start=1):
+            for index, (label, mode, preempt, fixed, params) in enumerate(setups, start=1):
                 here = Path(folder) / f"{scenario}-play-{index}"
                 here.mkdir()
                 sink = postgres.create_database()
                 frontier = redis.url.rsplit("/", 1)[0] + f"/{index}"
                 print(f"   playing {scenario}: {label} ...", flush=True)
                 seen = play(pool, here, site.base_url, frontier, sink, budget=budget,
-                            mode=mode, preempt=preempt, fixed=fixed, specs=specs)  # fmt: skip
+                            mode=mode, preempt=preempt, fixed=fixed, specs=specs,
+                            fleet_params=params)  # fmt: skip
                 late_at = seen.late_at or math.nan
                 plays.append(
                     Play(

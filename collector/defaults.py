@@ -162,3 +162,6 @@ FLEET_MEMORY_HELD_S = 10.0  # ...for this long: one step down; above it at all: 
 FLEET_START_PRIOR_S = 15.0
 FLEET_START_KEEP = 5  # the expected start is the median of the last this many measured
 FLEET_COMING_FOR = 3.0  # a process not claiming yet is capacity on its way until this x start
+# a helper is started only when it would claim at least this many of its starts' time after it
+# arrives (the source's drain with the processes on their way counted > (1 + this) x start)
+FLEET_ARRIVAL_WORK = 1.0

@@ -386,6 +386,14 @@ async def fleet(
     preempt: Annotated[
         bool, Field(description="Stop a lower class's helper when a higher class waits.")
     ] = True,
+    arrival_work: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="Start a helper only when its source would still have work for this "
+            "many of its starts after it arrives (0: any work left at its arrival).",
+        ),
+    ] = defaults.FLEET_ARRIVAL_WORK,
     helper_idle_s: Annotated[
         float, Field(ge=0, description="A helper ends after nothing was due this long.")
     ] = defaults.FLEET_HELPER_IDLE_S,
@@ -405,7 +413,11 @@ async def fleet(
     logger = get_run_logger()
     metrics.enable(metrics.enabled() or bool(PREFECT_CLIENT_METRICS_ENABLED.value()))
     settings = FleetSettings(
-        budget=budget, wait_high_s=wait_high_s, wait_held_s=wait_held_s, preempt=preempt
+        budget=budget,
+        wait_high_s=wait_high_s,
+        wait_held_s=wait_held_s,
+        preempt=preempt,
+        arrival_work=arrival_work,
     )
     deployed: dict[str, _Deployed] = {}
     tally: dict[str, Any] = {"rounds": 0, "started": 0, "stopped": 0, "preempted": 0,

@@ -337,11 +337,13 @@ def play(
     preempt: bool = True,
     specs: tuple[Spec, ...] = EIGHT,
     fixed: dict[str, int] | None = None,
+    fleet_params: dict[str, Any] | None = None,
 ) -> Outcome:
     """Deploy ``specs`` with `collector deploy`, request all but LATE at once, and LATE once
     ``budget`` helpers are live; ``mode`` autoscaler (the fleet flow, in a thread) or fixed
-    (``fixed`` helpers per source started by hand with the runs). Waits until every run and
-    helper ended; returns what was seen."""
+    (``fixed`` helpers per source started by hand with the runs); ``fleet_params``: more of
+    the fleet flow's parameters. Waits until every run and helper ended; returns what was
+    seen."""
     from prefect.deployments import run_deployment
 
     from collector.backends import open_frontier
@@ -371,6 +373,7 @@ def play(
                         budget=budget, duration_s=SCENARIO_TIMEOUT_S, pool=pool.name,
                         decide_every_s=0.5, batch_size=BATCH, helper_idle_s=HELPER_IDLE_S,
                         preempt=preempt, stop_when_idle_s=IDLE_END_S,
+                        **(fleet_params or {}),
                     )
                 )
             )  # fmt: skip

@@ -10,6 +10,7 @@ left when it arrives, and no helper for "nothing claims" while a process is on i
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -57,17 +58,30 @@ def _plain_want(load: SourceLoad, fleet: FleetSettings) -> tuple[int, bool]:
         return min(cap, max(low, have)), False
     target = max(low, have)
     # a helper asked for now claims start seconds from now: only if work is left by then
+    # with the processes on their way claiming too, and long enough to pay for its start
     start, infinite = Fraction(str(load.start_s)), math.isinf(load.wait_s)
     wait = None if infinite else Fraction(str(load.wait_s))
-    arrives_in_time = start <= 0 or infinite or (wait is not None and wait > start)
+    rate = None  # items/s claimed once the coming processes claim (None: not known)
+    if wait is not None and wait > 0:
+        rate = Fraction(load.backlog) / wait
+        if load.throughput is not None:
+            rate += load.coming * Fraction(str(load.throughput))
+    work = Fraction(str(fleet.arrival_work))
+    arrives_in_time = (
+        start <= 0
+        or infinite
+        or (rate is not None and Fraction(load.backlog) / rate > start * (1 + work))
+    )
     if load.throughput and arrives_in_time:
-        left = Fraction(load.backlog)  # claimed at backlog / wait a second until it arrives
-        if start > 0 and wait is not None:
-            left = left - left / wait * start
+        left = Fraction(load.backlog)  # claimed at that rate until it arrives
+        if start > 0 and rate is not None:
+            left = left - rate * start
         per_process = Fraction(str(load.throughput)) * Fraction(str(r.size_horizon_s))
         processes = math.ceil(left * Fraction(str(r.depth_share)) / per_process)
         target = max(target, r.min_helpers, processes - 1)
-    above = infinite or (wait is not None and wait > max(Fraction(str(fleet.wait_high_s)), start))
+    above = infinite or (
+        wait is not None and wait > max(Fraction(str(fleet.wait_high_s)), start) and arrives_in_time
+    )
     on_the_way = infinite and load.coming > 0  # it claims before a new one would
     if load.wait_high_for_s >= fleet.wait_held_s and above and not on_the_way:
         target = max(target, have + 1)
@@ -134,7 +148,7 @@ def test_want_equals_the_plain_rules_and_keeps_within_min_and_cap(load: SourceLo
     if load.no_gain_above is not None and count > max(load.helpers, load.rules.min_helpers):
         assert count <= load.no_gain_above, why  # no step up past helpers that did not help
     if count > max(load.helpers, min(cap, load.rules.min_helpers)):  # a step up: it arrives in time
-        assert load.start_s <= 0 or load.wait_s > load.start_s, why
+        assert load.start_s <= 0 or load.wait_s > load.start_s * (1 + fleet.arrival_work), why
         assert not (math.isinf(load.wait_s) and load.coming > 0 and load.throughput is None
                     and not load.busy and not load.cpu), why  # fmt: skip
 
@@ -155,6 +169,23 @@ def test_no_helper_for_a_source_that_drains_before_a_helper_could_start() -> Non
     instant = SourceLoad("crit-a", "critical", backlog=27, wait_s=9.0, wait_high_for_s=3.0,
                          helpers=0, max_helpers=1)  # fmt: skip
     assert want(instant, fleet)[0] == 1  # start 0: the 50 ms rule as before
+
+
+def test_a_helper_must_work_a_start_after_it_arrives_with_those_coming_counted() -> None:
+    """The `open` play of 2026-12-06: `burst` helpers decided at 45 s arrived at 55 s, when
+    its other helpers (on their way at the decision) had drained it. 100 due at 4/s (a 25 s
+    wait), one process claims 4/s, a start takes 10 s: alone the source lasts 25 s, more than
+    the start and a start's work after it (20 s); with one process on its way it lasts 12.5 s."""
+    fleet = FleetSettings(budget=4)
+    alone = SourceLoad("burst", "normal", backlog=100, wait_s=25.0, wait_high_for_s=3.0,
+                       helpers=1, max_helpers=4, throughput=4.0, start_s=10.0)  # fmt: skip
+    assert want(alone, fleet)[0] == 2
+    coming = replace(alone, coming=1)
+    count, why, _ = want(coming, fleet)
+    assert count == 1 and why.startswith("drains in 12.5 s, before a helper's start (10.0 s)")
+    short = replace(alone, wait_s=18.0)  # lasts 18 s: work is left at arrival, too little
+    assert want(short, fleet)[0] == 1
+    assert want(short, FleetSettings(budget=4, arrival_work=0.0))[0] == 2  # the old rule
 
 
 def test_nothing_claims_asks_for_none_while_a_process_is_on_its_way() -> None:

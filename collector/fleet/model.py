@@ -20,8 +20,10 @@ The model (docs/fleet.md):
   above its cap: ``schedule.max_helpers``, and 0 when more helpers would break per-host
   politeness (:func:`politeness_cap`).
 - **arrival** (a helper is a process start: :class:`HelperStarts` measures it): a step up is
-  granted only when the backlog outlasts a new helper's start at the rate it is drained now
-  (claim wait > expected start: the helper arrives before the work is gone); the claim-wait
+  granted only when the backlog outlasts a new helper's start and ``arrival_work`` starts of
+  work after it, at the rate it is drained now with the processes on their way counted
+  (:func:`arrives_in_time`: the helper arrives before the work is gone, and claims long
+  enough to pay for its start's CPU); the claim-wait
   rule's threshold is ``max(wait_high_s, expected start)`` (the 50 ms rule when starts are
   instant), the pool size counts the backlog left when a new helper arrives
   (:func:`left_at_arrival`), and "nothing claims" asks for none while a process of the source
@@ -69,6 +71,7 @@ __all__ = [
     "ScalingRules",
     "SourceLoad",
     "Victim",
+    "arrives_in_time",
     "decide",
     "drain_s",
     "drain_without_one_s",
@@ -110,6 +113,9 @@ class FleetSettings:
     gain_min_share: float = 0.5
     gain_window_s: float = 10.0
     no_gain_keep_s: float = 300.0
+    # a step up only when the helper would claim at least this many of its starts' time after
+    # it arrives (arrives_in_time); 0: whenever work is left at its arrival
+    arrival_work: float = defaults.FLEET_ARRIVAL_WORK
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +250,21 @@ def left_at_arrival(backlog: float, wait_s: float, start_s: float) -> float:
     return backlog * (wait_s - start_s) / wait_s
 
 
+def arrives_in_time(load: SourceLoad, arrival_work: float) -> bool:
+    """Whether a helper asked for now still finds work when it arrives, and enough of it: the
+    source's drain, at the claim rate now plus one process's throughput for each process
+    already on its way (``coming``: they arrive before this one would), outlasts the helper's
+    start by ``arrival_work`` starts. A start is a process start (CPU the other processes on
+    the box lose): a helper that claims for less than its start took about as much as it gave.
+    Always when starts are instant or nothing claims yet (the drain is not known)."""
+    if load.start_s <= 0 or math.isinf(load.wait_s):
+        return True
+    if load.wait_s <= 0:
+        return False
+    start = Fraction(load.start_s)
+    return drain_s(load) > start + Fraction(arrival_work) * start
+
+
 def want(load: SourceLoad, settings: FleetSettings) -> tuple[int, str, bool]:
     """How many helpers the source asks for now, why, and whether it is a scale-down.
 
@@ -283,22 +304,27 @@ def want(load: SourceLoad, settings: FleetSettings) -> tuple[int, str, bool]:
         return min(cap, max(floor, have)), f"helpers' memory {load.memory:.0%}: no step up", False
     if idle:  # helpers that hold no work while items are due: the limit is elsewhere
         return min(cap, max(floor, have)), f"helpers idle (busy {load.busy:.0%}): no step up", False
-    # the helper asked for now arrives start_s from now: worth it only if work is left then
-    outlasts = load.start_s <= 0 or load.wait_s > load.start_s
+    # the helper asked for now arrives start_s from now: worth it only if work is left then,
+    # enough to pay for its start (settings.arrival_work starts' time), with the processes
+    # already on their way claiming too
+    drain = drain_s(load)
+    outlasts = arrives_in_time(load, settings.arrival_work)
     steady = "steady"
     if not outlasts:
-        steady = (f"drains in {_seconds(load.wait_s)}, before a helper's start "
-                  f"({_seconds(load.start_s)})")  # fmt: skip
+        shown = float(drain) if load.wait_s > 0 else 0.0  # no claim rate measured yet
+        steady = (f"drains in {_seconds(shown)}, before a helper's start "
+                  f"({_seconds(load.start_s)}) and {settings.arrival_work:g} x its start's "
+                  f"work")  # fmt: skip
     asks: list[tuple[int, str]] = [(have, steady)]
     if have < floor:
         asks.append((floor, f"min_helpers {rules.min_helpers}"))
-    left = left_at_arrival(load.backlog, load.wait_s, load.start_s)
+    left = left_at_arrival(load.backlog, float(drain), load.start_s)
     size = pool_size(left, load.throughput, rules) if outlasts else None
     if size is not None:
         asks.append((size, f"pool size: {left:.0f} due at arrival x {rules.depth_share:g} / "
                            f"({load.throughput:.1f}/s x {rules.size_horizon_s:g} s)"))  # fmt: skip
     threshold = max(settings.wait_high_s, load.start_s)
-    if load.wait_high_for_s >= settings.wait_held_s and load.wait_s > threshold:
+    if load.wait_high_for_s >= settings.wait_held_s and load.wait_s > threshold and outlasts:
         if math.isinf(load.wait_s) and load.coming > 0:  # one on its way arrives first
             asks[0] = (have, f"nothing claims yet: {load.coming} process(es) on the way")
         else:
