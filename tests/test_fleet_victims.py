@@ -60,8 +60,17 @@ def _plain_victims(
         known = [drain(d.load) for d in decisions if d.load.source not in leave_out]
         return max([x for x in known if x != inf] + [Fraction(0)])
 
+    def with_one_more(x: SourceLoad) -> Fraction:
+        rate = _rate(x, starting.get(x.source, 0))
+        if rate is None or x.throughput is None:
+            return drain(x)
+        start = _exact(x.start_s)
+        left = x.backlog - rate * start  # claimed at the rate now until the helper arrives
+        return drain(x) if left <= 0 else start + left / (rate + _exact(x.throughput))
+
     end_now = longest(mine.source)
-    own = drain(mine) if drain(mine) != inf else Fraction(0)  # not known: no delay allowed
+    own = with_one_more(mine)  # its drain once the helper it is given has arrived
+    own = own if own != inf else Fraction(0)  # not known: no delay allowed
     ceiling = inf * 2 if mine.run_class == "critical" else max(end_now, own)
     over: list[list[Any]] = []
     at_share: list[list[Any]] = []
@@ -190,3 +199,27 @@ def test_a_critical_source_still_gets_a_helper_from_the_source_that_decides_the_
                                     wait_high_for_s=2.0, max_helpers=4)]  # fmt: skip
     assert decide(unknown, fleet)[1].share >= 1
     assert plan_actions(decide(unknown, fleet), fleet).preempted == {}
+
+
+def test_a_source_that_gave_its_helpers_to_a_critical_one_does_not_take_one_on_the_path() -> None:
+    """The `capped` play of 2026-12-06 08:19: `urgent` took both of `burst`'s helpers; `burst`
+    (its own run: 226 left at 4/s, 56.5 s) then took one from `bulk-low` (420 left at 12/s,
+    35 s; 52.5 s without it), judged on its drain *before* the helper it was given. With that
+    helper (7.5 s to arrive) `burst` drains in 32 s: the stop would move the fleet's end from
+    35 s to 52.5 s for a source that then ends first. A longer `burst` still takes it."""
+    fleet = FleetSettings(budget=4)
+    loads = [
+        SourceLoad("bulk-low", "low", backlog=420, wait_s=35.0, wait_high_for_s=30.0,
+                   helpers=2, max_helpers=2, throughput=4.0, start_s=7.5),
+        SourceLoad("burst", "normal", backlog=226, wait_s=56.5, wait_high_for_s=30.0,
+                   helpers=0, max_helpers=2, throughput=4.0, start_s=7.5),
+        SourceLoad("urgent", "critical", backlog=150, wait_s=12.5, wait_high_for_s=2.0,
+                   helpers=2, max_helpers=2, throughput=4.0, start_s=7.5),
+    ]  # fmt: skip
+    decisions = decide(loads, fleet)
+    burst = next(d for d in decisions if d.load.source == "burst")
+    assert burst.share > 0 and burst.want > 0  # it is short of its share
+    assert victims(decisions, burst) == []
+    assert plan_actions(decisions, fleet).preempted == {}
+    longer = [loads[0], replace(loads[1], backlog=800, wait_s=200.0), loads[2]]
+    assert plan_actions(decide(longer, fleet), fleet).preempted == {"bulk-low": "burst"}

@@ -74,6 +74,7 @@ __all__ = [
     "arrives_in_time",
     "decide",
     "drain_s",
+    "drain_with_one_more_s",
     "drain_without_one_s",
     "gained",
     "left_at_arrival",
@@ -461,6 +462,21 @@ def drain_without_one_s(load: SourceLoad, starting: int = 0) -> Fraction | float
     return Fraction(load.backlog) / left if left > 0 else math.inf
 
 
+def drain_with_one_more_s(load: SourceLoad, starting: int = 0) -> Fraction | float:
+    """The source's drain once one more helper, asked for now, arrives ``start_s`` from now and
+    claims at one process's throughput: what a preemption for it buys. The same as
+    :func:`drain_s` when no throughput is measured or the source drains before it arrives."""
+    rate = _rate(load, starting)
+    now = drain_s(load, starting)
+    if rate is None or load.throughput is None or not math.isfinite(load.throughput):
+        return now
+    start = Fraction(max(0.0, load.start_s))
+    left = Fraction(load.backlog) - rate * start
+    if left <= 0:
+        return now
+    return start + left / (rate + Fraction(load.throughput))
+
+
 def _longest(
     decisions: Sequence[Decision], starting: Mapping[str, int], *leave_out: str
 ) -> Fraction:
@@ -500,15 +516,21 @@ def victims(
     as before; or, in its place, one at its share whose stop delays the end less (the same one
     stop, where it costs less). The order: never the source that decides "all drained" while
     another of a lower or equal class may go, then the least delay, then the lowest weight.
-    A stop that delays the end past the beneficiary's own drain is made only for a critical
-    source (the operator's latency first: it still gets its helpers); for any other it would
-    move the fleet's end later for a source that does not decide it (one whose drain is not
-    known yet, nothing of it claiming, allows none: it may be short).
+    A stop that delays the end past the beneficiary's own drain *once the helper it is given
+    has arrived* (:func:`drain_with_one_more_s`) is made only for a critical source (the
+    operator's latency first: it still gets its helpers); for any other it would move the
+    fleet's end later for a source that does not decide it (one whose drain is not known yet,
+    nothing of it claiming, allows none: it may be short). Judged on the beneficiary's drain
+    before its helper, a source that had just lost a helper to a critical one took one from a
+    lower class on the fleet's critical path in turn (the `capped` play of 2026-12-06 08:19:
+    two stops and two starts where one of each was needed).
     """
     starting = starting or {}
     mine = beneficiary.load.source
     now_end = _longest(decisions, starting, mine)
-    own = drain_s(beneficiary.load, starting.get(mine, 0))
+    # the beneficiary's own drain once the helper it is given arrives: a stop that moves the
+    # fleet's end past it trades a working helper for a later end
+    own = drain_with_one_more_s(beneficiary.load, starting.get(mine, 0))
     own = Fraction(0) if math.isinf(own) else own  # not known yet: it allows no delay
     ceiling = math.inf if beneficiary.load.run_class == "critical" else max(now_end, own)
     over: list[Victim] = []
