@@ -82,7 +82,7 @@ from collector.fleet.model import (
 )
 from collector.fleet.report import helpers_cpu, helpers_memory
 from collector.fleet.table import TablePacer
-from collector.fleet.tracker import Arrivals, SourceTracker
+from collector.fleet.tracker import Arrivals, Reservations, SourceTracker
 from collector.frontier.base import Frontier
 from collector.ops import metrics
 from flows.sources import resolve_source
@@ -424,6 +424,7 @@ async def fleet(
                              "most_helpers": 0, "cpu_reports": 0, "api_errors": 0}  # fmt: skip
     starts = HelperStarts()  # a helper's start, measured by this run (the prior before any)
     arrivals = Arrivals(starts)
+    reservations = Reservations()  # slots preemption freed for a source, kept for it
     pacer = TablePacer()  # a new version of the table when worth one (collector.fleet.table)
     last_table: list[dict[str, Any]] | None = None  # the one computed last
     deadline = time.monotonic() + duration_s
@@ -453,6 +454,7 @@ async def fleet(
                             helpers,
                             own,
                             arrivals,
+                            reservations,
                             settings,
                             tally,
                             pacer,
@@ -498,6 +500,7 @@ async def _round(
     helpers: dict[str, list[FlowRun]],
     own: dict[str, list[FlowRun]],
     arrivals: Arrivals,
+    reservations: Reservations,
     settings: FleetSettings,
     tally: dict[str, Any],
     pacer: TablePacer,
@@ -520,7 +523,8 @@ async def _round(
         for name, d in deployed.items()
     ]
     decisions = decide(loads, settings)
-    actions = plan_actions(decisions, settings)
+    wants = {d.load.source: d.want for d in decisions}
+    actions = plan_actions(decisions, settings, reservations.now(now, wants))
     used = sum(x.helpers for x in loads)
     tally["rounds"] += 1
     tally["most_helpers"] = max(tally["most_helpers"], used)
@@ -541,6 +545,7 @@ async def _round(
             tally["stopped"] += len(stopped)
             if victim_for and stopped:
                 tally["preempted"] += len(stopped)
+                reservations.freed(victim_for, len(stopped), now)  # its slot, once it ends
                 metrics.fleet_preempted(name, len(stopped))
             if stopped:  # none running yet: preempted at a later decision, once one runs
                 logger.info("fleet: %s: stopped %d helper(s) (%s)", name, len(stopped), why)
@@ -550,6 +555,7 @@ async def _round(
             )
             for run_id in started:  # its start: from this decision to its first claim
                 arrivals.created(str(run_id), now)
+            reservations.started(name, len(started))
             tally["started"] += len(started)
             logger.info(
                 "fleet: %s: started %d helper(s) (%s; weight %.2f, share %d)",

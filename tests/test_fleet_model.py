@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from collector.fleet.model import (
     CLASS_PRIORITY,
     ClaimWait,
+    Decision,
     FleetSettings,
     SourceLoad,
     decide,
@@ -24,6 +26,7 @@ from collector.fleet.model import (
     with_helpers,
 )
 from collector.fleet.report import CPU_LABEL, CpuMeter, cpu_of, helpers_cpu
+from collector.fleet.tracker import Reservations
 
 CLASSES = list(CLASS_PRIORITY)
 
@@ -148,6 +151,97 @@ def test_in_virtual_time_the_budget_is_never_exceeded(
         for x in loads:  # per source: never above its cap by a start
             assert helpers[x.source] <= max(0, x.max_helpers)
         current = with_helpers(current, helpers)
+
+
+def _plain_starts(
+    decisions: list[Decision], budget: int, reserved: Mapping[str, int]
+) -> dict[str, int]:
+    """Plainly: one free slot at a time, first to the highest class (then weight, name) that
+    has a reserved slot left and wants more; its other reserved slots kept free; then to the
+    highest class short of its share."""
+    free = max(0, budget - sum(d.load.helpers for d in decisions))
+    order = sorted(
+        decisions, key=lambda d: (-CLASS_PRIORITY[d.load.run_class], -d.weight, d.load.source)
+    )
+    start: dict[str, int] = {}
+    left = dict(reserved)
+    for d in order:
+        name = d.load.source
+        while free and left.get(name, 0) > 0:
+            if d.load.helpers + start.get(name, 0) < d.want:
+                start[name] = start.get(name, 0) + 1
+            left[name] -= 1
+            free -= 1
+    for d in order:
+        name = d.load.source
+        while free and d.load.helpers + start.get(name, 0) < d.share:
+            start[name] = start.get(name, 0) + 1
+            free -= 1
+    return start
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    loads=loads_st,
+    budget=st.integers(0, 8),
+    reserved=st.dictionaries(st.sampled_from([f"s{i}" for i in range(10)]), st.integers(1, 3)),
+)
+def test_starts_serve_reserved_slots_first_and_equal_a_plain_allocation(
+    loads: list[SourceLoad], budget: int, reserved: dict[str, int]
+) -> None:
+    """Slots preemption freed for a source go to it while it wants them (its share aside);
+    the rest by class to the shares; never more than the free budget."""
+    fleet = FleetSettings(budget=budget)
+    decisions = decide(loads, fleet)
+    actions = plan_actions(decisions, fleet, reserved)
+    assert actions.start == _plain_starts(decisions, budget, reserved)
+    free = max(0, budget - sum(x.helpers for x in loads))
+    assert sum(actions.start.values()) <= free
+    for d in decisions:  # above its share only by reserved slots, never above its want
+        got = actions.start.get(d.load.source, 0)
+        if got:
+            assert d.load.helpers + got <= max(
+                d.share, min(d.want, d.load.helpers + reserved.get(d.load.source, 0))
+            )
+    assert plan_actions(decisions, fleet, {}) == plan_actions(decisions, fleet)
+
+
+def test_a_slot_freed_for_a_critical_source_is_not_taken_by_another_meanwhile() -> None:
+    """The `open` play of 2026-12-06 08:25: `bulk-low`'s helper was stopped for `urgent`; when
+    it ended, `urgent` (asking one more helper at a time) wanted no more than it had for a
+    round, so `burst` (short by its share) started into the slot and was stopped for `urgent`
+    0.7 s later. Reserved, the slot waits for `urgent`'s next ask."""
+    fleet = FleetSettings(budget=4)
+    loads = [
+        SourceLoad("bulk-low", "low", backlog=400, wait_s=33.0, wait_high_for_s=30.0,
+                   helpers=1, max_helpers=4, throughput=4.0, start_s=4.0),
+        SourceLoad("burst", "normal", backlog=150, wait_s=37.5, wait_high_for_s=30.0,
+                   helpers=1, max_helpers=4, throughput=4.0, start_s=4.0),
+        SourceLoad("urgent", "critical", backlog=150, wait_s=19.0, wait_high_for_s=0.0,
+                   helpers=1, max_helpers=2, throughput=4.0, start_s=4.0),
+    ]  # fmt: skip
+    decisions = decide(loads, fleet)
+    assert [d.want for d in decisions] == [2, 2, 1]  # `urgent`: its window restarted
+    assert plan_actions(decisions, fleet).start == {"burst": 1}  # the slot, unreserved
+    assert plan_actions(decisions, fleet, {"urgent": 1}).start == {}  # kept for `urgent`
+    asks = [replace(x, wait_high_for_s=8.0) if x.source == "urgent" else x for x in loads]
+    assert plan_actions(decide(asks, fleet), fleet, {"urgent": 1}).start == {"urgent": 1}
+
+
+def test_reservations_are_kept_until_used_unwanted_or_old() -> None:
+    kept = Reservations(keep_s=30.0)
+    kept.freed("urgent", 1, now=10.0)
+    kept.freed("urgent", 1, now=12.0)
+    assert kept.now(13.0, {"urgent": 2}) == {"urgent": 2}
+    kept.started("urgent", 1)
+    assert kept.now(14.0, {"urgent": 1}) == {"urgent": 1}  # wants no more now: kept
+    assert kept.now(15.0, {"urgent": 0}) == {}  # wants none: given up
+    kept.freed("urgent", 1, now=20.0)
+    assert kept.now(49.0, {"urgent": 1}) == {"urgent": 1}
+    assert kept.now(50.0, {"urgent": 1}) == {}  # kept 30 s at most
+    kept.freed("urgent", 2, now=60.0)
+    kept.started("urgent", 5)
+    assert kept.now(61.0, {"urgent": 3}) == {}
 
 
 def test_nothing_starves_when_the_budget_is_smaller_than_the_demand() -> None:

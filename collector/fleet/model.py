@@ -570,22 +570,42 @@ def victims(
     return sorted(found, key=order)
 
 
-def plan_actions(decisions: Sequence[Decision], settings: FleetSettings) -> Actions:
-    """Starts, stops and preemptions that move the running helpers towards the shares."""
+def plan_actions(
+    decisions: Sequence[Decision],
+    settings: FleetSettings,
+    reserved: Mapping[str, int] | None = None,
+) -> Actions:
+    """Starts, stops and preemptions that move the running helpers towards the shares.
+
+    ``reserved``: slots a preemption freed for a source (its victim's stop ended or is
+    ending) that it has not started into yet. Free slots go to those first, up to what the
+    source wants now, whatever its share is this round, and the rest of its reserved slots
+    stay free (no other source starts into them) while the reservation lasts
+    (:class:`~collector.fleet.tracker.Reservations`): wants and shares move with every sample
+    (a critical source asks one more helper at a time), and the slot a stop freed for it
+    would otherwise go to a source the next round stops again (the `open` play of 2026-12-06
+    08:25: a `burst` helper started into `urgent`'s slot and was preempted for `urgent` 0.7 s
+    later: a stop and a start for nothing)."""
     running = {d.load.source: d.load.helpers for d in decisions}
     free = max(0, settings.budget - sum(running.values()))
     start: dict[str, int] = {}
     stop: dict[str, int] = {}
     preempted: dict[str, str] = {}
     why: dict[str, str] = {}
-    short = sorted(
-        (d for d in decisions if d.share > d.load.helpers),
-        key=lambda d: (-CLASS_PRIORITY[d.load.run_class], -d.weight, d.load.source),
+    by_class = sorted(
+        decisions, key=lambda d: (-CLASS_PRIORITY[d.load.run_class], -d.weight, d.load.source)
     )
-    for d in short:
-        count = min(d.share - d.load.helpers, free)
+    for d in by_class:
+        held = (reserved or {}).get(d.load.source, 0)
+        count = min(held, max(0, d.want - d.load.helpers), free)
         if count > 0:
             start[d.load.source] = count
+        free -= min(held, free)  # used now, or kept free for it
+    short = [d for d in by_class if d.share > d.load.helpers]
+    for d in short:
+        count = min(d.share - d.load.helpers - start.get(d.load.source, 0), free)
+        if count > 0:
+            start[d.load.source] = start.get(d.load.source, 0) + count
             free -= count
     for d in decisions:  # scaled down by a rule: the surplus stops gracefully
         surplus = d.load.helpers - d.load.stopping - d.want

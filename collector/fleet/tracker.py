@@ -20,7 +20,7 @@ still starting or planning) are its capacity on the way.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from collector import defaults
@@ -35,7 +35,7 @@ from collector.fleet.model import (
 )
 from collector.frontier.base import Holder, StateCounts
 
-__all__ = ["Arrivals", "SourceTracker"]
+__all__ = ["Arrivals", "Reservations", "SourceTracker"]
 
 
 class Arrivals:
@@ -86,6 +86,43 @@ class Arrivals:
         """Forget the runs that ended (``live``: the run ids live now)."""
         self._arrived &= set(live)
         self._created = {k: v for k, v in self._created.items() if k in live}
+
+
+class Reservations:
+    """Slots soft preemption freed for a source, kept for it until it starts into them, no
+    longer wants them, or ``keep_s`` passed (what :func:`plan_actions` takes as ``reserved``).
+
+    A stop frees its slot only when the victim's run ended (a graceful stop finishes the
+    requests in flight); by then the beneficiary's share may have moved, and without the
+    reservation another source would start into the slot and be stopped again."""
+
+    def __init__(self, keep_s: float = 15.0) -> None:
+        self.keep_s = keep_s
+        self._held: dict[str, tuple[int, float]] = {}  # source -> (slots, kept until)
+
+    def freed(self, beneficiary: str, count: int, now: float) -> None:
+        """``count`` helpers were stopped for ``beneficiary`` at ``now``."""
+        held, _ = self._held.get(beneficiary, (0, now))
+        self._held[beneficiary] = (held + count, now + self.keep_s)
+
+    def started(self, source: str, count: int) -> None:
+        """``source`` started ``count`` helpers: its reserved slots are used first."""
+        held, until = self._held.get(source, (0, 0.0))
+        if held - count > 0:
+            self._held[source] = (held - count, until)
+        else:
+            self._held.pop(source, None)
+
+    def now(self, now: float, wants: Mapping[str, int]) -> dict[str, int]:
+        """The slots still held at ``now``; ``wants``: the helpers each source wants this round.
+        A source that wants none (drained, scaled down) gives its slots up; one that wants no
+        more than it has keeps them until ``keep_s`` (it asks one more at a time)."""
+        self._held = {
+            name: (held, until)
+            for name, (held, until) in self._held.items()
+            if until > now and wants.get(name, 0) > 0
+        }
+        return {name: held for name, (held, _) in self._held.items()}
 
 
 @dataclass(frozen=True, slots=True)
