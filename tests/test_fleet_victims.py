@@ -56,8 +56,20 @@ def _plain_victims(
         rate -= less * _exact(x.throughput or 0)
         return Fraction(x.backlog) / rate if rate > 0 else inf
 
+    growing = {  # a higher class below its cap: it will preempt, its drain now says nothing
+        d.load.source
+        for d in decisions
+        if CLASS_PRIORITY[d.load.run_class] > CLASS_PRIORITY[mine.run_class]
+        and d.load.backlog > 0
+        and d.load.helpers < d.load.max_helpers
+    }
+
     def longest(*leave_out: str) -> Fraction:
-        known = [drain(d.load) for d in decisions if d.load.source not in leave_out]
+        known = [
+            drain(d.load)
+            for d in decisions
+            if d.load.source not in leave_out and d.load.source not in growing
+        ]
         return max([x for x in known if x != inf] + [Fraction(0)])
 
     def with_one_more(x: SourceLoad) -> Fraction:
@@ -223,3 +235,31 @@ def test_a_source_that_gave_its_helpers_to_a_critical_one_does_not_take_one_on_t
     assert plan_actions(decisions, fleet).preempted == {}
     longer = [loads[0], replace(loads[1], backlog=800, wait_s=200.0), loads[2]]
     assert plan_actions(decide(longer, fleet), fleet).preempted == {"bulk-low": "burst"}
+
+
+def test_a_lower_stop_is_not_off_the_path_because_a_critical_source_is_not_served_yet() -> None:
+    """The `open` play of 2026-12-06 08:51: `urgent` just requested, its own run claiming alone
+    (200 due at 1.4/s: 142 s), not asking yet (its window not held); `burst`, short of its
+    share, took a helper from `bulk-low` as "off the critical path" (74 s without it, the
+    longest other `urgent`'s 142 s), and `urgent` took that helper from `burst` a moment later.
+    `urgent` may still grow (0 of its 2): it is left out of the ends, and `bulk-low`'s stop is
+    on the path, past `burst`'s own end: refused. At its cap, `urgent` counts again."""
+    fleet = FleetSettings(budget=4)
+    loads = [
+        SourceLoad("bulk-low", "low", backlog=520, wait_s=520 / 9.0, wait_high_for_s=30.0,
+                   helpers=3, max_helpers=4, throughput=2.5, start_s=5.0),
+        SourceLoad("burst", "normal", backlog=250, wait_s=250 / 5.0, wait_high_for_s=30.0,
+                   helpers=1, max_helpers=4, throughput=2.5, start_s=5.0),
+        SourceLoad("urgent", "critical", backlog=200, wait_s=142.0, wait_high_for_s=0.0,
+                   helpers=0, max_helpers=2, throughput=2.5, start_s=5.0),
+    ]  # fmt: skip
+    decisions = decide(loads, fleet)
+    burst = next(d for d in decisions if d.load.source == "burst")
+    assert burst.share > burst.load.helpers  # short: it asks
+    assert victims(decisions, burst) == []
+    # `urgent` (its pool size asks one) takes `bulk-low`'s helper itself, with no detour
+    assert plan_actions(decisions, fleet).preempted == {"bulk-low": "urgent"}
+    capped = [*loads[:2], replace(loads[2], helpers=2, max_helpers=2)]
+    found = victims(decide(capped, fleet), next(d for d in decide(capped, fleet)
+                                                if d.load.source == "burst"))  # fmt: skip
+    assert [v.decision.load.source for v in found] == ["bulk-low"]

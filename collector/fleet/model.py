@@ -516,6 +516,12 @@ def victims(
     as before; or, in its place, one at its share whose stop delays the end less (the same one
     stop, where it costs less). The order: never the source that decides "all drained" while
     another of a lower or equal class may go, then the least delay, then the lowest weight.
+    A source of a higher class than the beneficiary's that may still grow (below its
+    ``max_helpers``) is left out of both ends: it will take its helpers from the classes below
+    by preemption first, so its drain as it is now (a critical source just requested, its own
+    run claiming alone: minutes) says nothing of the fleet's end; counted, it made a `bulk-low`
+    stop for `burst` look off the critical path, and `urgent` then took that helper from
+    `burst` (the `open` play of 2026-12-06 08:51: a start and a stop for nothing).
     A stop that delays the end past the beneficiary's own drain *once the helper it is given
     has arrived* (:func:`drain_with_one_more_s`) is made only for a critical source (the
     operator's latency first: it still gets its helpers); for any other it would move the
@@ -527,7 +533,17 @@ def victims(
     """
     starting = starting or {}
     mine = beneficiary.load.source
-    now_end = _longest(decisions, starting, mine)
+    rank = CLASS_PRIORITY[beneficiary.load.run_class]
+    # a source of a higher class that may still grow takes its helpers from the classes below
+    # (by preemption, first): its drain now says nothing of when the fleet ends
+    growing = [
+        d.load.source
+        for d in decisions
+        if CLASS_PRIORITY[d.load.run_class] > rank
+        and d.load.backlog > 0
+        and d.load.helpers < d.load.max_helpers
+    ]
+    now_end = _longest(decisions, starting, mine, *growing)
     # the beneficiary's own drain once the helper it is given arrives: a stop that moves the
     # fleet's end past it trades a working helper for a later end
     own = drain_with_one_more_s(beneficiary.load, starting.get(mine, 0))
@@ -545,7 +561,7 @@ def victims(
             or CLASS_PRIORITY[load.run_class] >= CLASS_PRIORITY[beneficiary.load.run_class]
         ):
             continue
-        others = _longest(decisions, starting, name, mine)
+        others = _longest(decisions, starting, name, mine, *growing)
         after = drain_without_one_s(load, starting.get(name, 0))
         end = max(after, others)
         if end > ceiling:
