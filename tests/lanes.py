@@ -38,42 +38,41 @@ SUBPROCESS_TESTS = frozenset({
 # ./bootstrap passes --no-loadscope-reorder, or pytest-xdist would order the files by their
 # number of tests and send the one-test fleet file last). A file not listed here is sent after
 # every listed one, in collection order: test_warm_start.py (190 s), unlisted, started last and
-# ran alone at the end of CI (15 min 14 s at stop 45). Seconds per file: two fresh-clone runs
-# beside a CPU hog per core (load 7-9), the larger of the two; those marked * from a fresh-clone
-# run at load 10-18 (2026-12-05, 2,205 s of wall: its seconds / 2.2) less what their own
-# change took out. `python -m tools.worker_timeline DIR` ends with each file's seconds, worker
-# and start: re-measure from it when a file grows.
+# ran alone at the end of CI (15 min 14 s at stop 45). Seconds per file: the larger of two
+# fresh-clone runs on a quiet box (2026-12-06: 4 workers, 871 s of wall; 5 workers, 734 s).
+# `python -m tools.worker_timeline DIR` ends with each file's seconds, worker and start:
+# re-measure from it when a file grows.
 LONGEST_FIRST = (
-    "test_deploy_e2e.py",  # 275*: 307, less the cancelled run's rerun at 2 requests at a time
-    "test_local_server.py",  # 268, less 4 servers' migrations: 85 -> 65 s of CPU
-    "test_cli_terminal.py",  # 259
-    "test_fleet_flow.py",  # 251: one 8-source play on a process worker (being made cheaper)
-    "test_local_cluster.py",  # 202
-    "test_operator_truth.py",  # 202
-    "test_fleet_deploy.py",  # 192
-    "test_page_is_the_record.py",  # 171
-    "test_lost_footing_cli.py",  # 160*: 195 at load 4, less its reruns one page at a time
-    "test_warm_start.py",  # 160*: 190, less its per-test worker starts and 80 items x2
-    "test_collect_flow.py",  # 155
-    "test_workers.py",  # 140*: 240, less the sigstop rerun's 120 s wait for a plan
-    "test_local_server_ui.py",  # 127
-    "test_lifecycle.py",  # 122
-    "test_operator_truth_4.py",  # 120*: 266 at load 10-18
-    "test_init.py",  # 117
-    "test_recovery_locks.py",  # 77
-    "test_metrics_end_to_end.py",  # 75*: 99, less the end of its run's 30 s metrics hold
-    "test_redis_restart.py",  # 75
+    "test_warm_start.py",  # 309
+    "test_fleet_flow.py",  # 282
+    "test_deploy_e2e.py",  # 269
+    "test_cli_terminal.py",  # 268
+    "test_fleet_deploy.py",  # 229
+    "test_local_server.py",  # 225
+    "test_local_cluster.py",  # 178
+    "test_workers.py",  # 153
+    "test_lost_footing_cli.py",  # 147, most of it waiting for the lock's margin
+    "test_operator_truth_4.py",  # 114
+    "test_operator_truth.py",  # 93
     "test_domain_slot_recovery.py",  # 75, most of it waiting for a lease to expire
-    "test_seed_changes.py",  # 62
-    "test_tracing.py",  # 61
-    "test_locks.py",  # 60
-    "test_quarantine_scenario.py",  # 53
-    "test_validation_oracle.py",  # 52
-    "test_adaptive.py",  # 50
-    "test_plan_property.py",  # 44*
-    "test_offloop.py",  # 37*
-    "test_postgres_flow.py",  # 36*
-    "test_repaired_page_lives_on.py",  # 33*
+    "test_lifecycle.py",  # 69
+    "test_page_is_the_record.py",  # 67
+    "test_offloop.py",  # 66
+    "test_local_server_ui.py",  # 57
+    "test_fetch_ahead.py",  # 54
+    "test_init.py",  # 47
+    "test_collect_flow.py",  # 46
+    "test_recovery_locks.py",  # 42
+    "test_redis_restart.py",  # 38
+    "test_lost_footing.py",  # 37
+    "test_fetch.py",  # 31
+    "test_validation_worker_pool.py",  # 30
+    "test_adaptive.py",  # 29
+    "test_seed_changes.py",  # 25
+    "test_metrics_end_to_end.py",  # 24
+    "test_prefect_retries.py",  # 24
+    "test_quarantine_scenario.py",  # 23
+    "test_repaired_page_lives_on.py",  # 22
 )
 
 # Test file name -> whether it has a fast test, of everything this session collected (before
