@@ -254,6 +254,14 @@ def test_a_critical_source_still_gets_a_helper_from_the_source_that_decides_the_
     assert plan_actions(decide(unknown, fleet), fleet).preempted == {}
 
 
+def _decided(
+    loads: list[SourceLoad], fleet: FleetSettings, name: str
+) -> tuple[list[Decision], Decision]:
+    """The round's decisions, and the one for source ``name``."""
+    decisions = decide(loads, fleet)
+    return decisions, next(d for d in decisions if d.load.source == name)
+
+
 def test_a_source_that_gave_its_helpers_to_a_critical_one_does_not_take_one_on_the_path() -> None:
     """The `capped` play of 2026-12-06 08:19: `urgent` took both of `burst`'s helpers; `burst`
     (its own run: 226 left at 4/s, 56.5 s) then took one from `bulk-low` (420 left at 12/s,
@@ -269,8 +277,7 @@ def test_a_source_that_gave_its_helpers_to_a_critical_one_does_not_take_one_on_t
         SourceLoad("urgent", "critical", backlog=150, wait_s=12.5, wait_high_for_s=2.0,
                    helpers=2, max_helpers=2, throughput=4.0, start_s=7.5),
     ]  # fmt: skip
-    decisions = decide(loads, fleet)
-    burst = next(d for d in decisions if d.load.source == "burst")
+    decisions, burst = _decided(loads, fleet, "burst")
     assert burst.share > 0 and burst.want > 0  # it is short of its share
     assert victims(decisions, burst) == []
     assert plan_actions(decisions, fleet).preempted == {}
@@ -294,13 +301,11 @@ def test_a_lower_stop_is_not_off_the_path_because_a_critical_source_is_not_serve
         SourceLoad("urgent", "critical", backlog=200, wait_s=142.0, wait_high_for_s=0.0,
                    helpers=0, max_helpers=2, throughput=2.5, start_s=5.0),
     ]  # fmt: skip
-    decisions = decide(loads, fleet)
-    burst = next(d for d in decisions if d.load.source == "burst")
+    decisions, burst = _decided(loads, fleet, "burst")
     assert burst.share > burst.load.helpers  # short: it asks
     assert victims(decisions, burst) == []
     # `urgent` (its pool size asks one) takes `bulk-low`'s helper itself, with no detour
     assert plan_actions(decisions, fleet).preempted == {"bulk-low": "urgent"}
     capped = [*loads[:2], replace(loads[2], helpers=2, max_helpers=2)]
-    found = victims(decide(capped, fleet), next(d for d in decide(capped, fleet)
-                                                if d.load.source == "burst"))  # fmt: skip
+    found = victims(*_decided(capped, fleet, "burst"))
     assert [v.decision.load.source for v in found] == ["bulk-low"]
