@@ -364,7 +364,7 @@ half the budget to each."""
 def real(budget: int, scenario: str = "capped") -> list[Play]:
     """The three plays on real processes (see the module's docstring)."""
 
-    from tests.fleet_world import EIGHT, LATE, OPEN, Pool, play
+    from tests.fleet_world import EIGHT, LATE, OPEN, Pool, play, warm_up
 
     specs = {"capped": EIGHT, "open": OPEN}[scenario]
 
@@ -373,7 +373,9 @@ def real(budget: int, scenario: str = "capped") -> list[Play]:
         pool = Pool(api, Path(folder))
         pool.start()
         try:
-            warm_up(pool, Path(folder), site.base_url, redis.url, postgres.create_database())
+            warm_up(pool, Path(folder), site.base_url,
+                    redis.url.rsplit("/", 1)[0] + "/15",  # a database of its own
+                    postgres.create_database())  # fmt: skip
             half = budget // 2
             old_rule = {"arrival_work": 0.0}  # a helper whenever work is left at its arrival
             setups = [
@@ -410,24 +412,6 @@ def real(budget: int, scenario: str = "capped") -> list[Play]:
         finally:
             pool.stop()
     return plays
-
-
-def warm_up(pool: Any, folder: Path, site: str, redis: str, dsn: str) -> None:
-    """One tiny run on the worker before the plays: its first run makes the warm-start
-    zygote (docs/fleet.md), which the first play would otherwise pay alone (own runs 25 s from
-    created to running in the first play of 2026-12-06 01:57, 3-9 s in the next ones)."""
-    from prefect.deployments import run_deployment
-
-    from collector.fleet.deploy import deployment_name
-    from tests.fleet_world import Spec, deploy, ended, write_source
-
-    here = folder / "warm-up"
-    here.mkdir()
-    frontier = redis.rsplit("/", 1)[0] + "/15"  # a database of its own
-    path = write_source(here, Spec("warm-up", "normal", 3, 0.0, 0), site, frontier, dsn)
-    deploy(str(path), "--pool", pool.name)
-    run = run_deployment(f"collect/{deployment_name('warm-up')}", timeout=0)
-    pool.wait_for("the warm-up run", ended(run))
 
 
 # --- where a play's time goes ---

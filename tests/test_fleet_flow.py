@@ -28,7 +28,7 @@ import psycopg
 import pytest
 
 from collector.demo.site import FaultSite
-from tests.fleet_world import EIGHT, LATE, Outcome, Pool, ledgers, play
+from tests.fleet_world import EIGHT, LATE, Outcome, Pool, ledgers, play, warm_up
 from tests.fleet_world import pool as pool  # the fixture
 
 pytestmark = pytest.mark.slow
@@ -79,12 +79,18 @@ def _timeline(outcome: Outcome) -> list[Any]:
 
 
 def test_eight_sources_share_a_budget_of_four_by_priority_and_load(
-    pool: Pool, tmp_path: Path, redis_url: str, postgres_dsn: str
+    pool: Pool, tmp_path: Path, redis_url: str, postgres_dsn: str, postgres_server: Any
 ) -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     with FaultSite() as site:
+        # the worker's zygote first, as bench/fleet.py plays (one run, stores of its own)
+        apart = postgres_server.create_schema("collector_tests")
+        try:
+            warm_up(pool, tmp_path, site.base_url, redis_url.rsplit("/", 1)[0] + "/15", apart)
+        finally:
+            postgres_server.drop_schema(apart)
         outcome = play(
             pool, tmp_path, site.base_url, redis_url, postgres_dsn, budget=BUDGET, specs=SPECS
         )
