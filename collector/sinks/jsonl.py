@@ -323,9 +323,15 @@ class JsonlSink(Closing):
         self._superseded.clear()
 
     def close(self) -> None:
-        if self._superseded and not self.readonly:
-            self._compact()
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
-        self._release_writer_lock()
+        """Compact, then let go of the files and the writer lock, the lock even when the
+        compaction fails (a full disk, a folder gone): the lines on disk are whole either way
+        (the next open compacts them), and a lock kept by a process that lives on (a worker, a
+        test session) refused every other writer of the source until that process ended."""
+        try:
+            if self._superseded and not self.readonly:
+                self._compact()
+        finally:
+            if self._handle is not None:
+                self._handle.close()
+                self._handle = None
+            self._release_writer_lock()

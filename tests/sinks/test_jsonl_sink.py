@@ -153,6 +153,31 @@ def test_duplicates_left_by_a_crash_are_compacted_on_open(tmp_path: Path) -> Non
         crashed._handle.close()  # the dead process's file handle (close() would compact)
 
 
+def test_a_close_whose_compaction_fails_still_lets_go_of_the_writer_lock(tmp_path: Path) -> None:
+    """The close raises, and another writer may open the sink at once: the lock file takes a
+    new flock (an open file of its own: in this process too, flock is per open file)."""
+    import fcntl
+
+    sink = open_sink(tmp_path)
+    sink.write([rec("a", v=1)], token=1, batch_id="b1")
+    sink.write([rec("a", v=2)], token=2, batch_id="b2")  # a superseded line: close compacts
+    (segment,) = segment_files(tmp_path)
+    blocker = segment.with_suffix(".jsonl.tmp")
+    blocker.mkdir()  # the compaction's temporary file cannot be written
+    with pytest.raises(IsADirectoryError):
+        sink.close()
+    with (tmp_path / f".{SOURCE}.lock").open("a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while still held
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    blocker.rmdir()
+    reopened = open_sink(tmp_path)  # nothing lost: the open compacts, one line per key
+    try:
+        assert reopened.get("a") == {"id": "a", "v": 2}
+        assert duplicate_keys(lines(tmp_path)) == []
+    finally:
+        reopened.close()
+
+
 def test_torn_last_line_is_cut_off_at_reopen(tmp_path: Path) -> None:
     sink = open_sink(tmp_path)
     sink.write([rec(f"k{i}", v=i) for i in range(5)], token=1, batch_id="b1")
