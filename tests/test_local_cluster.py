@@ -266,11 +266,16 @@ def test_three_sources_at_once_end_exact_and_critical_starts_before_low(
         for i, (queue, (_, dsn)) in enumerate(sources.items()):
             _assert_exact(world, f"prio-{queue}", dsn, i * 1000, total, site)
     starts = {queue: final[queue]["start_time"] for queue in final}
-    assert starts["critical"] < starts["normal"] < starts["low"], starts
-    # Not asserted: that each ended before the next started. The pool's limit of 1 is checked
-    # by whichever API replica answers a worker's poll, not atomically across the two workers
-    # and two replicas: a CI run (2026-12-05) saw `normal` start 0.6 s after `critical`, 1.8 s
-    # before it ended. The order of the starts is the priority this test is about.
+    # `low` never starts before a higher class; `critical` never waits for `normal` to end.
+    # Not asserted: that each ended before the next started, nor that `critical` starts before
+    # `normal` to the millisecond. The pool's limit of 1 is checked by whichever API replica
+    # answers a worker's poll, not atomically across the two workers and two replicas: a CI
+    # run (2026-12-05) saw `normal` start 0.6 s after `critical`, 1.8 s before it ended, and one
+    # (2026-12-06 12:41) `normal` 10 ms before `critical`, both workers' polls answered at once
+    # (each took the highest class still scheduled when it proposed Pending). The priority
+    # this test is about is the order in which classes are served.
+    assert starts["critical"] < starts["low"] and starts["normal"] < starts["low"], starts
+    assert starts["critical"] < final["normal"]["end_time"], (starts, final["normal"])
     # nginx spread the API calls (and the event websockets) over both replicas
     access = (cluster.folder / "logs" / "nginx-access.log").read_text().splitlines()
     upstreams = Counter(line.split()[4] for line in access if len(line.split()) > 4)
