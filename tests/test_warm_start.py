@@ -462,18 +462,16 @@ def test_a_zygote_ends_once_the_workers_it_served_are_gone(warm_env: dict[str, s
 
 
 # --- slow: a real process worker ----------------------------------------------------------------
-# Pages answer in PAGE_S: a source lasts as long as it did with 2.5 x the items at 0.3 s (what
-# these tests need: a backlog that outlasts helpers' starts) for 0.4 x the batches, and a batch
-# (a Prefect task, a claim, a settle) is what a run's CPU goes to: the suite is CPU-bound.
-PAGE_S = 0.75
-ITEMS = 60
+ITEMS = 150
 # A source whose own run outlasts a warm helper's start (a fork: a helper claimed ~5 s after the
 # plan at load 13) by far, and little more: once its helper is cancelled or killed, the own run
-# fetches the rest alone (200 items at 0.3 s were ~55 s of the run alone at load 13). 120 items
-# at 0.2 s, a run fetching ahead (collector.run.drain, 1.36 x a process's pace), drained at load
-# 10 before the second helper's fork claimed (a full run, 2026-12-06): 48 at 0.75 s is 120 at
-# 0.3 s.
-SHORT_ITEMS = 48
+# fetches the rest alone (it was 200 items, ~55 s of the run alone at load 13). Pages answer in
+# 0.3 s: at 0.2 s a run fetching ahead (collector.run.drain, 1.36 x a process's pace) drained the
+# source at load 10 before the second helper's fork claimed (a full run, 2026-12-06). Fewer,
+# slower pages (0.4 x the items at 0.75 s: the same time a source lasts on a quiet box) did not
+# hold on a loaded one: a run CPU-bound at 0.3 s a page lasts longer there than its pages'
+# time, and at 0.75 s it does not (a full run, 2026-12-06 13:00).
+SHORT_ITEMS = 120
 
 
 @pytest.fixture(scope="module")
@@ -530,7 +528,7 @@ class Scene:
     the fleet starts them), its frontier and sink."""
 
     def __init__(self, pool: Any, folder: Path, site: str, redis: str, dsn: str, name: str,
-                 *, items: int = ITEMS, delay_s: float = PAGE_S) -> None:  # fmt: skip
+                 *, items: int = ITEMS, delay_s: float = 0.3) -> None:  # fmt: skip
         from collector.backends import open_frontier
         from collector.config import load_source
         from tests.fleet_world import Spec, _deployment_ids, deploy, write_source
@@ -658,10 +656,10 @@ def test_helpers_start_warm_on_a_process_worker_and_the_source_ends_exact(
 
     with FaultSite() as site:
         # two helpers one after another, each a worker's pick-up and a fork on a loaded box:
-        # 100 items (250 at 0.3 s a page) keep the source busy past the second (at 150 at 0.3 s
-        # a full run's load drained it while the second was still Scheduled)
+        # 250 items keep the source busy past the second (at 150 a full run's load drained it
+        # while the second was still Scheduled)
         scene = Scene(warm_pool, tmp_path, site.base_url, redis_url, postgres_dsn, "warm-a",
-                      items=100)  # fmt: skip
+                      items=250)  # fmt: skip
         try:
             assert scene.written[0]["command"] == portable_warm_command()
             own = scene.run()
@@ -783,7 +781,7 @@ def test_changed_code_starts_cold_and_a_fresh_zygote_serves_the_next_helper(
 
     with FaultSite() as site:
         scene = Scene(warm_pool, tmp_path, site.base_url, redis_url, postgres_dsn, "warm-d",
-                      items=160)  # fmt: skip
+                      items=400)  # fmt: skip
         try:
             own = scene.run()
             first = scene.zygote()
