@@ -363,7 +363,17 @@ async def test_a_flow_that_lost_its_footing_publishes_what_it_settled(
             process_footing.request("its source lock 'source:footing': test")
 
     with FaultSite() as site:
-        path = _source(tmp_path, site)
+        # Every page answers after 1.5 s (its first request only), four at a time: the first
+        # batch settles while at least 16 items are still unfetched however slow the box is,
+        # so the stop always leaves some queued (with instant pages, a busy box once fetched
+        # all 24 before the first settle ended, and the run had nothing left to stop).
+        path = write_source(
+            tmp_path,
+            name="footing",
+            seeds={"urls": [site.url(f"/items/{i}.json?delay=1.5&times=1") for i in range(ITEMS)]},
+            limits={"concurrency": 4, "per_domain_concurrency": 4},
+            ttl={"http_timeout_s": 10, "request_deadline_s": 12},
+        )
         try:
             with listening(lose_the_lock):
                 state = await collect(str(path), batch_size=6, return_state=True)
