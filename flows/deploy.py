@@ -26,6 +26,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from uuid import UUID
 
 from collector import defaults
@@ -39,6 +40,7 @@ __all__ = [
     "portable_warm_command",
     "prefect_yaml_entry",
     "warm_command",
+    "warm_start_step",
 ]
 
 WARM_MODULE = "flows.warmstart"  # the shim (flows/warmstart/shim.py)
@@ -51,7 +53,8 @@ _PORTABLE_SCRIPT = (
     'command -v "$p" >/dev/null 2>&1 && exec "$p" -m ' + WARM_MODULE + ' "$@"; done; '
     'echo "collector: cannot start this flow run warm: neither $0 nor '
     + " nor ".join(WARM_FALLBACKS)
-    + ' is on this worker (collector deploy --worker-python PATH, or --cold-start)" >&2; '
+    + " is on this worker (collector deploy --worker-python PATH or --cold-start; prefect.yaml: "
+    'its warm_start definition)" >&2; '
     "exit 127"
 )
 
@@ -81,6 +84,34 @@ def portable_warm_command(python: str | None = None) -> str:
     if not os.path.isabs(python):
         raise ConfigError(f"--worker-python {python}: give the interpreter's absolute path")
     return shlex.join(["/bin/sh", "-c", _PORTABLE_SCRIPT, python])
+
+
+def warm_start_step(python: str | None = None) -> dict[str, str | None]:
+    """A ``prefect deploy`` build step (deployments/prefect.yaml): ``{"command": ...}``, the
+    :func:`portable_warm_command` of the interpreter that runs ``prefect deploy``.
+
+    Why a step: a static YAML file cannot name the deploying interpreter, and a bare
+    ``python3 -m flows.warmstart`` would run whatever ``python3`` the worker's PATH has, often
+    not the one with Collector (a cold start always uses the worker's own). The step runs in
+    ``prefect deploy``'s own process, so its interpreter is the one ``collector deploy`` would
+    name; the deployments take it as ``{{ warm.command }}`` in their ``job_variables``.
+
+    Those deployments load their flow from the checkout by file (``flows/collect.py``), while a
+    warm start forks an interpreter that imported the *installed* Collector. Both are one code
+    only when the checkout being deployed is the installed one (``pip install -e .``, what
+    ``./bootstrap`` does); otherwise the command is None (the worker's own cold start, the
+    checkout's code throughout) and one line says so.
+    """
+    checkout = Path.cwd().resolve()
+    installed = Path(__file__).resolve().parents[1]
+    if checkout != installed:
+        print(
+            f"collector: these deployments' runs will start cold: {checkout} is not the "
+            f"Collector this Python imports ({installed}); deploy from that checkout, or "
+            "`pip install -e .` this one, to start them warm"
+        )
+        return {"command": None}
+    return {"command": portable_warm_command(python)}
 
 
 @dataclass(frozen=True)

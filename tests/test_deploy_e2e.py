@@ -27,6 +27,8 @@ import yaml
 from prefect.client.schemas.objects import FlowRun
 
 from collector.demo.site import FaultSite
+from flows.deploy import portable_warm_command
+from flows.warmstart import common, zygote
 from tests.servers import PostgresServer, free_port
 
 pytestmark = pytest.mark.slow
@@ -238,6 +240,7 @@ def _server_env(folder: Path, port: int, database: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
+    env[common.DIR_VARIABLE] = str(folder / "warm")  # the worker's zygotes, read by the tests
     return env
 
 
@@ -362,6 +365,26 @@ def test_runs_started_by_cli_rest_python_and_event_complete(world: World) -> Non
     triage_run = world.wait_for("the triage run", lambda: world.runs_of(triage["id"]))[0]
     assert triage_run["parameters"]["source"] == str(by_cli.resolve())
     assert world.wait_final(triage_run["id"])["state_type"] == "COMPLETED", world.logs()
+
+
+def test_prefect_yaml_runs_start_warm_once_a_zygote_serves(world: World) -> None:
+    """prefect.yaml's build step (flows.deploy.warm_start_step) gave every deployment the
+    deploying interpreter's warm start; the worker's first run of a key starts cold and starts
+    the zygote, and a run after it serves is forked from it, and ends exact."""
+    command = world.deployment("collect-low")["job_variables"]["command"]
+    assert command == portable_warm_command(sys.executable), command  # `prefect deploy`'s
+    warm = world.env[common.DIR_VARIABLE]
+    low = world.deployment("collect-low")
+    first, second = (world.source(name) for name in ("warm-first", "warm-second"))
+    run = world.post(f"/deployments/{low['id']}/create_flow_run",
+                     {"parameters": {"source": str(first)}})["id"]  # fmt: skip
+    assert world.wait_final(run)["state_type"] == "COMPLETED", world.logs()
+    world.wait_for("a zygote serving", lambda: list(Path(warm).glob("*.sock")))
+    run = world.post(f"/deployments/{low['id']}/create_flow_run",
+                     {"parameters": {"source": str(second)}})["id"]  # fmt: skip
+    assert world.wait_final(run)["state_type"] == "COMPLETED", world.logs()
+    assert run in zygote.forked_runs(warm), (run, zygote.forked_runs(warm))
+    assert world.stored_ids(first) == world.stored_ids(second) == {0, 1, 2, 3}
 
 
 CHROMIUM = "/usr/bin/chromium"

@@ -105,8 +105,8 @@ def test_no_interpreter_at_all_is_one_line_and_exit_127(worker: _Worker) -> None
     lines = done.stderr.strip().splitlines()
     assert lines == [
         "collector: cannot start this flow run warm: neither /opt/host-venv/bin/python nor "
-        "python3 nor python is on this worker (collector deploy --worker-python PATH, or "
-        "--cold-start)"
+        "python3 nor python is on this worker (collector deploy --worker-python PATH or "
+        "--cold-start; prefect.yaml: its warm_start definition)"
     ]
 
 
@@ -145,3 +145,28 @@ def test_warm_commands_need_an_absolute_interpreter_and_name_the_shim() -> None:
     assert warm_command("/opt/c/bin/python") == f"/opt/c/bin/python -m {WARM_MODULE}"
     portable = portable_warm_command()
     assert portable.startswith("/bin/sh -c ") and portable.endswith(f" {sys.executable}")
+
+
+# --- deployments/prefect.yaml: its build step writes the same command ----------------------------
+def test_prefect_yaml_build_step_is_warm_from_the_installed_checkout_and_cold_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flows.deploy import warm_start_step
+
+    monkeypatch.chdir(ROOT)  # the checkout this Python imports Collector from
+    assert warm_start_step() == {"command": portable_warm_command(sys.executable)}
+    assert capsys.readouterr().out == ""
+    monkeypatch.chdir(tmp_path)  # another folder: its flows are not the ones a zygote preloads
+    assert warm_start_step() == {"command": None}
+    said = capsys.readouterr().out.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("collector: these deployments' runs will start "
+                                                 f"cold: {tmp_path.resolve()} is not")  # fmt: skip
+
+
+def test_every_prefect_yaml_deployment_takes_the_build_steps_command() -> None:
+    import yaml
+
+    shipped = yaml.safe_load((ROOT / "deployments" / "prefect.yaml").read_text(encoding="utf-8"))
+    assert shipped["build"] == [{"flows.deploy.warm_start_step": {"id": "warm"}}]
+    for entry in shipped["deployments"]:
+        assert entry["work_pool"]["job_variables"] == {"command": "{{ warm.command }}"}, entry
