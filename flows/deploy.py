@@ -34,6 +34,8 @@ from collector.errors import ConfigError
 from collector.fleet.deploy import DeploymentPlan
 
 __all__ = [
+    "WARM_BUILD_STEP",
+    "WARM_FROM_BUILD_STEP",
     "Deployed",
     "check_schedule",
     "deploy_plans",
@@ -84,6 +86,12 @@ def portable_warm_command(python: str | None = None) -> str:
     if not os.path.isabs(python):
         raise ConfigError(f"--worker-python {python}: give the interpreter's absolute path")
     return shlex.join(["/bin/sh", "-c", _PORTABLE_SCRIPT, python])
+
+
+WARM_BUILD_STEP = {"flows.deploy.warm_start_step": {"id": "warm"}}
+"""prefect.yaml's ``build:`` step that names the deploying interpreter (:func:`warm_start_step`)."""
+WARM_FROM_BUILD_STEP = "{{ warm.command }}"
+"""A deployment's ``command`` job variable taken from :data:`WARM_BUILD_STEP`'s output."""
 
 
 def warm_start_step(python: str | None = None) -> dict[str, str | None]:
@@ -204,7 +212,8 @@ async def deploy_plans(
 def prefect_yaml_entry(plan: DeploymentPlan, *, pool: str = defaults.FLEET_POOL) -> str:
     """The plan as a ``deployments:`` entry of prefect.yaml (``prefect deploy`` makes from it
     what :func:`deploy_plans` makes: only the entrypoint is the file's, as prefect.yaml's are,
-    and the start is the plan's: ``collector init`` plans none, so its entry starts cold)."""
+    and the start is the plan's: ``collector init`` plans :data:`WARM_FROM_BUILD_STEP`, the
+    build step's command, which its file and deployments/prefect.yaml both carry)."""
     import yaml
 
     busy = {"on_busy": "skip"}

@@ -113,6 +113,9 @@ def test_the_deployment_entry_is_one_prefect_understands(tmp_path: Path) -> None
     source = Path(entry.parameters["source"])
     assert source == (tmp_path / "shop.yaml").resolve() and source.is_file()
     assert entry.work_pool.name == "collector"
+    # runs start warm: the build step names the interpreter running `prefect deploy`
+    assert data["build"] == [{"flows.deploy.warm_start_step": {"id": "warm"}}]
+    assert entry.work_pool.job_variables == {"command": "{{ warm.command }}"}
     # The queue is the source's priority class, as in deployments/prefect.yaml.
     klass = yaml.safe_load(source.read_text())["priority"]["class"]
     assert entry.work_pool.work_queue_name == klass

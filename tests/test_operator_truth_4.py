@@ -9,6 +9,7 @@ import json
 import os
 import pwd
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 
 from collector.demo.site import FaultSite
+from flows.deploy import portable_warm_command
 from tests.fleet_world import BIN, Pool, ended, pool  # noqa: F401  (the pool fixture)
 from tests.helpers import write_source
 from tests.prefect_db import seed_home
@@ -105,6 +107,8 @@ def test_inits_entry_deployed_by_prefect_and_requested_twice_never_cancels(
     assert done.returncode == 0, done.stdout + done.stderr
     deployment = _read_deployment(f"collect/source-{name}")
     assert deployment.global_concurrency_limit is None  # no limit that cancels a request
+    # its build step gave it `prefect deploy`'s interpreter's warm start (flows/deploy.py)
+    assert deployment.job_variables == {"command": portable_warm_command(sys.executable)}
     assert deployment.parameters == {"source": str(tmp_path / f"{name}.yaml"), "batch_size": 200}
     (trigger,) = yaml.safe_load(entry.read_text())["deployments"][0]["triggers"]
     assert trigger["parameters"]["on_busy"] == "skip"

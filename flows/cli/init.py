@@ -247,21 +247,28 @@ def _deployment_text(name: str, source: Path) -> str:
     """The source's deployment as a prefect.yaml entry: the plan ``collector deploy`` writes
     (``collect/source-<name>``, no concurrency limit, ``on_busy: skip`` for its trigger), so
     either path makes the same deployment."""
-    from collector.fleet.deploy import plan_named
-    from flows.deploy import prefect_yaml_entry
+    import yaml
 
-    entry = prefect_yaml_entry(plan_named(name, str(source)))
+    from collector.fleet.deploy import plan_named
+    from flows.deploy import WARM_BUILD_STEP, WARM_FROM_BUILD_STEP, prefect_yaml_entry
+
+    entry = prefect_yaml_entry(plan_named(name, str(source), command=WARM_FROM_BUILD_STEP))
+    build = yaml.safe_dump({"build": [WARM_BUILD_STEP]}, sort_keys=False)
     return f"""\
 # Add this entry under `deployments:` in deployments/prefect.yaml, then from the project root:
 #   prefect deploy --prefect-file deployments/prefect.yaml --name source-{name}
+# Or deploy this file as it is, from the project root (its build step is prefect.yaml's):
+#   prefect deploy --prefect-file {source.parent / f"{name}.deployment.yaml"} --name source-{name}
 # Or, without editing prefect.yaml:
 #   collector deploy {source}
-# Both make the same deployment, collect/source-{name}: its queue the source's priority.class,
+# Runs start warm (docs/workers.md "Warm starts"): `{{{{ warm.command }}}}` is what the build
+# step says, the interpreter running `prefect deploy`.
+# All three make the same deployment, collect/source-{name}: its queue the source's priority.class,
 # a schedule only from a `schedule:` section (add one, then deploy again), an event trigger, no
 # concurrency limit (two runs of a source never overlap: its source lock; a triggered one that
 # finds it running ends `skipped`). `source` is the path as the workers see it (or block:{name}
 # after `collector blocks save`); docs/fleet.md.
-{entry}"""
+{build}{entry}"""
 
 
 def cmd_init(args: argparse.Namespace) -> int:
