@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -240,7 +242,6 @@ def _server_env(folder: Path, port: int, database: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
-    env[common.DIR_VARIABLE] = str(folder / "warm")  # the worker's zygotes, read by the tests
     return env
 
 
@@ -251,6 +252,9 @@ def world(
     folder = tmp_path_factory.mktemp("deploy-e2e")
     port = free_port()
     env = _server_env(folder, port, postgres_server.prefect_database())
+    # the worker's zygotes, read by the tests: a short path (a unix socket's is at most 107
+    # bytes; under pytest-xdist's tmp_path it was longer, and every run started cold)
+    env[common.DIR_VARIABLE] = tempfile.mkdtemp(prefix="cw-", dir="/tmp")
     with FaultSite() as site, httpx.Client(timeout=30) as http:
         webhook = Webhook()
         world = World(folder, env, f"http://127.0.0.1:{port}/api", site, webhook, http)
@@ -286,6 +290,7 @@ def world(
             for process in reversed(world.processes):
                 _stop(process)
             webhook.close()
+            shutil.rmtree(env[common.DIR_VARIABLE], ignore_errors=True)
 
 
 # --- tests --------------------------------------------------------------------------------------
