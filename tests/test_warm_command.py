@@ -23,7 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from flows.deploy import WARM_MODULE, portable_warm_command, warm_command
+from flows.deploy import (
+    WARM_BUILD_STEP,
+    WARM_FROM_BUILD_STEP,
+    WARM_MODULE,
+    portable_warm_command,
+    warm_command,
+)
 from flows.warmstart import common
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,6 +173,6 @@ def test_every_prefect_yaml_deployment_takes_the_build_steps_command() -> None:
     import yaml
 
     shipped = yaml.safe_load((ROOT / "deployments" / "prefect.yaml").read_text(encoding="utf-8"))
-    assert shipped["build"] == [{"flows.deploy.warm_start_step": {"id": "warm"}}]
+    assert shipped["build"] == [WARM_BUILD_STEP]
     for entry in shipped["deployments"]:
-        assert entry["work_pool"]["job_variables"] == {"command": "{{ warm.command }}"}, entry
+        assert entry["work_pool"]["job_variables"] == {"command": WARM_FROM_BUILD_STEP}, entry
