@@ -376,10 +376,10 @@ def test_prefect_yaml_runs_start_warm_once_a_zygote_serves(world: World) -> None
     """prefect.yaml's build step (flows.deploy.warm_start_step) gave every deployment the
     deploying interpreter's warm start; the worker's first run of a key starts cold and starts
     the zygote, and a run after it serves is forked from it, and ends exact."""
-    command = world.deployment("collect-low")["job_variables"]["command"]
+    low = world.deployment("collect-low")
+    command = low["job_variables"]["command"]
     assert command == portable_warm_command(sys.executable), command  # `prefect deploy`'s
     warm = world.env[common.DIR_VARIABLE]
-    low = world.deployment("collect-low")
     first, second = (world.source(name) for name in ("warm-first", "warm-second"))
     run = world.post(f"/deployments/{low['id']}/create_flow_run",
                      {"parameters": {"source": str(first)}})["id"]  # fmt: skip

@@ -100,6 +100,7 @@ def test_the_deployment_entry_is_one_prefect_understands(tmp_path: Path) -> None
     from prefect.cli.deploy._models import PrefectYamlModel
 
     from flows.collect import collect
+    from flows.deploy import WARM_BUILD_STEP, WARM_FROM_BUILD_STEP
 
     assert collector("init", "shop", cwd=tmp_path).returncode == 0
     data = yaml.safe_load((tmp_path / "shop.deployment.yaml").read_text())
@@ -114,8 +115,8 @@ def test_the_deployment_entry_is_one_prefect_understands(tmp_path: Path) -> None
     assert source == (tmp_path / "shop.yaml").resolve() and source.is_file()
     assert entry.work_pool.name == "collector"
     # runs start warm: the build step names the interpreter running `prefect deploy`
-    assert data["build"] == [{"flows.deploy.warm_start_step": {"id": "warm"}}]
-    assert entry.work_pool.job_variables == {"command": "{{ warm.command }}"}
+    assert data["build"] == [WARM_BUILD_STEP]  # deployments/prefect.yaml's
+    assert entry.work_pool.job_variables == {"command": WARM_FROM_BUILD_STEP}
     # The queue is the source's priority class, as in deployments/prefect.yaml.
     klass = yaml.safe_load(source.read_text())["priority"]["class"]
     assert entry.work_pool.work_queue_name == klass
