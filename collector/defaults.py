@@ -161,6 +161,10 @@ FLEET_MEMORY_HELD_S = 10.0  # ...for this long: one step down; above it at all: 
 # measured it is taken as this (3.6 s on a quiet 2-core box, 17-29 s with 8 runs loading it)
 FLEET_START_PRIOR_S = 15.0
 FLEET_START_KEEP = 5  # the expected start is the median of the last this many measured
+# a source's run on its way, before it planned, is sized by what it is expected to have due
+# (collector.fleet.forecast) at the throughput last measured for it, else this many items/s per
+# request slot of a process (limits.concurrency): a page a second, a web page's order of size
+FLEET_SLOT_RATE_PRIOR = 1.0
 FLEET_COMING_FOR = 3.0  # a process not claiming yet is capacity on its way until this x start
 # a helper is started only when it would claim at least this many of its starts' time after it
 # arrives (the source's drain with the processes on their way counted > (1 + this) x start)

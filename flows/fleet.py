@@ -19,7 +19,9 @@ A helper is a process start, so the fleet measures it (creation to the first sam
 the helper's run id holds leases; the median of the last few: collector.fleet.model
 ``HelperStarts``) and asks only for helpers that arrive before their source's work is gone;
 a source's processes live but not claiming yet (helpers starting, its own run starting or
-planning, read with the helpers each round) are capacity on its way.
+planning, read with the helpers each round) are capacity on its way. While its own run is on
+its way and nothing of it claims, a source's backlog is what that run is expected to plan
+(collector.fleet.forecast, read once per run), so its helpers start with its run.
 
 Every round that changes a source emits ``collector.fleet.scaled`` on ``collector.source.<name>``
 with the figures that caused it, and the table artifact ``collector-fleet`` (source, class,
@@ -71,6 +73,7 @@ from collector.backends import open_frontier
 from collector.config import Source
 from collector.errors import CollectorError
 from collector.fleet.deploy import DEPLOYMENT_PREFIX
+from collector.fleet.forecast import expected_due, prior_throughput
 from collector.fleet.model import (
     Actions,
     Decision,
@@ -113,6 +116,7 @@ class _Deployed:
     frontier: Frontier
     tracker: SourceTracker
     politeness: str
+    forecast: tuple[str, int] | None = None  # (own run id, its expected due): read once per run
 
 
 async def _discover(
@@ -160,6 +164,7 @@ async def _discover(
                 settings=settings,
                 rules=source.schedule.scaling,
                 starts=starts,
+                prior_throughput=prior_throughput(source),
             ),
             why,
         )
@@ -218,6 +223,21 @@ def _coming(arrivals: Arrivals, helpers: Sequence[FlowRun], own: Sequence[FlowRu
     are not)."""
     processes = [r for r in helpers if r.state_type != StateType.CANCELLING] + list(own)
     return arrivals.coming((str(r.id), _age_s(r)) for r in processes)
+
+
+async def _forecast(arrivals: Arrivals, d: _Deployed, own: Sequence[FlowRun]) -> int:
+    """What the source's own run on its way is expected to plan (0: none on its way, or one
+    claims already): read once per run, when it is first seen on its way."""
+    waiting = [r for r in own if r.state_type != StateType.CANCELLING
+               and arrivals.coming([(str(r.id), _age_s(r))])]  # fmt: skip
+    if not waiting:
+        d.forecast = None
+        return 0
+    run_id = str(min(waiting, key=_age_s).id)  # the newest: the one that will plan
+    if d.forecast is None or d.forecast[0] != run_id:
+        due = await asyncio.to_thread(expected_due, d.frontier, d.source, now=time.time())
+        d.forecast = (run_id, due)
+    return d.forecast[1]
 
 
 async def _sample(
@@ -305,6 +325,7 @@ def _figures(decision: Decision, settings: FleetSettings, used: int) -> dict[str
         "throughput": None if load.throughput is None else round(load.throughput, 3),
         "helper_start_s": round(load.start_s, 2),
         "coming": load.coming,
+        "forecast": load.forecast,
         "no_gain_above": load.no_gain_above,
         "helpers": load.helpers,
         "max_helpers": load.max_helpers,
@@ -345,6 +366,8 @@ def _table(decisions: Sequence[Decision]) -> list[dict[str, Any]]:
             "source": d.load.source,
             "class": d.load.run_class,
             "backlog": d.load.backlog,
+            # the backlog is a forecast: what the source's run on its way is expected to plan
+            "forecast": "yes" if d.load.forecast else "-",
             "wait": "-"
             if d.load.backlog == 0
             else ("no claims" if math.isinf(d.load.wait_s) else f"{d.load.wait_s:.3f} s"),
@@ -509,6 +532,8 @@ async def _round(
     logger: Any,
 ) -> list[dict[str, Any]]:
     """One decision: loads -> decisions -> actions, carried out, said and shown."""
+    forecasts = {name: await _forecast(arrivals, d, own.get(name, []))
+                 for name, d in deployed.items()}  # fmt: skip
     now = time.monotonic()
     loads = [
         d.tracker.load(
@@ -519,6 +544,7 @@ async def _round(
             helpers_cpu(_running_labels(helpers.get(name, []))),
             helpers_memory(_running_labels(helpers.get(name, []))),
             _coming(arrivals, helpers.get(name, []), own.get(name, [])),
+            forecasts[name],
         )
         for name, d in deployed.items()
     ]

@@ -161,6 +161,21 @@ class Source(_Section):
         if self.seeds.range is not None:
             yield from self.template_urls(*self.seeds.range)
 
+    def seed_count(self) -> int:
+        """How many seed URLs the list names, repeats included (an upper bound of what a first
+        plan queues): the urls, the seed file's URL lines (read, not kept), the range's length.
+        What the autoscaler expects of a source never planned (collector.fleet.forecast)."""
+        count = len(self.seeds.urls)
+        if self.seeds.file is not None:
+            with self.path(self.seeds.file).open(encoding="utf-8") as lines:
+                for line in lines:
+                    line = line.strip()
+                    count += bool(line) and not line.startswith("#")
+        if self.seeds.range is not None:
+            start, stop = self.seeds.range
+            count += max(0, stop - start)
+        return count
+
     def template_urls(self, start: int, stop: int) -> Iterator[str]:
         """The template's URLs for ``i`` in ``[start, stop)`` (none without a template)."""
         template = self.seeds.template

@@ -28,6 +28,11 @@ The model (docs/fleet.md):
   instant), the pool size counts the backlog left when a new helper arrives
   (:func:`left_at_arrival`), and "nothing claims" asks for none while a process of the source
   is on its way (created, pending or starting: it arrives sooner than a new one would).
+- **forecast** (collector.fleet.forecast): while a source's own run is on its way and nothing
+  of it claims, its backlog is what that run is expected to plan (the frontier's due count, and
+  the seeds it does not hold yet), its claim wait unknown, and the pool size reads the
+  throughput one of its processes had the last time it was measured (else a prior from its
+  request slots): its helpers are asked for with its run, not a plan and a start after it.
 - **no gain**: when a helper's arrival (its first claim) did not raise the source's claim rate
   by half of one process's rate (:func:`gained`, over ``gain_window_s`` before and after), the
   step-up rules ask for no more helpers than the source had before it, for ``no_gain_keep_s``,
@@ -157,6 +162,7 @@ class SourceLoad:
     rules: ScalingRules = ScalingRules()
     start_s: float = 0.0  # a new helper's expected start, creation to first claim (0: instant)
     coming: int = 0  # its processes live but not claiming yet (helpers starting, its own run)
+    forecast: int = 0  # backlog is what its run on the way is expected to plan (0: measured)
     no_gain_above: int | None = None  # the last helper brought no gain: at most this many more
     no_gain_why: str = ""  # the rates that showed it
 
@@ -322,7 +328,8 @@ def want(load: SourceLoad, settings: FleetSettings) -> tuple[int, str, bool]:
     left = left_at_arrival(load.backlog, float(drain), load.start_s)
     size = pool_size(left, load.throughput, rules) if outlasts else None
     if size is not None:
-        asks.append((size, f"pool size: {left:.0f} due at arrival x {rules.depth_share:g} / "
+        due = "expected once its run planned" if load.forecast else "due at arrival"
+        asks.append((size, f"pool size: {left:.0f} {due} x {rules.depth_share:g} / "
                            f"({load.throughput:.1f}/s x {rules.size_horizon_s:g} s)"))  # fmt: skip
     threshold = max(settings.wait_high_s, load.start_s)
     if load.wait_high_for_s >= settings.wait_held_s and load.wait_s > threshold and outlasts:

@@ -19,6 +19,7 @@ still starting or planning) are its capacity on the way.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -152,6 +153,7 @@ class SourceTracker:
         rules: ScalingRules | None = None,
         window_s: float = 2.0,
         starts: HelperStarts | None = None,
+        prior_throughput: float | None = None,
     ) -> None:
         self.source = source
         self.run_class = run_class
@@ -173,6 +175,9 @@ class SourceTracker:
         self._claims: deque[tuple[float, int, int]] = deque()
         self._trial: _Trial | None = None
         self._no_gain: tuple[float, int, str] | None = None  # (since, helpers before, why)
+        # a forecast's throughput: the last one measured (across the source's runs), else this
+        self.prior_throughput = prior_throughput
+        self._known_throughput: float | None = None
 
     def sample(
         self, now: float, counts: StateCounts, holders: Iterable[Holder], helpers: Collection[str]
@@ -295,16 +300,30 @@ class SourceTracker:
         cpu: float | None = None,
         memory: float | None = None,
         coming: int = 0,
+        forecast: int = 0,
     ) -> SourceLoad:
         """The source as :func:`collector.fleet.model.decide` takes it (``cpu``: the helpers'
         mean CPU share, ``memory`` their highest memory share, from their own reports:
-        collector.fleet.report; ``coming``: its processes live but not claiming yet)."""
+        collector.fleet.report; ``coming``: its processes live but not claiming yet;
+        ``forecast``: what its own run on the way is expected to plan, collector.fleet.forecast).
+
+        A forecast stands for the backlog while it is larger and nothing claims (the run has
+        not planned yet): the claim wait is then unknown (infinite) and the throughput, not
+        measured in this window, is the last one measured or the prior."""
         self._memory_high.observe(now, memory is not None and memory > self.rules.memory_high)
+        backlog, wait_s, throughput = self.backlog, self.wait.estimate, self.throughput()
+        if throughput is not None:
+            self._known_throughput = throughput
+        expected = 0
+        if forecast > 0 and forecast >= backlog and (backlog == 0 or math.isinf(wait_s)):
+            expected = backlog = forecast
+            wait_s = math.inf
+            throughput = self._known_throughput or self.prior_throughput
         return SourceLoad(
             source=self.source,
             run_class=self.run_class,
-            backlog=self.backlog,
-            wait_s=self.wait.estimate,
+            backlog=backlog,
+            wait_s=wait_s,
             wait_high_for_s=self.wait.high_for(now),
             busy=self.busy_share(),
             cpu=cpu,
@@ -316,10 +335,11 @@ class SourceTracker:
             idle_for_s=self._idle.held_for(now),
             memory=memory,
             memory_high_for_s=self._memory_high.held_for(now),
-            throughput=self.throughput(),
+            throughput=throughput,
             rules=self.rules,
             start_s=self.start_s(),
             coming=coming,
+            forecast=expected,
             no_gain_above=None if self._no_gain is None else self._no_gain[1],
             no_gain_why="" if self._no_gain is None else self._no_gain[2],
         )

@@ -430,6 +430,17 @@ class Frontier(Protocol):
         """How many of the items offered by ``run_id`` are in each state now."""
         ...
 
+    def due_count(self, source: str, *, now: float) -> int:
+        """How many items a plan at ``now`` would have due without any new seed: the queued
+        ones, and the listed items that are expired or done with their freshness passed (what
+        :meth:`adopt` takes in). Read from counts and the index by due time: no item is read.
+
+        A forecast for scheduling (collector.fleet asks it for a run still on its way, before
+        it planned), not a ledger: leased items are not counted, and a backend whose due index
+        drops entries lazily (Redis) may count an item that left the seed list or was requeued
+        by hand since it was indexed."""
+        ...
+
     def next_event_at(self, source: str, *, now: float) -> float | None:
         """Earliest time something may become claimable (a not-before or a lease expiry), or
         None when nothing is queued or leased."""

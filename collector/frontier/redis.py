@@ -514,6 +514,19 @@ class RedisFrontier(Closing):
     def run_counts(self, source: str, run_id: str) -> StateCounts:
         return self._counts("run counts", source, run_id)
 
+    def due_count(self, source: str, *, now: float) -> int:
+        # queued from the kept counts; the due index counted, not read (ZCOUNT is O(log n)):
+        # its entries of items that moved on are dropped lazily (due_read), so it may count more
+        base = self._base(source)
+        queued = self.counts(source).queued
+        client = self._client
+        try:
+            expired = resending(client, lambda: client.zcard(f"{base}:e"))
+            stale = resending(client, lambda: client.zcount(f"{base}:f", "-inf", _num(now)))
+        except RedisError as exc:
+            raise backend_error(f"frontier {self.url}: due count failed", exc) from exc
+        return queued + int(expired) + int(stale)
+
     def next_event_at(self, source: str, *, now: float) -> float | None:
         reply = self._run("next event", "next_event", source, [_num(now)])
         return None if reply is None else float(reply)

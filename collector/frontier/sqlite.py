@@ -819,6 +819,23 @@ class SqliteFrontier(Closing):
     def run_counts(self, source: str, run_id: str) -> StateCounts:
         return self._count(source, run_id)
 
+    def due_count(self, source: str, *, now: float) -> int:
+        with self._lock:
+            src = self._known_src(source)
+            if src is None:
+                return 0
+            # the kept count of queued items, and adopt's reads of the due index, counted
+            (due,) = self._db.execute(
+                f"SELECT (SELECT COALESCE(SUM(n), 0) FROM counts WHERE src = ?1 AND state = {Q})"
+                f" + (SELECT COUNT(*) FROM items WHERE src = ?1 AND state = {E} AND gone IS NULL)"
+                f" + (SELECT COUNT(*) FROM items WHERE src = ?1 AND state = {D}"
+                "     AND fresh_until IS NULL AND gone IS NULL)"
+                f" + (SELECT COUNT(*) FROM items WHERE src = ?1 AND state = {D}"
+                "     AND fresh_until <= ?2 AND gone IS NULL)",
+                (src, now),
+            ).fetchone()
+        return int(due)
+
     def next_event_at(self, source: str, *, now: float) -> float | None:
         with self._lock:
             src = self._known_src(source)

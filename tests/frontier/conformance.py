@@ -964,6 +964,29 @@ class FrontierConformance:
         # nothing more is due: a second adoption by the same run changes nothing
         assert _adopt(frontier, "r2", now=T0 + 100) == _result()
 
+    def test_due_count_is_what_an_adopting_plan_would_have_due(self, frontier: Frontier) -> None:
+        assert frontier.due_count(SRC, now=T0) == 0  # a source never planned
+        self._make_done(frontier, url("fresh"), fresh_s=1_000)
+        self._make_done(frontier, url("stale"), fresh_s=10)
+        self._make_done(frontier, url("compensated"), fresh_s=1_000)
+        assert frontier.make_stale(SRC, [url("compensated")]) == 1
+        self._make_dead(frontier, url("dead"))
+        offer(frontier, [url("exp")], queue_ttl_s=5)
+        claim(frontier, 0, now=T0 + 6)  # expires it
+        offer(frontier, [url("leased")])
+        assert urls_of(claim(frontier, 1, now=T0 + 90)) == [url("leased")]
+        offer(frontier, [url("queued")], run_id="r0")
+        # before "stale" goes stale: queued, expired, compensated
+        assert frontier.due_count(SRC, now=T0 + 9) == 3
+        # queued, expired, compensated, stale: what adopt then queues or keeps queued (not
+        # the leased item, held by its claimant; not fresh, dead or another source's)
+        assert frontier.due_count(SRC, now=T0 + 100) == 4
+        assert frontier.due_count("other", now=T0 + 100) == 0
+        _adopt(frontier, "r2", now=T0 + 100)
+        assert frontier.due_count(SRC, now=T0 + 100) == 4  # queued now, all four
+        assert len(claim(frontier, 10, now=T0 + 100).items) == 4
+        assert frontier.due_count(SRC, now=T0 + 100) == 0
+
     def test_adopt_ranks_requeued_items_with_the_planner(self, frontier: Frontier) -> None:
         self._make_done(frontier, url("x"), fresh_s=10)
         self._make_done(frontier, url("y"), fresh_s=10)
