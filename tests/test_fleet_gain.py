@@ -109,3 +109,25 @@ def test_a_helper_that_claims_its_share_leaves_the_source_uncapped() -> None:
     assert all("no gain" not in why for _, _, why in wants)
     assert tracker.load(40.0, 1).no_gain_above is None
     assert [w for t, w, _ in wants if t >= 25.0][-1] >= 2  # it asks for more
+
+
+def test_helpers_that_come_with_their_run_are_judged_on_its_work_not_the_wait_before() -> None:
+    """Helpers started with their source's run (a forecast) arrive as the run's first claims
+    begin: the seconds before, with nothing claiming, are not "the rate before". Counted over
+    them, a run's first claims (two batches at once: fetch-ahead) over a process seen in a few
+    samples made one process worth many, and the run's first two helpers "brought no gain
+    (1.6/s before, 10.7/s after)" in the capped play of 2026-12-06 21:01."""
+    fleet = FleetSettings(gain_window_s=10.0)
+    tracker = SourceTracker("s", "low", max_helpers=4, settings=fleet, starts=HelperStarts())
+    claimed = 0.0
+    for step in range(300):  # 9.5 s of a run starting; its first claim takes two batches (6)
+        now = step / 10  # then 4 items/s a process; two helpers from 10 s
+        run = now >= 9.5
+        helpers = {"h1", "h2"} if now >= 10.0 else set()
+        claimed += 6.0 if step == 95 else 0.4 * (run + len(helpers))
+        holders = [*([Holder("run", 2, now)] if run else []),
+                   *(Holder(h, 2, now) for h in sorted(helpers))]  # fmt: skip
+        tracker.sample(now, StateCounts(queued=600, done=int(claimed)), holders, helpers)
+        if step == 100:
+            tracker.helpers_arrived(now, 2, 2)
+    assert tracker.no_gain is None  # too little work seen before them to judge: no verdict

@@ -229,6 +229,9 @@ class SourceTracker:
             return
         window = self.settings.gain_window_s
         before = [x for x in self._claims if now - x[0] <= window and x[0] < now]
+        began = next((i for i in range(1, len(before)) if before[i][1] > before[0][1]), None)
+        if began is not None:  # the rate before is the work's since it began, not the idle
+            before = before[began - 1 :]  # time ahead of it (helpers that came with the run)
         if len(before) < 2 or before[-1][0] - before[0][0] < window / 2:
             return  # too little seen before it to compare with
         (t0, c0, _), (t1, c1, _) = before[0], before[-1]
