@@ -17,11 +17,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.backends import open_frontier
-from collector.config import load_source
+from collector.config import Source, load_source
 from collector.fleet.forecast import expected_due, prior_throughput
 from collector.fleet.model import FleetSettings, ScalingRules, decide, plan_actions
 from collector.fleet.tracker import SourceTracker
@@ -48,10 +49,10 @@ _lines = st.lists(
     span=st.one_of(st.none(), st.tuples(st.integers(0, 40), st.integers(0, 40))),
 )
 def test_the_seed_count_is_the_seed_lists_length(
-    tmp_path_factory: object, urls: list[str], lines: list[str] | None,
+    tmp_path_factory: pytest.TempPathFactory, urls: list[str], lines: list[str] | None,
     span: tuple[int, int] | None,
 ) -> None:  # fmt: skip
-    folder = Path(tmp_path_factory.mktemp("seeds"))  # type: ignore[attr-defined]
+    folder = tmp_path_factory.mktemp("seeds")
     seeds: dict[str, object] = {}
     if urls:
         seeds["urls"] = urls
@@ -67,7 +68,7 @@ def test_the_seed_count_is_the_seed_lists_length(
     assert source.seed_count() == sum(1 for _ in source.seed_urls())  # the plain reference
 
 
-def _source(folder: Path, count: int, concurrency: int = 2) -> object:
+def _source(folder: Path, count: int, concurrency: int = 2) -> Source:
     path = write_source(folder, name="fc", seeds={"urls": [URL.format(i=i) for i in range(count)]},
                         limits={"concurrency": concurrency})  # fmt: skip
     return load_source(path)
@@ -75,9 +76,9 @@ def _source(folder: Path, count: int, concurrency: int = 2) -> object:
 
 def test_what_a_plan_is_expected_to_leave_due_on_a_real_frontier(tmp_path: Path) -> None:
     source = _source(tmp_path, 10)
-    frontier = open_frontier(source)  # type: ignore[arg-type]
+    frontier = open_frontier(source)
     try:
-        name = source.name  # type: ignore[attr-defined]
+        name = source.name
         assert expected_due(frontier, source, now=T0) == 10  # never planned: every seed
         rank = lambda u, age, fresh: 1.0  # noqa: E731
         frontier.offer(name, [Offer(URL.format(i=i), 100.0) for i in range(10)], now=T0,
@@ -94,7 +95,7 @@ def test_what_a_plan_is_expected_to_leave_due_on_a_real_frontier(tmp_path: Path)
         assert expected_due(frontier, grown, now=T0 + 20) == 3 + 5
     finally:
         frontier.close()
-    assert prior_throughput(_source(tmp_path, 1, concurrency=4)) == 4.0  # type: ignore[arg-type]
+    assert prior_throughput(_source(tmp_path, 1, concurrency=4)) == 4.0
 
 
 FLEET = FleetSettings(budget=4, wait_high_s=0.05, wait_held_s=1.0)
