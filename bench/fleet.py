@@ -66,6 +66,9 @@ SOURCES = [  # name, class, planned items
     ("low-b", "low", 8_000), ("low-c", "low", 500),
 ]  # fmt: skip
 STEP_S = 0.1
+# a forecast's throughput before any is measured: the plays' 2 request slots a process at
+# collector.defaults.FLEET_SLOT_RATE_PRIOR (collector.fleet.forecast.prior_throughput)
+PRIOR_THROUGHPUT = 2.0
 IDLE_END_S = 5.0
 
 
@@ -115,8 +118,8 @@ def simulate(
     starts = HelperStarts()
     caps = caps or {}
     trackers = {n: SourceTracker(n, s.run_class, max_helpers=caps.get(n, max_helpers),
-                                 settings=fleet,
-                                 rules=rules, starts=starts)
+                                 settings=fleet, rules=rules, starts=starts,
+                                 prior_throughput=PRIOR_THROUGHPUT)
                 for n, s in state.items()}  # fmt: skip
     memory = 0.5
     if mode == "fixed" and fixed:
@@ -180,7 +183,9 @@ def _decide(
     present = [n for n, s in state.items() if now >= s.arrives_at]
     loads = [trackers[n].load(now, len(state[n].helpers) + len(state[n].stopping),
                               len(state[n].stopping), memory=memory,
-                              coming=_coming(state[n], now))
+                              coming=_coming(state[n], now),
+                              # its run on the way: what it will plan (flows/fleet.py _forecast)
+                              forecast=math.ceil(state[n].queued) if now < state[n].run_at else 0)
              for n in present]  # fmt: skip
     decisions = decide(loads, fleet)
     actions = plan_actions(decisions, fleet)
