@@ -366,12 +366,14 @@ def play(
     specs: tuple[Spec, ...] = EIGHT,
     fixed: dict[str, int] | None = None,
     fleet_params: dict[str, Any] | None = None,
+    late_at_s: float | None = None,
 ) -> Outcome:
     """Deploy ``specs`` with `collector deploy`, request all but LATE at once, and LATE once
-    ``budget`` helpers are live; ``mode`` autoscaler (the fleet flow, in a thread) or fixed
-    (``fixed`` helpers per source started by hand with the runs); ``fleet_params``: more of
-    the fleet flow's parameters. Waits until every run and helper ended; returns what was
-    seen."""
+    ``budget`` helpers are live (``late_at_s``: that many seconds after the first request
+    instead, in every play alike: when the budget fills depends on the play); ``mode``
+    autoscaler (the fleet flow, in a thread) or fixed (``fixed`` helpers per source started by
+    hand with the runs); ``fleet_params``: more of the fleet flow's parameters. Waits until
+    every run and helper ended; returns what was seen."""
     from prefect.deployments import run_deployment
 
     from collector.backends import open_frontier
@@ -438,6 +440,8 @@ def play(
         full = len(live_runs) >= budget and (mode == "autoscaler" or running >= budget)
         # fixed helpers that ended before all ran at once: the budget is as full as it gets
         full = full or (mode != "autoscaler" and len(live_runs) < len(helpers))
+        if late_at_s is not None:
+            full = now - t0 >= late_at_s
         if LATE not in own and full:
             own[LATE] = run_deployment(f"collect/{deployment_name(LATE)}", timeout=0)
             outcome.late_at = now - t0

@@ -9,6 +9,8 @@ are deployed by `collector deploy` and requested at once; with a budget of 4 hel
   helper's start, preempts a lower class's helper, saying what the stop costs the fleet's end
   (which one: tests/test_fleet_victims.py);
 - the fleet measured helper starts (creation to first claim) and shows them in its events;
+- the burst and the bulk source got their first helpers with their runs, on the forecast of
+  what each run would plan (collector/fleet/forecast.py);
 - every source ends exact: each record once, every ledger balanced, and per source the run's
   and its helpers' stored items add up to the seeds (each item stored by exactly one of them).
 
@@ -135,12 +137,17 @@ def test_eight_sources_share_a_budget_of_four_by_priority_and_load(
     assert not unsaid, unsaid
     assert any(f"preempted for {LATE}; " in m for r in cancelled for m in said[r.id]), said
     events = asyncio.run(_events("collector.fleet.scaled", list(ITEMS)))
-    payloads = [e["payload"] for e in events]
+    payloads = [e["payload"] for e in sorted(events, key=lambda e: e["occurred"])]
     preempting = [p for p in payloads if p.get("preempted_for")]
     assert any(p["preempted_for"] == LATE for p in preempting), payloads
     assert all("critical path: drains in" in p["preempted_why"] for p in preempting), payloads
     assert all({"backlog", "claim_wait_s", "weight", "share", "budget_used", "cpu",
-                "helper_start_s", "coming"} <= p.keys() for p in payloads)  # fmt: skip
+                "helper_start_s", "coming", "forecast"} <= p.keys() for p in payloads)  # fmt: skip
+    # the two long sources got their first helpers with their runs, on the forecast of what
+    # each run would plan (all their seeds: a fresh frontier), not after a plan and a claim
+    first = {n: next(p for p in payloads if p["source"] == n and p["started"])
+             for n in ("burst", "bulk-low")}  # fmt: skip
+    assert {n: p["forecast"] for n, p in first.items()} == {"burst": 360, "bulk-low": 600}, first
 
     # every source exact: each record once, every ledger balanced, helpers' terms counted
     rows = _rows(postgres_dsn)
