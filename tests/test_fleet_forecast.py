@@ -153,3 +153,34 @@ def test_the_first_decision_gives_the_long_sources_the_budget_by_class() -> None
     actions = plan_actions(decisions, FLEET)
     assert actions.start == {"burst": 2, "bulk-low": 2}  # the small ones drain in their run
     assert not actions.stop
+
+
+def test_no_helper_is_preempted_for_a_forecast_only_for_a_need_measured() -> None:
+    """A critical source requested while the budget is full: its forecast starts helpers into
+    free slots only; a lower class's helper is stopped for it once its run claims and its
+    claim wait is measured (the other drains known by then: a stop chosen blind took the
+    fleet's long pole, a `bulk-low` helper that had not claimed yet, 2026-12-06 21:12)."""
+    busy = []
+    for name, run_class in (("burst", "normal"), ("bulk-low", "low")):
+        tracker = _tracker(name, run_class, 2)
+        for step in range(30):  # planned, claiming 12 items/s with its run and 2 helpers
+            now = step * 0.1
+            counts = StateCounts(queued=1000 - 12 * step // 10, done=12 * step // 10)
+            holders = [Holder(h, 2, now) for h in ("run", "h1", "h2")]
+            tracker.sample(now, counts, holders, {"h1", "h2"})
+        busy.append(tracker.load(3.0, 2))
+    urgent = _tracker("urgent", "critical", 2)
+    urgent.sample(0.0, StateCounts(), [], set())
+    forecast = urgent.load(3.0, 0, coming=1, forecast=200)
+    decisions = decide([*busy, forecast], FLEET)
+    assert {d.load.source: d.want for d in decisions}["urgent"] == 1  # 200 x 0.8 / 120: 2
+    actions = plan_actions(decisions, FLEET)
+    assert not actions.stop and not actions.start  # the budget is full: it waits for its run
+    for step in range(40):  # its run planned and claims 2/s: a wait of 100 s, held
+        now = 3.0 + step * 0.1
+        counts = StateCounts(queued=200 - 2 * step // 10, done=2 * step // 10)
+        urgent.sample(now, counts, [Holder("run", 2, now)], set())
+    measured = urgent.load(7.0, 0, coming=0, forecast=200)
+    assert measured.forecast == 0
+    actions = plan_actions(decide([*busy, measured], FLEET), FLEET)
+    assert actions.preempted and set(actions.preempted.values()) == {"urgent"}

@@ -32,7 +32,11 @@ The model (docs/fleet.md):
   of it claims, its backlog is what that run is expected to plan (the frontier's due count, and
   the seeds it does not hold yet), its claim wait unknown, and the pool size reads the
   throughput one of its processes had the last time it was measured (else a prior from its
-  request slots): its helpers are asked for with its run, not a plan and a start after it.
+  request slots): its helpers are asked for with its run, not a plan and a start after it,
+  into free slots only. No helper is preempted for a forecast: a stop is made for a need
+  measured, when the other sources' drains are known too (a critical source requested while
+  none was known yet took a `bulk-low` helper that had not claimed, the fleet's long pole,
+  in the `capped` play of 2026-12-06 21:12).
 - **no gain**: when a helper's arrival (its first claim) did not raise the source's claim rate
   by half of one process's rate (:func:`gained`, over ``gain_window_s`` before and after), the
   step-up rules ask for no more helpers than the source had before it, for ``no_gain_keep_s``,
@@ -639,6 +643,8 @@ def plan_actions(
         for d in short:
             missing = d.share - d.load.helpers - start.get(d.load.source, 0)
             if missing <= 0:
+                continue
+            if d.load.forecast:  # its need is a forecast: it starts into free slots only
                 continue
             if freeing > 0:  # a helper stopping already frees a slot: wait for it
                 freeing -= 1
