@@ -97,6 +97,7 @@ SCALED_EVENT = "collector.fleet.scaled"
 ARTIFACT_KEY = "collector-fleet"
 _LIVE = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.CANCELLING]
 _DISCOVER_EVERY_S = 30.0
+_FORECAST_EVERY_S = 5.0  # a run on its way: what it is expected to plan, read again this often
 # A failed round is skipped, not the end of the fleet: the next one reads the helpers again from
 # the API, so a start or stop that half-happened is counted then (the budget stays true).
 _TRANSIENT = (PrefectHTTPStatusError, httpx.TransportError, CollectorError)
@@ -116,7 +117,9 @@ class _Deployed:
     frontier: Frontier
     tracker: SourceTracker
     politeness: str
-    forecast: tuple[str, int] | None = None  # (own run id, its expected due): read once per run
+    # (own run id, its expected due, when read): read again every _FORECAST_EVERY_S while it
+    # is on its way (another run of the source may be draining the frontier meanwhile)
+    forecast: tuple[str, int, float] | None = None
 
 
 async def _discover(
@@ -226,17 +229,20 @@ def _coming(arrivals: Arrivals, helpers: Sequence[FlowRun], own: Sequence[FlowRu
 
 
 async def _forecast(arrivals: Arrivals, d: _Deployed, own: Sequence[FlowRun]) -> int:
-    """What the source's own run on its way is expected to plan (0: none on its way, or one
-    claims already): read once per run, when it is first seen on its way."""
+    """What the source's own run on its way is expected to plan (0: none on its way, or it
+    claims already): read when it is first seen on its way, and again every
+    ``_FORECAST_EVERY_S`` while it stays on its way (a run waiting for its source's lock while
+    another drains the frontier)."""
     waiting = [r for r in own if r.state_type != StateType.CANCELLING
                and arrivals.coming([(str(r.id), _age_s(r))])]  # fmt: skip
     if not waiting:
         d.forecast = None
         return 0
     run_id = str(min(waiting, key=_age_s).id)  # the newest: the one that will plan
-    if d.forecast is None or d.forecast[0] != run_id:
+    now = time.monotonic()
+    if d.forecast is None or d.forecast[0] != run_id or now - d.forecast[2] >= _FORECAST_EVERY_S:
         due = await asyncio.to_thread(expected_due, d.frontier, d.source, now=time.time())
-        d.forecast = (run_id, due)
+        d.forecast = (run_id, due, now)
     return d.forecast[1]
 
 

@@ -184,3 +184,17 @@ def test_no_helper_is_preempted_for_a_forecast_only_for_a_need_measured() -> Non
     assert measured.forecast == 0
     actions = plan_actions(decide([*busy, measured], FLEET), FLEET)
     assert actions.preempted and set(actions.preempted.values()) == {"urgent"}
+
+
+def test_no_forecast_while_a_process_of_the_source_holds_leases() -> None:
+    """A second run waits for its source's lock while the first drains the frontier: the
+    figures of the one working are measured, and a forecast read a while ago (600 due) must
+    not stand in for them, even once the queue is empty and its last batch is in hand."""
+    tracker = _tracker("s", "normal", 4)
+    for step in range(30):
+        now = step * 0.1
+        counts = StateCounts(queued=0, leased=3, done=597)  # the last batch, held
+        tracker.sample(now, counts, [Holder("first-run", 3, now)], set())
+    load = tracker.load(3.0, 0, coming=1, forecast=600)
+    assert load.forecast == 0 and load.backlog == 0
+    assert decide([load], FLEET)[0].want == 0

@@ -311,14 +311,22 @@ class SourceTracker:
         ``forecast``: what its own run on the way is expected to plan, collector.fleet.forecast).
 
         A forecast stands for the backlog while it is larger and nothing claims (the run has
-        not planned yet): the claim wait is then unknown (infinite) and the throughput, not
-        measured in this window, is the last one measured or the prior."""
+        not planned yet, and no process of the source held leases in the window: another run
+        or helpers still working it are measured, not forecast): the claim wait is then unknown
+        (infinite) and the throughput, not measured in this window, is the last one measured
+        or the prior."""
         self._memory_high.observe(now, memory is not None and memory > self.rules.memory_high)
         backlog, wait_s, throughput = self.backlog, self.wait.estimate, self.throughput()
         if throughput is not None:
             self._known_throughput = throughput
         expected = 0
-        if forecast > 0 and forecast >= backlog and (backlog == 0 or math.isinf(wait_s)):
+        working = any(count for _, count in self._working)  # someone held leases in the window
+        if (
+            forecast > 0
+            and forecast >= backlog
+            and not working
+            and (backlog == 0 or math.isinf(wait_s))
+        ):
             expected = backlog = forecast
             wait_s = math.inf
             throughput = self._known_throughput or self.prior_throughput
