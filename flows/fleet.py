@@ -21,7 +21,7 @@ the helper's run id holds leases; the median of the last few: collector.fleet.mo
 a source's processes live but not claiming yet (helpers starting, its own run starting or
 planning, read with the helpers each round) are capacity on its way. While its own run is on
 its way and nothing of it claims, a source's backlog is what that run is expected to plan
-(collector.fleet.forecast, read once per run), so its helpers start with its run.
+(collector.fleet.forecast, read then and every 5 s), so its helpers start with its run.
 
 Every round that changes a source emits ``collector.fleet.scaled`` on ``collector.source.<name>``
 with the figures that caused it, and the table artifact ``collector-fleet`` (source, class,

@@ -5,8 +5,9 @@ run that is starting or planning shows nothing due, and helpers asked for once i
 claimed come a plan and a process start after it (docs/fleet.md, "Forecast"). What the plan
 will find is known before: the items already due in the frontier (:meth:`Frontier.due_count`:
 queued, expired, done with their freshness passed) and the seeds the frontier does not hold yet
-(a source never planned: all of its seeds). Both are read from counts and indexes, never from
-the items, once per run on its way (flows/fleet.py).
+(a source never planned: all of its seeds). The frontier's part is read from counts and
+indexes, never from the items; a seed file's lines are counted. Read when a run is first seen on
+its way and every 5 s while it waits (flows/fleet.py).
 
 Prefect-free: plain functions of a frontier and a source.
 """
