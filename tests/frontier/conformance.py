@@ -944,7 +944,9 @@ class FrontierConformance:
         assert (swept.carried, swept.retired) == (2, 0)
         assert frontier.run_counts(SRC, "r2") == counts(queued=3, leased=1)
 
-    def test_adopt_takes_only_due_items(self, frontier: Frontier) -> None:
+    def _adoption_scene(self, frontier: Frontier) -> None:
+        """One item in every state an adoption tells apart: fresh, stale from T0 + 10,
+        compensated (stale at once), dead, expired, leased (until T0 + 90 + LEASE), queued."""
         self._make_done(frontier, url("fresh"), fresh_s=1_000)
         self._make_done(frontier, url("stale"), fresh_s=10)
         self._make_done(frontier, url("compensated"), fresh_s=1_000)
@@ -955,6 +957,9 @@ class FrontierConformance:
         offer(frontier, [url("leased")])
         assert urls_of(claim(frontier, 1, now=T0 + 90)) == [url("leased")]
         offer(frontier, [url("queued")], run_id="r0")
+
+    def test_adopt_takes_only_due_items(self, frontier: Frontier) -> None:
+        self._adoption_scene(frontier)
         adopted = _adopt(frontier, "r2", now=T0 + 100)
         assert adopted == _result(enqueued=3, already_queued=2)
         assert adopted.total == 5
@@ -966,16 +971,7 @@ class FrontierConformance:
 
     def test_due_count_is_what_an_adopting_plan_would_have_due(self, frontier: Frontier) -> None:
         assert frontier.due_count(SRC, now=T0) == 0  # a source never planned
-        self._make_done(frontier, url("fresh"), fresh_s=1_000)
-        self._make_done(frontier, url("stale"), fresh_s=10)
-        self._make_done(frontier, url("compensated"), fresh_s=1_000)
-        assert frontier.make_stale(SRC, [url("compensated")]) == 1
-        self._make_dead(frontier, url("dead"))
-        offer(frontier, [url("exp")], queue_ttl_s=5)
-        claim(frontier, 0, now=T0 + 6)  # expires it
-        offer(frontier, [url("leased")])
-        assert urls_of(claim(frontier, 1, now=T0 + 90)) == [url("leased")]
-        offer(frontier, [url("queued")], run_id="r0")
+        self._adoption_scene(frontier)
         # before "stale" goes stale: queued, expired, compensated
         assert frontier.due_count(SRC, now=T0 + 9) == 3
         # queued, expired, compensated, stale: what adopt then queues or keeps queued (not
