@@ -7,7 +7,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,10 +154,7 @@ class Source(_Section):
         yield from self.seeds.urls
         if self.seeds.file is not None:
             with self.path(self.seeds.file).open(encoding="utf-8") as lines:
-                for line in lines:
-                    line = line.strip()
-                    if line and not line.startswith("#"):
-                        yield line
+                yield from _url_lines(lines)
         if self.seeds.range is not None:
             yield from self.template_urls(*self.seeds.range)
 
@@ -168,9 +165,7 @@ class Source(_Section):
         count = len(self.seeds.urls)
         if self.seeds.file is not None:
             with self.path(self.seeds.file).open(encoding="utf-8") as lines:
-                for line in lines:
-                    line = line.strip()
-                    count += bool(line) and not line.startswith("#")
+                count += sum(1 for _ in _url_lines(lines))
         if self.seeds.range is not None:
             start, stop = self.seeds.range
             count += max(0, stop - start)
@@ -354,3 +349,11 @@ def write_inline_suite(suite: dict[str, Any], target: Path) -> Path:
         partial.write_text(text, encoding="utf-8")
         os.replace(partial, target)
     return target
+
+
+def _url_lines(lines: Iterable[str]) -> Iterator[str]:
+    """A seed file's URLs: its lines stripped, blank ones and ``#`` comments left out."""
+    for line in lines:
+        line = line.strip()
+        if line and not line.startswith("#"):
+            yield line
