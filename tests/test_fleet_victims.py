@@ -20,6 +20,7 @@ from collector.fleet.model import (
     FleetSettings,
     SourceLoad,
     decide,
+    helper_gain_s,
     plan_actions,
     victims,
     with_helpers,
@@ -83,7 +84,12 @@ def _plain_victims(
     end_now = longest(mine.source)
     own = with_one_more(mine)  # its drain once the helper it is given has arrived
     own = own if own != inf else Fraction(0)  # not known: no delay allowed
-    ceiling = inf * 2 if mine.run_class == "critical" else max(end_now, own)
+    ceiling = max(end_now, own)
+    if mine.run_class == "critical":  # it may move the end later by what the helper saves it
+        if drain(mine) != inf:
+            ceiling = max(ceiling, end_now + max(Fraction(0), drain(mine) - with_one_more(mine)))
+        elif mine.coming + starting.get(mine.source, 0) == 0:
+            ceiling = inf * 2  # nothing claims, none on its way: without a helper it never drains
     over: list[list[Any]] = []
     at_share: list[list[Any]] = []
     for d in decisions:
@@ -95,7 +101,7 @@ def _plain_victims(
         others = longest(x.source, mine.source)
         end = max(drain(x, less=1), others)
         if end > ceiling:
-            continue  # past the beneficiary's own end: a critical one's only
+            continue  # past the beneficiary's own end, and past a critical one's gain
         row = [drain(x) >= others, end - end_now, d.weight, x.source, x.run_class]
         (over if x.helpers - x.stopping > d.share else at_share).append(row)
     if over:
@@ -231,16 +237,21 @@ def test_the_burst_gives_its_helper_and_the_source_that_decides_the_end_keeps_it
 
 
 def test_a_critical_source_still_gets_a_helper_from_the_source_that_decides_the_end() -> None:
-    """Only `bulk-low` holds helpers: the critical source still preempts it (priority first);
-    a normal source short of its share does not, unless its own drain decides the end."""
+    """Only `bulk-low` holds helpers (40 s to drain, 58.8 s without one): the critical source
+    preempts it when the helper saves it more than the 18.8 s the stop costs the fleet's end
+    (its run alone, 200 at 4/s: 50 s; 27.5 s with a helper 5 s away), not for 5.7 s (at 10/s:
+    20 s, 14.3 s with one); a normal source short of its share does not, unless its own drain
+    decides the end."""
     fleet = FleetSettings(budget=2)
     alone = [
         SourceLoad("bulk-low", "low", backlog=500, wait_s=40.0, helpers=2, max_helpers=2,
                    throughput=4.0),
-        SourceLoad("urgent", "critical", backlog=200, wait_s=20.0, wait_high_for_s=2.0,
-                   max_helpers=2, throughput=4.0),
+        SourceLoad("urgent", "critical", backlog=200, wait_s=50.0, wait_high_for_s=2.0,
+                   max_helpers=2, throughput=4.0, start_s=5.0),
     ]  # fmt: skip
     assert plan_actions(decide(alone, fleet), fleet).preempted == {"bulk-low": "urgent"}
+    quick = [alone[0], replace(alone[1], wait_s=20.0, start_s=0.0)]
+    assert plan_actions(decide(quick, fleet), fleet).preempted == {}
     normal = [alone[0], SourceLoad("burst", "normal", backlog=100, wait_s=20.0,
                                    wait_high_for_s=2.0, max_helpers=2, throughput=4.0)]  # fmt: skip
     assert plan_actions(decide(normal, fleet), fleet).preempted == {}
@@ -309,3 +320,27 @@ def test_a_lower_stop_is_not_off_the_path_because_a_critical_source_is_not_serve
     capped = [*loads[:2], replace(loads[2], helpers=2, max_helpers=2)]
     found = victims(*_decided(capped, fleet, "burst"))
     assert [v.decision.load.source for v in found] == ["bulk-low"]
+
+
+def test_a_critical_source_moves_the_end_no_later_than_its_helper_saves_it() -> None:
+    """The `capped` play with preemption (runs 10 and 11 of 2026-12-06): `urgent` had taken one
+    helper (on its way) and asked for its second; the only stop left was on the fleet's
+    critical path (`bulk-low`: 40 s to drain, 60 s without one). The helper, 12 s away, would
+    have drained `urgent` 4.3 s sooner (25 s -> 20.7 s) and the fleet 20 s later: refused. Once
+    the helper saves more than the stop costs (a longer `urgent`), it is made."""
+    fleet = FleetSettings(budget=4)
+    loads = [
+        SourceLoad("bulk-low", "low", backlog=480, wait_s=40.0, wait_high_for_s=30.0,
+                   helpers=2, max_helpers=2, throughput=4.0, start_s=12.0),
+        SourceLoad("burst", "normal", backlog=240, wait_s=30.0, wait_high_for_s=30.0,
+                   helpers=1, max_helpers=2, throughput=4.0, start_s=12.0),
+        SourceLoad("urgent", "critical", backlog=200, wait_s=50.0, wait_high_for_s=2.0,
+                   helpers=1, coming=1, max_helpers=2, throughput=4.0, start_s=12.0),
+    ]  # fmt: skip
+    decisions, urgent = _decided(loads, fleet, "urgent")
+    assert urgent.share > urgent.load.helpers  # short: it asks
+    assert helper_gain_s(urgent.load) == Fraction(13, 3)
+    assert victims(decisions, urgent) == []
+    assert plan_actions(decisions, fleet).preempted == {}
+    longer = [*loads[:2], replace(loads[2], backlog=1000, wait_s=250.0)]
+    assert plan_actions(decide(longer, fleet), fleet).preempted == {"bulk-low": "urgent"}

@@ -86,6 +86,7 @@ __all__ = [
     "drain_with_one_more_s",
     "drain_without_one_s",
     "gained",
+    "helper_gain_s",
     "left_at_arrival",
     "load_factor",
     "plan_actions",
@@ -488,6 +489,18 @@ def drain_with_one_more_s(load: SourceLoad, starting: int = 0) -> Fraction | flo
     return start + left / (rate + Fraction(load.throughput))
 
 
+def helper_gain_s(load: SourceLoad, starting: int = 0) -> Fraction | float:
+    """How much sooner the source drains once one more helper, asked for now, has arrived
+    (:func:`drain_with_one_more_s`): what a stop made for it buys. 0 when it drains before the
+    helper would arrive, or nothing of it claims yet but a process is on its way (its drain is
+    about to be known); ``math.inf`` when nothing claims and none is on its way (its items wait
+    for a helper: without one they never drain)."""
+    now = drain_s(load, starting)
+    if math.isinf(now):
+        return Fraction(0) if load.coming + starting > 0 else math.inf
+    return max(Fraction(0), Fraction(now) - Fraction(drain_with_one_more_s(load, starting)))
+
+
 def _longest(
     decisions: Sequence[Decision], starting: Mapping[str, int], *leave_out: str
 ) -> Fraction:
@@ -534,13 +547,17 @@ def victims(
     stop for `burst` look off the critical path, and `urgent` then took that helper from
     `burst` (the `open` play of 2026-12-06 08:51: a start and a stop for nothing).
     A stop that delays the end past the beneficiary's own drain *once the helper it is given
-    has arrived* (:func:`drain_with_one_more_s`) is made only for a critical source (the
-    operator's latency first: it still gets its helpers); for any other it would move the
-    fleet's end later for a source that does not decide it (one whose drain is not known yet,
-    nothing of it claiming, allows none: it may be short). Judged on the beneficiary's drain
-    before its helper, a source that had just lost a helper to a critical one took one from a
-    lower class on the fleet's critical path in turn (the `capped` play of 2026-12-06 08:19:
-    two stops and two starts where one of each was needed).
+    has arrived* (:func:`drain_with_one_more_s`) would move the fleet's end later for a source
+    that does not decide it (one whose drain is not known yet, nothing of it claiming, allows
+    none: it may be short). Judged on the beneficiary's drain before its helper, a source that
+    had just lost a helper to a critical one took one from a lower class on the fleet's
+    critical path in turn (the `capped` play of 2026-12-06 08:19: two stops and two starts
+    where one of each was needed). A critical source may move the end later too, by no more
+    than the helper saves it (:func:`helper_gain_s`): the operator's latency first, but not
+    at any price. Allowed any stop, `urgent` took `burst`'s second helper, on the path, for
+    ~6 s sooner, and `burst`, capped at two and left with its own run, ended the fleet ~20 s
+    later (the `capped` play with preemption, 0.91-0.95 x the fixed split in runs 10 and 11 of
+    2026-12-06).
     """
     starting = starting or {}
     mine = beneficiary.load.source
@@ -559,7 +576,11 @@ def victims(
     # fleet's end past it trades a working helper for a later end
     own = drain_with_one_more_s(beneficiary.load, starting.get(mine, 0))
     own = Fraction(0) if math.isinf(own) else own  # not known yet: it allows no delay
-    ceiling = math.inf if beneficiary.load.run_class == "critical" else max(now_end, own)
+    ceiling: Fraction | float = max(now_end, own)
+    if beneficiary.load.run_class == "critical":
+        # the operator's latency first, but not at any price: the fleet's end may move later
+        # by as much as the helper saves the critical source, no more
+        ceiling = max(ceiling, now_end + helper_gain_s(beneficiary.load, starting.get(mine, 0)))
     over: list[Victim] = []
     at_share: list[Victim] = []
     for v in decisions:
