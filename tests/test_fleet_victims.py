@@ -92,6 +92,7 @@ def _plain_victims(
             ceiling = inf * 2  # nothing claims, none on its way: without a helper it never drains
     over: list[list[Any]] = []
     at_share: list[list[Any]] = []
+    replaced: list[Fraction] = []  # the delays of stops above a share, made or refused
     for d in decisions:
         x = d.load
         if x.source in taken or x.helpers - x.stopping <= 0:
@@ -100,12 +101,14 @@ def _plain_victims(
             continue  # only a lower class is ever preempted
         others = longest(x.source, mine.source)
         end = max(drain(x, less=1), others)
+        if x.helpers - x.stopping > d.share:  # an at-share stop may replace it, made or not
+            replaced.append(end - end_now)
         if end > ceiling:
             continue  # past the beneficiary's own end, and past a critical one's gain
         row = [drain(x) >= others, end - end_now, d.weight, x.source, x.run_class]
         (over if x.helpers - x.stopping > d.share else at_share).append(row)
-    if over:
-        least = min(r[1] for r in over)
+    if replaced:
+        least = min(replaced)
         over += [r for r in at_share if r[1] < least]
     for r in over:  # the source deciding the end is spared while one of a class <= its own may go
         rank = CLASS_PRIORITY[r[4]]

@@ -538,7 +538,8 @@ def victims(
     the longest other) the delay is 0. Who may be stopped: a lower-class source with a helper
     running (not stopping, none taken this round: ``taken``) that holds more than its share,
     as before; or, in its place, one at its share whose stop delays the end less (the same one
-    stop, where it costs less). The order: never the source that decides "all drained" while
+    stop, where it costs less; also where the stop above a share is refused for what it
+    costs). The order: never the source that decides "all drained" while
     another of a lower or equal class may go, then the least delay, then the lowest weight.
     A source of a higher class than the beneficiary's that may still grow (below its
     ``max_helpers``) is left out of both ends: it will take its helpers from the classes below
@@ -583,6 +584,7 @@ def victims(
         ceiling = max(ceiling, now_end + helper_gain_s(beneficiary.load, starting.get(mine, 0)))
     over: list[Victim] = []
     at_share: list[Victim] = []
+    least: Fraction | float | None = None  # the least delay of a stop above a share
     for v in decisions:
         load = v.load
         name = load.source
@@ -596,16 +598,17 @@ def victims(
         others = _longest(decisions, starting, name, mine, *growing)
         after = drain_without_one_s(load, starting.get(name, 0))
         end = max(after, others)
+        delay = end - now_end
+        if running > v.share:  # refused or not, it is the stop an at-share one replaces
+            least = delay if least is None else min(least, delay)
         if end > ceiling:
-            continue  # it would move the end past the beneficiary's own
+            continue  # it would move the end past the beneficiary's own (or its gain)
         now = drain_s(load, starting.get(name, 0))
         decides = math.isinf(now) or Fraction(now) >= others
-        delay = end - now_end
         where = "on" if delay > 0 else "off"
         why = (f"{where} the critical path: drains in {_seconds(float(after))} without it, "
                f"the longest other {_seconds(float(others))}")  # fmt: skip
         (over if running > v.share else at_share).append(Victim(v, delay, decides, why))
-    least = min((x.delay for x in over), default=None)
     found = over + [x for x in at_share if least is not None and x.delay < least]
 
     def order(x: Victim) -> tuple[bool, Fraction | float, float, str]:
