@@ -242,9 +242,11 @@ def test_a_fixed_worker_pool_settles_the_window_near_its_size() -> None:
     # box: one step to 13 among 8s, the latency floor being noisy there; the median holds. Of
     # 4 readings at batch ends, one outside 4x failed once at high load: read every 50 ms, the
     # second half's windows are about 80 readings, 9 in 10 of them asked to be within 4x.)
-    # Fails without the latency cut (latency_factor 1000: broken on purpose, 2026-12-06).
+    # Fails without the latency cut (latency_factor 1000: broken on purpose, 2026-12-06; every
+    # reading then 32). The median within 4x, as every reading is asked: within 3x failed once
+    # at load 7 (2026-12-07 CI: median 13, readings 14-15 among lower ones; 8 on a quiet box).
     assert len(settled) >= 20, windows
-    assert pool / 2 <= statistics.median(settled) <= 3 * pool, windows
+    assert pool / 2 <= statistics.median(settled) <= 4 * pool, windows
     within = [w for w in settled if pool / 2 <= w <= 4 * pool]
     assert len(within) >= 0.9 * len(settled), windows
 
