@@ -556,7 +556,7 @@ def victims(
     where one of each was needed). A critical source may move the end later too, by no more
     than the helper saves it (:func:`helper_gain_s`): the operator's latency first, but not
     at any price. Allowed any stop, `urgent` took `burst`'s second helper, on the path, for
-    ~6 s sooner, and `burst`, capped at two and left with its own run, ended the fleet ~20 s
+    ~4 s sooner, and `burst`, capped at two and left with its own run, ended the fleet ~20 s
     later (the `capped` play with preemption, 0.91-0.95 x the fixed split in runs 10 and 11 of
     2026-12-06).
     """
