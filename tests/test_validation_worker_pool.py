@@ -308,6 +308,49 @@ async def test_a_prewarmed_worker_built_from_other_bytes_is_replaced(suite: Path
     assert stale not in [idle.process for idle in pool.idle()]
 
 
+async def _drained(source_path: Path, run_id: str) -> Any:
+    """A whole run without Prefect (plan, drain, finish), as tests/test_drain.py runs one."""
+    from collector.config import load_source
+    from collector.run.collection import Collection
+    from collector.run.drain import DrainPolicy, drain
+
+    with Collection(load_source(source_path), run_id=run_id) as run:
+        run.plan()
+        async with run.engine() as engine:
+            try:
+                await drain(run, lambda lease: run.fetch(engine, lease), DrainPolicy(batch_size=8))
+            finally:
+                await run.aclose()
+        run.finish()
+        return run.summary()
+
+
+@slow
+async def test_a_run_with_nothing_to_fetch_does_not_wait_for_gx(tmp_path: Path) -> None:
+    """The everyday rerun (every item fresh) claims nothing, so it neither waits for GX's
+    import nor greets its worker: the worker goes back to the pool still starting (and is
+    killed at exit). The first run, with items to fetch, waited for it as ever."""
+    from collector.demo.site import FaultSite
+    from tests.helpers import write_source
+
+    suite = _write(tmp_path / "suite.json", OTHER)
+    with FaultSite() as site:
+        source = write_source(
+            tmp_path,
+            seeds={"urls": [site.url(f"/items/{i}.json") for i in range(12)]},
+            validation={"suite": "suite.json"},
+        )
+        _forget(suite)
+        first = await _drained(source, "run-1")
+        assert first.balanced and first.stored + first.dead_lettered == 12, first.problems
+        assert [idle.greeted for idle in _idle_for(suite)] == [True]
+        _forget(suite)  # the second run starts a worker of its own
+        again = await _drained(source, "run-2")
+    assert again.balanced and (again.discovered, again.claimed) == (0, 0), again.problems
+    assert [idle.greeted for idle in _idle_for(suite)] == [False]
+    _forget(suite)
+
+
 @slow
 async def test_a_run_gives_its_worker_to_the_next_run_of_the_same_suite(
     suite: Path, tmp_path: Path
@@ -363,6 +406,30 @@ def test_idle_workers_are_bounded_and_closed() -> None:
     kept.close_all()
     assert given[3].process.poll() is not None and kept.idle() == []
     close_process(given[2].process)
+
+
+def _importing() -> subprocess.Popen[bytes]:
+    """A stand-in for a worker still importing GX: it reads its pipe only after 3 s, then ends
+    by itself (exit 0), as a real one does at its first read of a closed pipe."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; time.sleep(3); sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+
+
+def test_a_worker_still_starting_is_killed_at_exit_not_waited_for() -> None:
+    """A prewarmed worker that no run greeted (a run with nothing to validate) has had no
+    request: closing it waits for nothing (killed, not left to end its import and exit 0),
+    while a greeted one is still closed by its pipe and ends by itself."""
+    kept = WorkerPool(keep=4)
+    starting = Idle(_importing(), "content", greeted=False)
+    greeted = Idle(_importing(), "content", greeted=True)
+    kept.give(starting)
+    kept.give(greeted)
+    kept.close_all(wait_s=30)
+    assert starting.process.returncode == -signal.SIGKILL
+    assert greeted.process.returncode == 0  # its pipe closed; it ended at its read
 
 
 # --- a reused worker answers like a fresh one and like the in-process validator ---------------

@@ -73,7 +73,7 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from collector import defaults
 from collector.fetch.engine import BATCH_STARTED, FetchResult
@@ -81,6 +81,9 @@ from collector.frontier import Lease
 from collector.run.collection import BatchReport, Run
 from collector.run.heartbeat import judge_holders
 from collector.run.stop import LostFooting, StopRequest, process_footing
+
+if TYPE_CHECKING:
+    from collector.settle.validation_worker import ValidationWorker
 
 __all__ = ["DrainEnd", "DrainPolicy", "FetchStep", "Listener", "drain"]
 
@@ -147,9 +150,8 @@ async def drain(
                 process_footing.watch(loop.lock_lost),
             ):
                 try:
-                    await loop.warm_up()
-                    # The loop's own time and this process's CPU over it (every thread): the run's
-                    # throughput without start-up and wind-down, a figure the load hardly moves.
+                    # The loop's own time and this process's CPU over it (every thread), less the
+                    # wait for GX (start-up): the run's throughput, a figure the load hardly moves.
                     began, cpu = time.monotonic(), time.process_time()
                     ending = await loop.go()
                 finally:
@@ -160,8 +162,8 @@ async def drain(
                             run.source.name, run.run_id, now=run.clock()
                         )
                     )
-                    run.drain_seconds += time.monotonic() - began
-                    run.drain_cpu_seconds += time.process_time() - cpu
+                    run.drain_seconds += time.monotonic() - began - loop.warm_s
+                    run.drain_cpu_seconds += time.process_time() - cpu - loop.warm_cpu_s
     except Exception as exc:  # a store error on the way out of a run that lost its footing
         if loop.lost.reason is not None:  # (its store went away): the loss is what to say
             raise LostFooting(loop.lost.reason) from exc
@@ -188,6 +190,8 @@ class _Loop:
         self.listener = listener
         self.claimed = 0
         self.waited_s = 0.0  # idle waiting for retry-later items and silent holders
+        self.warm = False  # the GX worker was waited for (see warm_up)
+        self.warm_s = self.warm_cpu_s = 0.0  # what that wait took (not the loop's throughput)
         self.stopped = asyncio.Event()
         self.lost = StopRequest()  # a lease or the heartbeat lost: the first loss, said once
         # every batch claimed and not yet settled, in claim order (None: given back unsettled)
@@ -213,16 +217,35 @@ class _Loop:
                 await outcome
 
     async def warm_up(self) -> None:
-        """Wait for the run's GX worker to be ready (or a stop) before the first claim.
+        """Wait for the run's GX worker to be ready (or a stop) before the first claim that
+        can take something, once.
 
-        GX's import is start-up (~7 s of CPU): batches fetched meanwhile could only wait for
-        it, holding their leases, while the import took CPU from the fetching on a small box.
-        A suite GX rejects (a ConfigError from the worker) ends the run here, before anything
-        is claimed or fetched.
+        GX's import is start-up (~3 s of CPU, several times that on a loaded box): batches
+        fetched meanwhile could only wait for it, holding their leases, while the import took
+        CPU from the fetching on a small box. A suite GX rejects (a ConfigError from the worker)
+        ends the run here, before anything is claimed or fetched.
+
+        Only when an item is claimable now (the frontier's next event is due): a run with
+        nothing to fetch (every item fresh, the everyday rerun; a helper before its run
+        planned) neither waits for the import nor spends a greeting on it, and the worker,
+        never greeted, is given back still starting (killed at exit, collector.settle.
+        worker_pool). An item that turns claimable between the look and the claim is validated
+        as ever: every validation waits for the worker's ready frame first.
         """
         validator = self.run.validator
-        if validator is None:
+        if self.warm or validator is None:
             return
+        if await self.run.seconds_until_claimable() != 0.0:
+            return  # nothing to take now (none pending, or only later): no wait for GX yet
+        began, cpu = time.monotonic(), time.process_time()
+        try:
+            await self._ready(validator)
+        finally:
+            self.warm = True
+            self.warm_s += time.monotonic() - began
+            self.warm_cpu_s += time.process_time() - cpu
+
+    async def _ready(self, validator: ValidationWorker) -> None:
         ready = asyncio.ensure_future(validator.ready())
         stopped = asyncio.ensure_future(self.stopped.wait())
         try:
@@ -273,6 +296,9 @@ class _Loop:
             limit = policy.batch_size
             if policy.max_items is not None:
                 limit = min(limit, policy.max_items - self.claimed)
+            await self.warm_up()
+            if self.stopped.is_set():
+                continue  # stopped while GX imported: said at the top of the loop
             lease = await run.claim(limit)
             if lease.items:
                 self._start(lease)
