@@ -233,7 +233,8 @@ class _Loop:
         as ever: every validation waits for the worker's ready frame first.
         """
         validator = self.run.validator
-        if self.warm or validator is None:
+        if validator is None:
+            self.warm = True  # nothing to wait for, ever
             return
         if await self.run.seconds_until_claimable() != 0.0:
             return  # nothing to take now (none pending, or only later): no wait for GX yet
@@ -296,9 +297,10 @@ class _Loop:
             limit = policy.batch_size
             if policy.max_items is not None:
                 limit = min(limit, policy.max_items - self.claimed)
-            await self.warm_up()
-            if self.stopped.is_set():
-                continue  # stopped while GX imported: said at the top of the loop
+            if not self.warm:  # until it is, a look at the frontier before each claim
+                await self.warm_up()
+                if self.stopped.is_set():
+                    continue  # stopped while GX imported: said at the top of the loop
             lease = await run.claim(limit)
             if lease.items:
                 self._start(lease)
